@@ -1,0 +1,153 @@
+# recurd — one Makefile, flags readable, everything built into build/.
+#
+#   make deps    install the Debian packages we need (apt-get; sudo when not root)
+#   make         librecur (.a/.so), recurd, recur CLI, recur-load, unit tests
+#   make test    deps + build + every test suite, with a summary   (SANITIZE=1: ASan+UBSan)
+#   make bench   writes docs/BENCHMARKS.md
+#   make run     recurd on 127.0.0.1:8080 with models/default
+#   make clean
+#
+# Files are picked up by directory, so adding a source file needs no Makefile edit:
+#   core/*.c        -> build/librecur.{a,so}     (OpenBLAS, cJSON, libm only)
+#   proto/*.c       -> build/libproto.a          (cJSON; no sockets)
+#   server/*.c      -> build/recurd              (libuv, llhttp; main in server/main.c)
+#   cli/*.c         -> build/recur
+#   loadgen/*.c     -> build/recur-load          (libuv, llhttp in response mode)
+#   tests/unit/test_*.c -> build/tests/test_*    (Criterion; each links everything but mains)
+#   tests/fuzz/fuzz_*.c -> build/fuzz/fuzz_*     (clang libFuzzer; `make fuzz`)
+
+PY      := /usr/bin/python3
+CC      ?= cc
+BUILD   := build
+
+DEBIAN_PACKAGES := build-essential pkg-config libuv1-dev libcjson-dev libopenblas-dev node-llhttp \
+                   libcriterion-dev python3-pytest python3-numpy python3-torch python3-requests \
+                   curl wrk clang libclang-rt-14-dev valgrind fortunes gnuplot-nox
+
+OPT       ?= -O3 -march=native
+WARN      := -Wall -Wextra -Wstrict-prototypes -Wno-unused-parameter -Werror
+BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
+BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
+LLHTTP_DIR  := /usr/share/llhttp
+LLHTTP_INC  := /usr/share/include/llhttp
+CFLAGS    := -std=c11 -D_GNU_SOURCE -g $(OPT) -fPIC $(WARN) -Icore -Iproto -Iserver \
+             -isystem $(LLHTTP_INC) $(BLAS_CFLAGS) -I/usr/include/cjson -pthread
+LDLIBS    := $(BLAS_LIBS) -lcjson -luv -lm -lpthread -ldl -lrt
+
+ifeq ($(SANITIZE),1)
+  SANFLAGS := -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=undefined \
+              -fno-omit-frame-pointer
+  CFLAGS  += $(SANFLAGS)
+  LDFLAGS += $(SANFLAGS)
+  BUILD   := build-san
+endif
+
+CORE_SRC   := $(wildcard core/*.c)
+PROTO_SRC  := $(wildcard proto/*.c)
+SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c))
+CLI_SRC    := $(wildcard cli/*.c)
+LOAD_SRC   := $(wildcard loadgen/*.c)
+TEST_SRC   := $(wildcard tests/unit/test_*.c)
+LLHTTP_SRC := $(LLHTTP_DIR)/llhttp.c $(LLHTTP_DIR)/api.c $(LLHTTP_DIR)/http.c
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+CORE_OBJ   := $(call obj,$(CORE_SRC))
+PROTO_OBJ  := $(call obj,$(PROTO_SRC))
+SERVER_OBJ := $(call obj,$(SERVER_SRC))
+LLHTTP_OBJ := $(patsubst $(LLHTTP_DIR)/%.c,$(BUILD)/obj/llhttp/%.o,$(LLHTTP_SRC))
+TEST_BIN   := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+
+LIBRECUR_A := $(BUILD)/librecur.a
+LIBRECUR_SO := $(BUILD)/librecur.so
+LIBPROTO_A := $(BUILD)/libproto.a
+LIBSERVER_A := $(BUILD)/libserver.a
+LIBLLHTTP_A := $(BUILD)/libllhttp.a
+
+BINS := $(LIBRECUR_A) $(LIBRECUR_SO)
+ifneq ($(wildcard server/main.c),)
+  BINS += $(BUILD)/recurd
+endif
+ifneq ($(CLI_SRC),)
+  BINS += $(BUILD)/recur
+endif
+ifneq ($(LOAD_SRC),)
+  BINS += $(BUILD)/recur-load
+endif
+
+.PHONY: all deps test test-unit test-python bench run clean fuzz
+all: $(BINS) $(TEST_BIN)
+
+# ---------------------------------------------------------------- deps
+deps:
+	@missing=""; for p in $(DEBIAN_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "deps: installing$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
+	else echo "deps: all Debian packages present"; fi
+
+# ---------------------------------------------------------------- build
+$(BUILD)/obj/%.o: %.c $(wildcard core/*.h proto/*.h server/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+# llhttp is third-party: its own flags, strict mode, no warnings (LIBRARIES.md B.0).
+$(BUILD)/obj/llhttp/%.o: $(LLHTTP_DIR)/%.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -g -O2 -fPIC -w -DLLHTTP_STRICT_MODE=1 -I$(LLHTTP_INC) $(SANFLAGS) -c $< -o $@
+
+$(LIBRECUR_A): $(CORE_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+$(LIBRECUR_SO): $(CORE_OBJ)
+	$(CC) -shared -o $@ $^ $(LDFLAGS) $(BLAS_LIBS) -lcjson -lm -lpthread
+$(LIBPROTO_A): $(PROTO_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+$(LIBSERVER_A): $(SERVER_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+$(LIBLLHTTP_A): $(LLHTTP_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+ALL_LIBS := $(LIBSERVER_A) $(LIBPROTO_A) $(LIBRECUR_A) $(LIBLLHTTP_A)
+
+$(BUILD)/recurd: $(call obj,server/main.c) $(ALL_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/recur: $(call obj,$(CLI_SRC)) $(LIBRECUR_A)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/recur-load: $(call obj,$(LOAD_SRC)) $(LIBPROTO_A) $(LIBLLHTTP_A)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(ALL_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ -lcriterion $(LDLIBS)
+
+# ---------------------------------------------------------------- tests
+export OPENBLAS_NUM_THREADS := 1
+export RECUR_BUILD := $(abspath $(BUILD))
+export PYTHONDONTWRITEBYTECODE := 1
+
+test: deps
+	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory test-unit test-python
+
+test-unit: $(TEST_BIN)
+	@fail=0; pass=0; for t in $(TEST_BIN); do \
+	  echo "== $$t"; if $$t --jobs 2; then pass=$$((pass+1)); else fail=$$((fail+1)); echo "FAILED: $$t"; fi; \
+	done; echo "unit suites: $$pass passed, $$fail failed"; [ $$fail = 0 ]
+
+test-python:
+	$(PY) -m pytest -q -p no:cacheprovider tests/python
+
+bench: all
+	$(PY) tools/bench/run_all.py
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	$(BUILD)/recurd --config config/recurd.json --host 127.0.0.1 --port 8080 --model models/default
+
+clean:
+	rm -rf build build-san

@@ -1,0 +1,222 @@
+/*
+ * recur.h — the one public header of librecur.
+ *
+ * librecur is pure computation: every mixer of DESIGN.md §3 in every form, the model stack of
+ * DESIGN.md §4, sampling, and session-state snapshots (DESIGN.md §6). No sockets, no printing,
+ * no exit. Every fallible function returns 0 or a negative RECUR_E* code; recur_strerror()
+ * names it.
+ *
+ * Layout conventions (all arrays fp32, row-major, sequence-first, no batch dimension):
+ *   q, k      [T][H][K]
+ *   v, o      [T][H][V]
+ *   g scalar  [T][H]        natural-log decay, g <= 0
+ *   g vector  [T][H][K]     natural-log decay per key dimension, g <= 0
+ *   beta      [T][H]        in (0,1)
+ *   S         [H][K][V]     key-major state; IN: the initial state, OUT: the final state
+ *   z         [H][K]        linear-attention normaliser state, IN/OUT like S
+ * T is int64_t; offsets are computed in int64_t/size_t. Every form includes the current token:
+ * S_t absorbs (k_t, v_t) before o_t = scale * S_t^T q_t.
+ */
+#ifndef RECUR_H
+#define RECUR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- errors */
+
+#define RECUR_OK 0
+#define RECUR_EINVAL -1     /* an argument is invalid (NULL pointer, unknown enum, ...) */
+#define RECUR_ESHAPE -2     /* a dimension is out of range or sizes overflow */
+#define RECUR_ENOMEM -3     /* an allocation failed */
+#define RECUR_ENONFINITE -4 /* a gate, beta, gamma or scale is NaN or infinite */
+#define RECUR_ERANGE -5     /* a finite value is out of its domain (g > 0, gamma outside (0,1], beta outside (0,1)) */
+#define RECUR_EIO -6        /* a file could not be opened, read or mapped */
+#define RECUR_EFORMAT -7    /* a file or buffer is malformed (config, safetensors, snapshot) */
+#define RECUR_EMISMATCH -8  /* a snapshot or weights file belongs to another model */
+#define RECUR_ECHECKSUM -9  /* a snapshot's checksum does not match */
+#define RECUR_ETRUNCATED -10 /* a file or buffer is shorter than its header says */
+#define RECUR_ETOKEN -11    /* a token id is outside [0, vocab_size) */
+#define RECUR_ECONTEXT -12  /* a softmax layer's KV cache would exceed max_context */
+
+/* A static English description of a RECUR_E* code ("unknown error" for anything else). */
+const char *recur_strerror(int err);
+
+/* ---------------------------------------------------------------- mixers */
+
+typedef enum {
+    RECUR_FORM_RECURRENT = 0, /* token by token; the decode step when T == 1 */
+    RECUR_FORM_PARALLEL = 1,  /* masked T x T matmul (delta rule: chunkwise with one chunk) */
+    RECUR_FORM_CHUNKWISE = 2  /* parallel inside chunks of chunk_size, recurrent across, on BLAS */
+} recur_form;
+
+typedef enum {
+    RECUR_FMAP_ELU1 = 0,    /* phi(x) = elu(x) + 1 */
+    RECUR_FMAP_RELU = 1,    /* phi(x) = max(x, 0) */
+    RECUR_FMAP_IDENTITY = 2 /* phi(x) = x */
+} recur_feature_map;
+
+/* Dimensions shared by every mixer call. T >= 0 (T == 0 is a no-op that keeps the state),
+ * 1 <= H, K, V <= RECUR_MAX_DIM. */
+typedef struct {
+    int64_t T;
+    int H, K, V;
+} recur_dims;
+
+#define RECUR_MAX_DIM 4096
+#define RECUR_LINEAR_EPS 1e-6f /* denominator guard of normalised linear attention */
+
+/* scale <= 0 means the default K^-1/2 in every call below. chunk_size is used by
+ * RECUR_FORM_CHUNKWISE only and must be >= 1 (a chunk larger than T is one chunk). */
+
+/* Linear attention (DESIGN.md §3):
+ *   S_t = S_{t-1} + phi(k_t) v_t^T ;  z_t = z_{t-1} + phi(k_t)
+ *   normalize:  o_t = (scale phi(q_t))^T S_t / ((scale phi(q_t))^T z_t + RECUR_LINEAR_EPS)
+ *   otherwise:  o_t = scale phi(q_t)^T S_t          (z may be NULL and is not touched)
+ * phi is applied to q and k inside the op. */
+int recur_linear_attention(const recur_dims *d, const float *q, const float *k, const float *v,
+                           int normalize, recur_feature_map fmap, float scale, recur_form form,
+                           int64_t chunk_size, float *S, float *z, float *o);
+
+/* Retention: S_t = gamma_h S_{t-1} + k_t v_t^T ; o_t = scale S_t^T q_t.
+ * gamma [H] in (0,1]; NULL means recur_multiscale_decays(H). */
+int recur_retention(const recur_dims *d, const float *q, const float *k, const float *v,
+                    const float *gamma, float scale, recur_form form, int64_t chunk_size,
+                    float *S, float *o);
+
+/* Gated linear attention: S_t = Diag(exp g_t) S_{t-1} + k_t v_t^T ; o_t = scale S_t^T q_t.
+ * g_per_key == 0: g is [T][H] (one gate per head); otherwise g is [T][H][K]. All g <= 0. */
+int recur_gla(const recur_dims *d, const float *q, const float *k, const float *v, const float *g,
+              int g_per_key, float scale, recur_form form, int64_t chunk_size, float *S, float *o);
+
+/* Delta rule: S_t = (I - beta_t k_t k_t^T) exp(g_t) S_{t-1} + beta_t k_t v_t^T ; o_t = scale S_t^T q_t.
+ * g NULL is DeltaNet (g = 0), g [T][H] is gated DeltaNet. Keys are expected L2-normalised
+ * (not checked); beta [T][H] in (0,1]. Chunkwise uses the WY/UT form with a unit-lower-
+ * triangular solve (strsm); parallel is chunkwise with one chunk. */
+int recur_delta_rule(const recur_dims *d, const float *q, const float *k, const float *v,
+                     const float *beta, const float *g, float scale, recur_form form,
+                     int64_t chunk_size, float *S, float *o);
+
+/* Causal softmax attention over the whole sequence: o_t = sum_{j<=t} softmax_j(scale q_t.k_j) v_j. */
+int recur_softmax_attention(const recur_dims *d, const float *q, const float *k, const float *v,
+                            float scale, float *o);
+
+/* One decode step of causal softmax attention with a caller-owned KV cache.
+ * k_cache [max_len][H][K], v_cache [max_len][H][V]; positions [0, pos) hold earlier tokens.
+ * Writes k_t, v_t at position pos, then o [H][V] attends over [0, pos]. pos >= max_len is
+ * RECUR_ECONTEXT and changes nothing. d->T is ignored (one token). */
+int recur_softmax_attention_step(const recur_dims *d, const float *q, const float *k,
+                                 const float *v, float scale, float *k_cache, float *v_cache,
+                                 int64_t pos, int64_t max_len, float *o);
+
+/* Block top-k sparse attention. Keys are cut into n_blocks = ceil(T/block) blocks. For each
+ * query and head, a block's score is the mean of scale q.k_j over its real keys (causal: only
+ * keys j <= t count, and blocks without any such key are not candidates); the top
+ * min(topk, candidates) blocks are kept (ties: lower block index first); the output is softmax
+ * over the kept keys (causal: kept keys j <= t). keep [T][H][n_blocks] (1 = kept) may be NULL.
+ * causal == 0 has exactly the semantics of the seeds' reference script. */
+int recur_block_topk_attention(const recur_dims *d, const float *q, const float *k, const float *v,
+                               int64_t block, int64_t topk, int causal, float scale, float *o,
+                               uint8_t *keep);
+
+/* gamma_h = 1 - 2^(-5-h), h = 0..H-1 (RetNet's multi-scale decays). gamma: [H]. */
+void recur_multiscale_decays(int H, float *gamma);
+
+/* ---------------------------------------------------------------- model (DESIGN.md §4, docs/MODEL.md) */
+
+typedef enum {
+    RECUR_MIXER_LINEAR = 0,   /* "linear"       linear attention, elu+1, normalised */
+    RECUR_MIXER_RETENTION = 1,/* "retention"    multi-scale retention */
+    RECUR_MIXER_GLA = 2,      /* "gla"          gated linear attention, per-key-dim gate */
+    RECUR_MIXER_DELTANET = 3, /* "deltanet"     delta rule */
+    RECUR_MIXER_GATED_DELTANET = 4, /* "gated_deltanet" */
+    RECUR_MIXER_SOFTMAX = 5   /* "softmax"      causal softmax with a KV cache, max_context */
+} recur_mixer_kind;
+
+#define RECUR_MAX_LAYERS 64
+
+/* Read-only facts about a loaded model; owned by the model. */
+typedef struct {
+    char name[64];
+    int vocab_size, d_model, n_layers, n_heads, head_k, head_v, d_ff;
+    int tied_embeddings;
+    int64_t max_context;                  /* softmax layers' KV-cache bound (tokens) */
+    recur_mixer_kind mixers[RECUR_MAX_LAYERS];
+    int64_t n_params;
+    size_t state_bytes;                   /* a session's state at its largest (softmax at max_context) */
+    uint64_t fingerprint;                 /* hash of config + weights; stamped into snapshots */
+} recur_model_info;
+
+typedef struct recur_model recur_model;         /* immutable after load; shareable across threads */
+typedef struct recur_state recur_state;         /* one session's recurrent state; one thread at a time */
+typedef struct recur_workspace recur_workspace; /* scratch for one thread's model calls */
+
+const char *recur_mixer_name(recur_mixer_kind kind);
+
+/* Load a model directory holding config.json and model.safetensors (weights mmapped).
+ * On success *out owns the model; free it with recur_model_free. */
+int recur_model_load(const char *dir, recur_model **out);
+
+/* A model from config JSON text with weights initialised from a seed (tests, benchmarks). */
+int recur_model_init_seed(const char *config_json, uint64_t seed, recur_model **out);
+void recur_model_free(recur_model *m);
+const recur_model_info *recur_model_get_info(const recur_model *m);
+
+/* Scratch buffers for up to max_batch sessions per batched step and prefill of any length
+ * (long prefills are processed in pieces of the workspace's size). One workspace per thread. */
+int recur_workspace_create(const recur_model *m, int max_batch, recur_workspace **out);
+void recur_workspace_free(recur_workspace *ws);
+
+/* Session state: create (zeroed), destroy, reset to zero, copy (same model only). */
+int recur_state_create(const recur_model *m, recur_state **out);
+void recur_state_destroy(recur_state *s);
+void recur_state_reset(recur_state *s);
+int recur_state_copy(recur_state *dst, const recur_state *src);
+uint64_t recur_state_tokens_seen(const recur_state *s);
+
+/* Fold one token in, logits [vocab] for the next position. A bad token changes nothing. */
+int recur_model_step(const recur_model *m, recur_workspace *ws, recur_state *s, int32_t token,
+                     float *logits);
+
+/* Fold n tokens with the chunkwise prefill. logits [n][vocab] for every position, or NULL
+ * (then only the state advances). All tokens are validated before anything is folded. */
+int recur_model_prefill(const recur_model *m, recur_workspace *ws, recur_state *s,
+                        const int32_t *tokens, int64_t n, float *logits);
+
+/* One decode step for B sessions at once (B <= the workspace's max_batch): projections and MLP
+ * as sgemm over the batch, per-session state updates. states must be distinct. logits [B][vocab]. */
+int recur_model_step_batch(const recur_model *m, recur_workspace *ws, recur_state *const *states,
+                           const int32_t *tokens, int B, float *logits);
+
+/* Snapshot (DESIGN.md §6). recur_snapshot_size is exact for the state as it is now. */
+size_t recur_snapshot_size(const recur_state *s);
+int recur_snapshot_write(const recur_state *s, uint8_t *buf, size_t cap, size_t *written);
+/* Validate everything (magic, version, fingerprint, length, checksum) before touching s;
+ * on any error s is unchanged. */
+int recur_snapshot_read(recur_state *s, const uint8_t *buf, size_t len);
+
+/* ---------------------------------------------------------------- sampling */
+
+typedef struct {
+    float temperature; /* <= 0: greedy (argmax, lowest id on ties) */
+    int top_k;         /* <= 0: off */
+    float top_p;       /* >= 1 or <= 0: off */
+} recur_sampler_params;
+
+/* Seeded, reproducible sampling. *rng is the caller's xorshift/splitmix state, advanced by one
+ * draw per call. scratch [2*vocab] floats. Returns the token id (>= 0) or a negative error. */
+int recur_sample(const float *logits, int vocab, const recur_sampler_params *p, uint64_t *rng,
+                 float *scratch);
+
+/* log-softmax of logits [vocab] into out [vocab] (may alias). */
+void recur_log_softmax(const float *logits, int vocab, float *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RECUR_H */
