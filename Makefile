@@ -74,6 +74,7 @@ ifneq ($(LOAD_SRC),)
   BINS += $(BUILD)/recur-load
 endif
 
+.SECONDARY:
 .PHONY: all deps test test-unit test-python bench run clean fuzz
 all: $(BINS) $(TEST_BIN)
 
