@@ -1,0 +1,108 @@
+/*
+ * http.h — recurd's HTTP/1.1 layer: libuv TCP + llhttp 8.1 (strict) with the compensating checks
+ * C1–C9 of HARDENING.md, the header/body limits, timeouts, keep-alive, pipelining (one request in
+ * flight per connection, answered in order), chunked streaming with backpressure.
+ *
+ * The layer knows nothing of sessions or models. It parses a request completely (body included,
+ * within limits), hands it to the application's callback on the loop thread, and parses nothing
+ * more on that connection until the application has finished the response (srv_respond* or
+ * srv_stream_end). Everything here runs on the loop thread only.
+ *
+ * Ownership: the layer owns every srv_conn. The application may keep a pointer across async work
+ * only while it holds a reference (srv_conn_ref / srv_conn_unref); a connection whose peer left is
+ * marked closed (srv_conn_is_closed) and freed after the last unref.
+ */
+#ifndef SRV_HTTP_H
+#define SRV_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+/* Limits of HARDENING.md §1; every one configurable (server/config.c fills them). Times in ms. */
+typedef struct {
+    size_t max_request_line;     /* 8 KiB  -> 414 */
+    size_t max_header_bytes;     /* 16 KiB -> 431 (request line + headers + trailers) */
+    int max_headers;             /* 100    -> 431 */
+    size_t max_body;             /* 1 MiB  -> 413 */
+    size_t max_chunk_ext_bytes;  /* 16 KiB -> 413 */
+    uint64_t header_timeout;     /* 10 s from the first byte -> 408, close */
+    uint64_t body_idle_timeout;  /* 10 s between body reads -> 408, close */
+    uint64_t request_timeout;    /* 60 s total -> 408, close */
+    uint64_t keepalive_idle;     /* 5 s -> silent close */
+    int max_requests_per_conn;   /* 1000 -> Connection: close */
+    uint64_t send_stall_timeout; /* 60 s without write progress -> RST, on_close fires */
+    size_t write_high_watermark; /* 256 KiB: srv_stream_writable() turns 0 above it */
+    size_t write_low_watermark;  /* 64 KiB: on_drain fires when the queue falls below it */
+    int max_connections;         /* 1024: further connections are accepted and closed at once */
+} srv_http_limits;
+
+void srv_http_limits_default(srv_http_limits *l);
+
+/* A parsed request; valid only during the on_request callback (copy what you keep). */
+typedef struct {
+    const char *method;          /* "GET", "POST", ... (NUL-terminated) */
+    const char *path;            /* URL path without the query, NUL-terminated */
+    const char *query;           /* after '?', or "" */
+    const char *content_type;    /* header value (OWS trimmed) or NULL */
+    const char *accept;          /* header value or NULL */
+    const char *authorization;   /* header value or NULL */
+    const uint8_t *body;         /* body bytes, NUL-terminated past body_len (for cJSON) */
+    size_t body_len;
+} srv_request;
+
+typedef struct srv_conn srv_conn;
+typedef struct srv_server srv_server;
+
+typedef struct {
+    /* A complete request. The application must eventually finish exactly one response. */
+    void (*on_request)(srv_conn *c, const srv_request *req, void *app);
+    /* The peer left, a stall timeout hit, or the server is closing, while the application still
+     * holds a reference: stop producing for this connection (its writes are now dropped). */
+    void (*on_close)(srv_conn *c, void *app);
+    /* The write queue fell below the low watermark after srv_stream_writable() returned 0. */
+    void (*on_drain)(srv_conn *c, void *app);
+} srv_http_callbacks;
+
+/* Listen on host:port (port 0 picks a free one; srv_server_port tells which). */
+int srv_server_start(uv_loop_t *loop, const char *host, int port, const srv_http_limits *limits,
+                     const srv_http_callbacks *cb, void *app, srv_server **out);
+int srv_server_port(const srv_server *s);
+/* Stop accepting; idle keep-alive connections are closed; connections with a request in flight
+ * finish it (the application ends its streams) and are then closed. done(s) runs once every
+ * connection is gone and the listener is closed. */
+void srv_server_drain(srv_server *s, void (*done)(srv_server *s, void *app));
+/* Close every connection now (second SIGTERM) and the listener. */
+void srv_server_close_all(srv_server *s);
+void srv_server_free(srv_server *s); /* after drain/close_all has completed */
+
+/* Connection reference while async work points at it. */
+void srv_conn_ref(srv_conn *c);
+void srv_conn_unref(srv_conn *c);
+int srv_conn_is_closed(const srv_conn *c);
+void srv_conn_set_user(srv_conn *c, void *user);
+void *srv_conn_get_user(const srv_conn *c);
+
+/* A complete response with Content-Length. extra_headers: "Name: value\r\n..." or NULL. */
+void srv_respond(srv_conn *c, int status, const char *content_type, const void *body, size_t len,
+                 const char *extra_headers);
+/* The JSON error of DESIGN.md §5: {"error":{"code":code,"message":message}}. */
+void srv_respond_error(srv_conn *c, int status, const char *code, const char *message);
+
+/* Chunked streaming: begin, one flushed chunk per srv_stream_write, end. */
+void srv_stream_begin(srv_conn *c, int status, const char *content_type);
+void srv_stream_write(srv_conn *c, const void *data, size_t len);
+int srv_stream_writable(const srv_conn *c); /* 0 when above the high watermark */
+void srv_stream_end(srv_conn *c);
+
+/* Counters for /metrics (counts only). */
+typedef struct {
+    uint64_t connections_accepted, connections_open, connections_rejected;
+    uint64_t requests_total;
+    uint64_t responses_by_class[6]; /* [1..5] = 1xx..5xx */
+    uint64_t timeouts_header, timeouts_body, timeouts_request, stalls;
+    uint64_t bytes_written;
+} srv_http_stats;
+const srv_http_stats *srv_server_stats(const srv_server *s);
+
+#endif /* SRV_HTTP_H */
