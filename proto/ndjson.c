@@ -1,0 +1,145 @@
+/* ndjson.c — NDJSON / SSE stream lines (ndjson.h). */
+#include "ndjson.h"
+
+#include <string.h>
+
+const char *proto_frame_content_type(proto_framing f)
+{
+    return f == PROTO_FRAME_SSE ? "text/event-stream" : "application/x-ndjson";
+}
+
+static void begin(proto_buf *b, proto_framing f)
+{
+    if (f == PROTO_FRAME_SSE)
+        proto_buf_append(b, "data: ", 6);
+}
+
+static void end(proto_buf *b, proto_framing f)
+{
+    if (f == PROTO_FRAME_SSE)
+        proto_buf_append(b, "\n\n", 2);
+    else
+        proto_buf_append(b, "\n", 1);
+}
+
+void proto_fold_line(proto_buf *b, proto_framing f, uint64_t pos, int32_t token, int has_logprob,
+                     float logprob, const int32_t *top_ids, const float *top_lps, int n_top)
+{
+    begin(b, f);
+    proto_buf_printf(b, "{\"pos\":%llu,\"token\":%d,\"logprob\":", (unsigned long long)pos,
+                     (int)token);
+    if (has_logprob)
+        proto_buf_float(b, logprob);
+    else
+        proto_buf_append(b, "null", 4);
+    proto_buf_append(b, ",\"top\":[", 8);
+    for (int i = 0; i < n_top; i++) {
+        proto_buf_printf(b, "%s{\"token\":%d,\"logprob\":", i ? "," : "", (int)top_ids[i]);
+        proto_buf_float(b, top_lps[i]);
+        proto_buf_append(b, "}", 1);
+    }
+    proto_buf_append(b, "]}", 2);
+    end(b, f);
+}
+
+void proto_gen_line(proto_buf *b, proto_framing f, uint64_t pos, int32_t token, const char *text,
+                    size_t text_len, float logprob)
+{
+    begin(b, f);
+    proto_buf_printf(b, "{\"pos\":%llu,\"token\":%d,\"text\":", (unsigned long long)pos,
+                     (int)token);
+    proto_buf_json_str(b, text, text_len);
+    proto_buf_append(b, ",\"logprob\":", 11);
+    proto_buf_float(b, logprob);
+    proto_buf_append(b, "}", 1);
+    end(b, f);
+}
+
+void proto_fold_done(proto_buf *b, proto_framing f, uint64_t tokens_seen)
+{
+    begin(b, f);
+    proto_buf_printf(b, "{\"done\":true,\"tokens_seen\":%llu}", (unsigned long long)tokens_seen);
+    end(b, f);
+    if (f == PROTO_FRAME_SSE)
+        proto_buf_puts(b, "data: [DONE]\n\n");
+}
+
+void proto_gen_done(proto_buf *b, proto_framing f, const char *reason, uint64_t tokens_seen)
+{
+    begin(b, f);
+    proto_buf_puts(b, "{\"done\":true,\"reason\":");
+    proto_buf_json_str(b, reason, strlen(reason));
+    proto_buf_printf(b, ",\"tokens_seen\":%llu}", (unsigned long long)tokens_seen);
+    end(b, f);
+    if (f == PROTO_FRAME_SSE)
+        proto_buf_puts(b, "data: [DONE]\n\n");
+}
+
+void proto_stream_error(proto_buf *b, proto_framing f, const char *code, const char *message)
+{
+    begin(b, f);
+    proto_buf_puts(b, "{\"error\":{\"code\":");
+    proto_buf_json_str(b, code, strlen(code));
+    proto_buf_puts(b, ",\"message\":");
+    proto_buf_json_str(b, message, strlen(message));
+    proto_buf_puts(b, "}}");
+    end(b, f);
+}
+
+/* Expected length of a UTF-8 sequence from its lead byte, 0 if it cannot start one. */
+static int lead_len(unsigned c)
+{
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) return 2;
+    if (c >= 0xE0 && c <= 0xEF) return 3;
+    if (c >= 0xF0 && c <= 0xF4) return 4;
+    return 0;
+}
+
+/* 1 if continuation byte c is allowed at index i of a sequence starting with lead. */
+static int cont_ok(unsigned lead, int i, unsigned c)
+{
+    if ((c & 0xC0) != 0x80)
+        return 0;
+    if (i == 1) { /* exclude overlongs, surrogates and > U+10FFFF */
+        if (lead == 0xE0 && c < 0xA0) return 0;
+        if (lead == 0xED && c > 0x9F) return 0;
+        if (lead == 0xF0 && c < 0x90) return 0;
+        if (lead == 0xF4 && c > 0x8F) return 0;
+    }
+    return 1;
+}
+
+size_t proto_utf8_feed(proto_utf8_stream *u, int32_t token, char *out)
+{
+    size_t n = 0;
+    if (token < 0 || token > 255)
+        return 0;
+    unsigned c = (unsigned)token;
+    if (u->n_pending > 0) {
+        if (cont_ok(u->pending[0], u->n_pending, c)) {
+            u->pending[u->n_pending++] = (unsigned char)c;
+            if (u->n_pending == lead_len(u->pending[0])) {
+                memcpy(out, u->pending, (size_t)u->n_pending);
+                n = (size_t)u->n_pending;
+                u->n_pending = 0;
+            }
+            return n;
+        }
+        /* The held sequence is broken: it becomes U+FFFD and c starts afresh. */
+        memcpy(out, "\xEF\xBF\xBD", 3);
+        n = 3;
+        u->n_pending = 0;
+    }
+    int l = lead_len(c);
+    if (l == 1) {
+        out[n++] = (char)c;
+    } else if (l == 0) {
+        memcpy(out + n, "\xEF\xBF\xBD", 3);
+        n += 3;
+    } else {
+        u->pending[0] = (unsigned char)c;
+        u->n_pending = 1;
+    }
+    return n;
+}

@@ -1,0 +1,74 @@
+/*
+ * requests.h — decoding and validating the JSON request bodies of DESIGN.md §5.
+ *
+ * Everything here runs on the loop thread (cJSON is parsed only there, LIBRARIES.md B.3) and
+ * touches no state: a request is decoded and validated completely before the server mutates
+ * anything, so a rejected request changes nothing. Rules:
+ *   - malformed JSON, trailing garbage, invalid body encoding        -> 400 invalid_json
+ *   - duplicate keys at any depth                                    -> 400 duplicate_key
+ *   - top level not an object                                        -> 422 invalid_body
+ *   - an unknown field                                               -> 422 unknown_field
+ *   - a field of the wrong type or value                             -> 422 invalid_<field>
+ *   - a token that is not an integral finite number in [0, vocab)    -> 422 invalid_token
+ *   - more tokens than max_tokens_per_request                        -> 422 too_many_tokens
+ * Numbers are read from valuedouble only (never valueint, which saturates).
+ */
+#ifndef PROTO_REQUESTS_H
+#define PROTO_REQUESTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PROTO_MAX_TOP_K 64      /* candidates per position in /tokens ("top_k") */
+#define PROTO_DEFAULT_TOP_K 5
+#define PROTO_MAX_STOP 16       /* stop strings per generate request */
+#define PROTO_MAX_STOP_BYTES 64 /* bytes per stop string */
+#define PROTO_DEFAULT_MAX_TOKENS 64
+
+typedef struct {
+    int status;       /* HTTP status: 400 or 422 */
+    char code[48];    /* snake_case error code */
+    char message[192];
+} proto_error;
+
+typedef struct {
+    int vocab_size;
+    size_t max_tokens_per_request;
+} proto_limits;
+
+/* Tokens to fold: from "tokens" (array of ids) or "text" (UTF-8 bytes, one token per byte). */
+typedef struct {
+    int32_t *tokens;  /* [n], malloc'd, owned; NULL when n == 0 */
+    size_t n;
+    int present;      /* 1 when "tokens" or "text" was given */
+    int top_k;        /* /tokens only: candidates per position, default 5 */
+} proto_tokens_req;
+
+typedef struct {
+    int64_t max_tokens;  /* >= 0, <= max_tokens_per_request; default PROTO_DEFAULT_MAX_TOKENS */
+    float temperature;   /* >= 0, default 1; 0 = greedy */
+    int top_k;           /* 0 = off */
+    float top_p;         /* (0, 1], 1 = off */
+    uint64_t seed;
+    int has_seed;
+    size_t n_stop;
+    char stop[PROTO_MAX_STOP][PROTO_MAX_STOP_BYTES + 1];
+    size_t stop_len[PROTO_MAX_STOP];
+} proto_generate_req;
+
+/* POST /v1/sessions/{id}/tokens: body required, "tokens" xor "text" required, optional "top_k".
+ * Returns 0, or -1 with *err filled. On success the caller frees out->tokens. */
+int proto_decode_tokens_req(const uint8_t *body, size_t len, const proto_limits *lim,
+                            proto_tokens_req *out, proto_error *err);
+/* POST /v1/sessions: empty body, {} or {"tokens":[...]} / {"text":"..."}. */
+int proto_decode_create_req(const uint8_t *body, size_t len, const proto_limits *lim,
+                            proto_tokens_req *out, proto_error *err);
+/* POST /v1/sessions/{id}/generate: empty body (all defaults) or an object of the parameters. */
+int proto_decode_generate_req(const uint8_t *body, size_t len, const proto_limits *lim,
+                              proto_generate_req *out, proto_error *err);
+/* A body that must be empty or "{}" (fork). */
+int proto_decode_empty_req(const uint8_t *body, size_t len, proto_error *err);
+
+void proto_tokens_req_free(proto_tokens_req *r);
+
+#endif /* PROTO_REQUESTS_H */

@@ -1,0 +1,37 @@
+/* responses.c — JSON bodies of non-streamed answers (responses.h). */
+#include "responses.h"
+
+#include <string.h>
+
+void proto_model_json(proto_buf *b, const recur_model_info *info)
+{
+    proto_buf_puts(b, "{\"name\":");
+    proto_buf_json_str(b, info->name, strnlen(info->name, sizeof info->name));
+    proto_buf_printf(b,
+                     ",\"vocab_size\":%d,\"d_model\":%d,\"n_layers\":%d,\"n_heads\":%d,"
+                     "\"head_k\":%d,\"head_v\":%d,\"d_ff\":%d,\"mixers\":[",
+                     info->vocab_size, info->d_model, info->n_layers, info->n_heads, info->head_k,
+                     info->head_v, info->d_ff);
+    for (int i = 0; i < info->n_layers && i < RECUR_MAX_LAYERS; i++) {
+        const char *name = recur_mixer_name(info->mixers[i]);
+        if (i)
+            proto_buf_append(b, ",", 1);
+        proto_buf_json_str(b, name, strlen(name));
+    }
+    proto_buf_printf(b,
+                     "],\"tied_embeddings\":%s,\"max_context\":%lld,\"n_params\":%lld,"
+                     "\"state_bytes\":%zu,\"fingerprint\":\"%016llx\"}",
+                     info->tied_embeddings ? "true" : "false", (long long)info->max_context,
+                     (long long)info->n_params, info->state_bytes,
+                     (unsigned long long)info->fingerprint);
+}
+
+void proto_session_json(proto_buf *b, const char *id, uint64_t tokens_seen, size_t state_bytes,
+                        size_t snapshot_bytes, int pending_ops)
+{
+    proto_buf_puts(b, "{\"id\":");
+    proto_buf_json_str(b, id, strlen(id));
+    proto_buf_printf(b, ",\"tokens_seen\":%llu,\"state_bytes\":%zu,\"snapshot_bytes\":%zu,"
+                        "\"pending_ops\":%d}",
+                     (unsigned long long)tokens_seen, state_bytes, snapshot_bytes, pending_ops);
+}

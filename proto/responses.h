@@ -1,0 +1,22 @@
+/*
+ * responses.h — JSON bodies of the non-streamed answers (DESIGN.md §5), written without cJSON
+ * so numbers print exactly and the output is always valid UTF-8 JSON.
+ */
+#ifndef PROTO_RESPONSES_H
+#define PROTO_RESPONSES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "recur.h"
+
+/* GET /v1/model: name, vocab_size, d_model, n_layers, n_heads, head_k, head_v, d_ff,
+ * mixers [n_layers], tied_embeddings, max_context, n_params, state_bytes, fingerprint (hex). */
+void proto_model_json(proto_buf *b, const recur_model_info *info);
+
+/* A session: {"id","tokens_seen","state_bytes","snapshot_bytes","pending_ops"}. */
+void proto_session_json(proto_buf *b, const char *id, uint64_t tokens_seen, size_t state_bytes,
+                        size_t snapshot_bytes, int pending_ops);
+
+#endif /* PROTO_RESPONSES_H */
