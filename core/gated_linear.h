@@ -1,0 +1,61 @@
+/*
+ * gated_linear.h — internal engine shared by linear attention, retention and GLA (not public).
+ *
+ * One recurrence per head, in three forms (recurrent, parallel, chunkwise):
+ *   S_t = Diag(exp g_t) S_{t-1} + k_t v_t^T          S [K][V]
+ *   z_t = Diag(exp g_t) z_{t-1} + k_t                z [K]      (only when z != NULL)
+ *   o_t = scale S_t^T q_t ;  den_t = scale q_t^T z_t ;  o_t /= (den_t + RECUR_LINEAR_EPS) if normalize
+ * where g_t is 0 (GL_GATE_NONE), log gamma_h (GL_GATE_HEAD), g[t][h] (GL_GATE_SCALAR) or
+ * g[t][h][:] (GL_GATE_KEY), and the feature map phi is applied to q and k as they are read.
+ *
+ * The public wrappers validate everything first (gl_check_*), then call gl_run, which writes
+ * S, z and o only after every allocation has succeeded: on any error nothing is written.
+ */
+#ifndef RECUR_GATED_LINEAR_H
+#define RECUR_GATED_LINEAR_H
+
+#include <stdint.h>
+#include "recur.h"
+
+typedef enum {
+    GL_GATE_NONE = 0,   /* A_t = I                                */
+    GL_GATE_HEAD = 1,   /* A_t = gamma_h I, gamma [H] in (0,1]      */
+    GL_GATE_SCALAR = 2, /* A_t = exp(g[t][h]) I, g [T][H]           */
+    GL_GATE_KEY = 3     /* A_t = Diag(exp g[t][h][:]), g [T][H][K]  */
+} gl_gate_kind;
+
+typedef struct {
+    int64_t T;
+    int H, K, V;
+    const float *q;          /* [T][H][K] */
+    const float *k;          /* [T][H][K] */
+    const float *v;          /* [T][H][V] */
+    recur_feature_map fmap;  /* applied to q and k on read; RECUR_FMAP_IDENTITY for none */
+    gl_gate_kind gate;
+    const float *g;          /* [T][H] (SCALAR) or [T][H][K] (KEY); else unused */
+    const float *gamma;      /* [H] (HEAD); else unused */
+    float scale;             /* > 0, already resolved */
+    int normalize;           /* divide o_t by den_t + RECUR_LINEAR_EPS; needs z */
+    float *S;                /* [H][K][V]  IN/OUT */
+    float *z;                /* [H][K]     IN/OUT, or NULL (not maintained) */
+    float *o;                /* [T][H][V]  OUT */
+} gl_problem;
+
+/* RECUR_ESHAPE unless 1 <= H,K,V <= RECUR_MAX_DIM, T >= 0 and T*H*max(K,V) floats fit in
+ * int64_t/size_t; RECUR_EINVAL when d is NULL. */
+int gl_check_dims(const recur_dims *d);
+
+/* RECUR_EINVAL for an unknown form; RECUR_ESHAPE for chunk_size < 1 when form is chunkwise. */
+int gl_check_form(recur_form form, int64_t chunk_size);
+
+/* scale NaN/Inf -> RECUR_ENONFINITE; otherwise *out = scale > 0 ? scale : K^-1/2. */
+int gl_resolve_scale(float scale, int K, float *out);
+
+/* Every one of n log gates is finite (else RECUR_ENONFINITE) and <= 0 (else RECUR_ERANGE). */
+int gl_check_log_gates(const float *g, int64_t n);
+
+/* Run the recurrence in the given form (arguments already validated). Returns 0 or
+ * RECUR_ENOMEM/RECUR_ESHAPE (workspace too large), in which case nothing was written. */
+int gl_run(const gl_problem *p, recur_form form, int64_t chunk_size);
+
+#endif /* RECUR_GATED_LINEAR_H */
