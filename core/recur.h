@@ -161,6 +161,9 @@ const char *recur_mixer_name(recur_mixer_kind kind);
  * On success *out owns the model; free it with recur_model_free. */
 int recur_model_load(const char *dir, recur_model **out);
 
+/* Like recur_model_load, with the config and weights files named separately. */
+int recur_model_load_files(const char *config_path, const char *weights_path, recur_model **out);
+
 /* A model from config JSON text with weights initialised from a seed (tests, benchmarks). */
 int recur_model_init_seed(const char *config_json, uint64_t seed, recur_model **out);
 void recur_model_free(recur_model *m);

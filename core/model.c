@@ -1,0 +1,306 @@
+/* model.c — the model object: tensor table (docs/MODEL.md "Tensors"), the fp32 weight arena,
+ * loading a model directory, info, fingerprint, free. The forward pass is in model_forward.c. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "model_internal.h"
+
+/* ---------------------------------------------------------------- tensor table */
+
+static const char *const suffixes[T_N_LAYER_TENSORS] = {
+    [T_ATTN_NORM] = "attn_norm.weight",
+    [T_Q] = "mixer.q_proj.weight",
+    [T_K] = "mixer.k_proj.weight",
+    [T_V] = "mixer.v_proj.weight",
+    [T_GK] = "mixer.gk_proj.weight",
+    [T_B] = "mixer.b_proj.weight",
+    [T_A] = "mixer.a_proj.weight",
+    [T_A_LOG] = "mixer.A_log",
+    [T_DT_BIAS] = "mixer.dt_bias",
+    [T_G] = "mixer.g_proj.weight",
+    [T_O_NORM] = "mixer.o_norm.weight",
+    [T_O] = "mixer.o_proj.weight",
+    [T_MLP_NORM] = "mlp_norm.weight",
+    [T_GATE] = "mlp.gate_proj.weight",
+    [T_UP] = "mlp.up_proj.weight",
+    [T_DOWN] = "mlp.down_proj.weight",
+};
+
+const char *recur__tensor_suffix(recur_layer_tensor t) { return suffixes[t]; }
+
+int recur__tensor_shape(const recur_config *c, recur_mixer_kind kind, recur_layer_tensor t,
+                        int64_t shape[2], int *ndim)
+{
+    int64_t d = c->d_model, H = c->n_heads, HK = H * c->head_k, HV = H * c->head_v, ff = c->d_ff;
+    int gla = kind == RECUR_MIXER_GLA;
+    int delta = kind == RECUR_MIXER_DELTANET || kind == RECUR_MIXER_GATED_DELTANET;
+    int gdn = kind == RECUR_MIXER_GATED_DELTANET;
+    int64_t r = 0, k = 0; /* k == 0: one-dimensional */
+    switch (t) {
+    case T_ATTN_NORM: case T_MLP_NORM: r = d; break;
+    case T_Q: case T_K: r = HK; k = d; break;
+    case T_V: case T_G: r = HV; k = d; break;
+    case T_GK: if (!gla) return 0; r = HK; k = d; break;
+    case T_B: if (!delta) return 0; r = H; k = d; break;
+    case T_A: if (!gdn) return 0; r = H; k = d; break;
+    case T_A_LOG: case T_DT_BIAS: if (!gdn) return 0; r = H; break;
+    case T_O_NORM: r = c->head_v; break;
+    case T_O: r = d; k = HV; break;
+    case T_GATE: case T_UP: r = ff; k = d; break;
+    case T_DOWN: r = d; k = ff; break;
+    default: return 0;
+    }
+    shape[0] = r;
+    shape[1] = k;
+    *ndim = k ? 2 : 1;
+    return 1;
+}
+
+static float **layer_slot(recur_layer *L, recur_layer_tensor t)
+{
+    switch (t) {
+    case T_ATTN_NORM: return &L->attn_norm;
+    case T_Q: return &L->wq;
+    case T_K: return &L->wk;
+    case T_V: return &L->wv;
+    case T_GK: return &L->wgk;
+    case T_B: return &L->wb;
+    case T_A: return &L->wa;
+    case T_A_LOG: return &L->A_log;
+    case T_DT_BIAS: return &L->dt_bias;
+    case T_G: return &L->wg;
+    case T_O_NORM: return &L->o_norm;
+    case T_O: return &L->wo;
+    case T_MLP_NORM: return &L->mlp_norm;
+    case T_GATE: return &L->w_gate_up;
+    case T_UP: return NULL; /* second half of w_gate_up, see recur__weight */
+    case T_DOWN: return &L->w_down;
+    default: return NULL;
+    }
+}
+
+int recur__weight(recur_model *m, int layer, int t, recur_weight_ref *ref)
+{
+    const recur_config *c = &m->cfg;
+    int ndim = 1;
+    int64_t shape[2] = {0, 0};
+    if (layer < 0) {
+        /* globals: t = 0 embed, 1 norm_f, 2 lm_head (untied only) */
+        switch (t) {
+        case 0: ref->ptr = m->embed; shape[0] = c->vocab_size; shape[1] = c->d_model; ndim = 2;
+            snprintf(ref->name, sizeof ref->name, "embed.weight"); break;
+        case 1: ref->ptr = m->norm_f; shape[0] = c->d_model;
+            snprintf(ref->name, sizeof ref->name, "norm_f.weight"); break;
+        case 2: if (c->tied_embeddings) return 0;
+            ref->ptr = m->lm_head; shape[0] = c->vocab_size; shape[1] = c->d_model; ndim = 2;
+            snprintf(ref->name, sizeof ref->name, "lm_head.weight"); break;
+        default: return 0;
+        }
+    } else {
+        recur_layer *L = &m->layers[layer];
+        if (!recur__tensor_shape(c, L->kind, (recur_layer_tensor)t, shape, &ndim)) return 0;
+        float **slot = layer_slot(L, (recur_layer_tensor)t);
+        ref->ptr = slot ? *slot : L->w_gate_up + (size_t)c->d_ff * c->d_model;
+        snprintf(ref->name, sizeof ref->name, "layers.%d.%s", layer, suffixes[t]);
+    }
+    ref->ndim = ndim;
+    ref->shape[0] = shape[0];
+    ref->shape[1] = ndim == 2 ? shape[1] : 0;
+    ref->n = (size_t)shape[0] * (size_t)(ndim == 2 ? shape[1] : 1);
+    ref->is_norm = (layer < 0 && t == 1) ||
+                   (layer >= 0 && (t == T_ATTN_NORM || t == T_MLP_NORM || t == T_O_NORM));
+    return 1;
+}
+
+/* ---------------------------------------------------------------- arena */
+
+#define ALIGN_FLOATS 16 /* 64-byte alignment for every tensor group */
+static size_t round_up(size_t n) { return (n + ALIGN_FLOATS - 1) / ALIGN_FLOATS * ALIGN_FLOATS; }
+
+int recur__model_alloc(const recur_config *c, recur_model **out)
+{
+    size_t d = (size_t)c->d_model, H = (size_t)c->n_heads, K = (size_t)c->head_k, V = (size_t)c->head_v;
+    size_t HK = H * K, HV = H * V, ff = (size_t)c->d_ff, vocab = (size_t)c->vocab_size;
+
+    /* first pass counts, second pass assigns */
+    recur_model *m = calloc(1, sizeof *m);
+    if (!m) return RECUR_ENOMEM;
+    m->cfg = *c;
+    for (int pass = 0; pass < 2; pass++) {
+        size_t off = 0;
+        float *base = m->arena;
+#define TAKE(ptr, n) do { if (pass) (ptr) = base + off; off = round_up(off + (size_t)(n)); } while (0)
+        TAKE(m->embed, vocab * d);
+        TAKE(m->norm_f, d);
+        if (c->tied_embeddings) { if (pass) m->lm_head = m->embed; }
+        else TAKE(m->lm_head, vocab * d);
+        for (int l = 0; l < c->n_layers; l++) {
+            recur_layer *L = &m->layers[l];
+            recur_mixer_kind kind = c->mixers[l];
+            int gla = kind == RECUR_MIXER_GLA;
+            int delta = kind == RECUR_MIXER_DELTANET || kind == RECUR_MIXER_GATED_DELTANET;
+            int gdn = kind == RECUR_MIXER_GATED_DELTANET;
+            size_t n_in = 2 * HK + 2 * HV + (gla ? HK : 0) + (delta ? H : 0) + (gdn ? H : 0);
+            if (pass) {
+                L->kind = kind;
+                L->n_in = (int)n_in;
+                L->off_g = (int)(2 * HK + HV);
+                L->off_gk = gla ? (int)(2 * HK + 2 * HV) : -1;
+                L->off_b = delta ? (int)(2 * HK + 2 * HV + (gla ? HK : 0)) : -1;
+                L->off_a = gdn ? L->off_b + (int)H : -1;
+            }
+            TAKE(L->attn_norm, d);
+            TAKE(L->w_in, n_in * d);
+            if (pass) {
+                L->wq = L->w_in;
+                L->wk = L->wq + HK * d;
+                L->wv = L->wk + HK * d;
+                L->wg = L->wv + HV * d;
+                L->wgk = gla ? L->wg + HV * d : NULL;
+                L->wb = delta ? L->w_in + (size_t)L->off_b * d : NULL;
+                L->wa = gdn ? L->w_in + (size_t)L->off_a * d : NULL;
+            }
+            if (gdn) { TAKE(L->A_log, H); TAKE(L->dt_bias, H); }
+            TAKE(L->o_norm, V);
+            TAKE(L->wo, d * HV);
+            TAKE(L->mlp_norm, d);
+            TAKE(L->w_gate_up, 2 * ff * d);
+            TAKE(L->w_down, d * ff);
+        }
+#undef TAKE
+        if (!pass) {
+            if (off > ((size_t)1 << 31)) { free(m); return RECUR_ESHAPE; } /* > 8 GiB of fp32 */
+            m->arena_floats = off;
+            m->arena = aligned_alloc(64, off * sizeof(float));
+            if (!m->arena) { free(m); return RECUR_ENOMEM; }
+        }
+    }
+
+    /* state layout: recurrent layers share one block, softmax layers get their own KV caches */
+    size_t rec = 0;
+    m->max_in = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        recur_layer *L = &m->layers[l];
+        if (L->n_in > m->max_in) m->max_in = L->n_in;
+        L->state_off = rec;
+        if (L->kind == RECUR_MIXER_SOFTMAX) { L->state_floats = 0; m->n_softmax++; continue; }
+        L->state_floats = HK * V + (L->kind == RECUR_MIXER_LINEAR ? HK : 0);
+        rec += L->state_floats;
+    }
+    m->rec_floats = rec;
+    *out = m;
+    return RECUR_OK;
+}
+
+uint64_t recur__fnv1a(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+void recur__model_finish(recur_model *m)
+{
+    const recur_config *c = &m->cfg;
+    recur_model_info *info = &m->info;
+    memset(info, 0, sizeof *info);
+    snprintf(info->name, sizeof info->name, "%s", c->name);
+    info->vocab_size = c->vocab_size;
+    info->d_model = c->d_model;
+    info->n_layers = c->n_layers;
+    info->n_heads = c->n_heads;
+    info->head_k = c->head_k;
+    info->head_v = c->head_v;
+    info->d_ff = c->d_ff;
+    info->tied_embeddings = c->tied_embeddings;
+    info->max_context = c->max_context;
+    for (int l = 0; l < c->n_layers; l++) info->mixers[l] = c->mixers[l];
+
+    /* fingerprint: FNV-1a 64 over the canonical config text, then every tensor's fp32 data in
+     * table order (embed, norm_f, lm_head if untied, then each layer's tensors) */
+    char canon[2048];
+    int n = recur__config_canonical(c, canon, sizeof canon);
+    uint64_t h = recur__fnv1a(RECUR_FNV_OFFSET, canon, n > 0 ? (size_t)n : 0);
+    int64_t params = 0;
+    recur_weight_ref ref;
+    for (int l = -1; l < c->n_layers; l++)
+        for (int t = 0; t < T_N_LAYER_TENSORS; t++)
+            if (recur__weight(m, l, t, &ref)) {
+                h = recur__fnv1a(h, ref.ptr, ref.n * sizeof(float));
+                params += (int64_t)ref.n;
+            }
+    info->fingerprint = h;
+    info->n_params = params;
+
+    size_t sb = m->rec_floats * sizeof(float);
+    size_t HK = (size_t)c->n_heads * c->head_k, HV = (size_t)c->n_heads * c->head_v;
+    sb += (size_t)m->n_softmax * (size_t)c->max_context * (HK + HV) * sizeof(float);
+    info->state_bytes = sb;
+}
+
+/* ---------------------------------------------------------------- public: load / free / info */
+
+static int read_small_file(const char *path, size_t limit, char **out, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return RECUR_EIO;
+    char *buf = malloc(limit + 1);
+    if (!buf) { fclose(f); return RECUR_ENOMEM; }
+    size_t n = fread(buf, 1, limit + 1, f);
+    int err = ferror(f);
+    fclose(f);
+    if (err) { free(buf); return RECUR_EIO; }
+    if (n > limit) { free(buf); return RECUR_EFORMAT; }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return RECUR_OK;
+}
+
+int recur_model_load_files(const char *config_path, const char *weights_path, recur_model **out)
+{
+    if (!config_path || !weights_path || !out) return RECUR_EINVAL;
+    char *text;
+    size_t len;
+    int rc = read_small_file(config_path, RECUR_MAX_CONFIG_BYTES, &text, &len);
+    if (rc) return rc;
+    recur_config cfg;
+    rc = recur__config_parse(text, len, &cfg);
+    free(text);
+    if (rc) return rc;
+    recur_model *m;
+    rc = recur__model_alloc(&cfg, &m);
+    if (rc) return rc;
+    rc = recur__safetensors_load(m, weights_path);
+    if (rc) { recur_model_free(m); return rc; }
+    recur__model_finish(m);
+    *out = m;
+    return RECUR_OK;
+}
+
+int recur_model_load(const char *dir, recur_model **out)
+{
+    if (!dir || !out) return RECUR_EINVAL;
+    size_t n = strlen(dir);
+    if (n > 4000) return RECUR_EINVAL;
+    char cfg[4096 + 32], w[4096 + 32];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    snprintf(w, sizeof w, "%s/model.safetensors", dir);
+    return recur_model_load_files(cfg, w, out);
+}
+
+void recur_model_free(recur_model *m)
+{
+    if (!m) return;
+    free(m->arena);
+    free(m);
+}
+
+const recur_model_info *recur_model_get_info(const recur_model *m)
+{
+    return m ? &m->info : NULL;
+}

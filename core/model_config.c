@@ -1,0 +1,143 @@
+/* model_config.c — the model's JSON config (docs/MODEL.md "Config"), parsed strictly with cJSON:
+ * unknown or duplicate keys, wrong types, non-integral or out-of-range numbers are rejected, so a
+ * typo can never silently change the model. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <cJSON.h>
+#include "model_internal.h"
+
+static const char *const mixer_names[] = {
+    [RECUR_MIXER_LINEAR] = "linear",
+    [RECUR_MIXER_RETENTION] = "retention",
+    [RECUR_MIXER_GLA] = "gla",
+    [RECUR_MIXER_DELTANET] = "deltanet",
+    [RECUR_MIXER_GATED_DELTANET] = "gated_deltanet",
+    [RECUR_MIXER_SOFTMAX] = "softmax",
+};
+#define N_MIXERS ((int)(sizeof mixer_names / sizeof mixer_names[0]))
+
+const char *recur_mixer_name(recur_mixer_kind kind)
+{
+    if ((int)kind < 0 || (int)kind >= N_MIXERS) return "unknown";
+    return mixer_names[kind];
+}
+
+/* An integral JSON number in [lo, hi]. */
+static int get_int(const cJSON *it, int64_t lo, int64_t hi, int64_t *out)
+{
+    if (!cJSON_IsNumber(it)) return RECUR_EFORMAT;
+    double v = it->valuedouble;
+    if (!isfinite(v) || v != floor(v)) return RECUR_EFORMAT;
+    if (v < (double)lo || v > (double)hi) return RECUR_ESHAPE;
+    *out = (int64_t)v;
+    return RECUR_OK;
+}
+
+static const char *const known_keys[] = {
+    "name", "vocab_size", "d_model", "n_layers", "n_heads", "head_k", "head_v", "d_ff",
+    "mixers", "tied_embeddings", "max_context", "norm_eps",
+};
+#define N_KEYS ((int)(sizeof known_keys / sizeof known_keys[0]))
+
+static int parse_root(const cJSON *root, recur_config *c)
+{
+    if (!cJSON_IsObject(root)) return RECUR_EFORMAT;
+    const cJSON *seen[N_KEYS] = {0};
+    const cJSON *it;
+    cJSON_ArrayForEach(it, root) {
+        int k = 0;
+        while (k < N_KEYS && (it->string == NULL || strcmp(it->string, known_keys[k]) != 0)) k++;
+        if (k == N_KEYS) return RECUR_EFORMAT; /* unknown key */
+        if (seen[k]) return RECUR_EFORMAT;     /* duplicate key */
+        seen[k] = it;
+    }
+    memset(c, 0, sizeof *c);
+    snprintf(c->name, sizeof c->name, "recur");
+    c->tied_embeddings = 1;
+    c->max_context = 4096;
+    c->norm_eps = 1e-5;
+
+    /* required integers: vocab_size, d_model, n_layers, n_heads, head_k, head_v, d_ff */
+    static const struct { int key; int64_t lo, hi; } ints[] = {
+        {1, 2, RECUR_MAX_VOCAB}, {2, 1, 16384}, {3, 1, RECUR_MAX_LAYERS}, {4, 1, 1024},
+        {5, 1, RECUR_MAX_DIM}, {6, 1, RECUR_MAX_DIM}, {7, 1, 65536},
+    };
+    int *dst[] = {&c->vocab_size, &c->d_model, &c->n_layers, &c->n_heads, &c->head_k, &c->head_v, &c->d_ff};
+    for (int i = 0; i < 7; i++) {
+        int64_t v;
+        if (!seen[ints[i].key]) return RECUR_EFORMAT;
+        int rc = get_int(seen[ints[i].key], ints[i].lo, ints[i].hi, &v);
+        if (rc) return rc;
+        *dst[i] = (int)v;
+    }
+    if ((int64_t)c->n_heads * c->head_k > 65536 || (int64_t)c->n_heads * c->head_v > 65536)
+        return RECUR_ESHAPE;
+
+    if (seen[0]) {
+        if (!cJSON_IsString(seen[0]) || strlen(seen[0]->valuestring) >= sizeof c->name)
+            return RECUR_EFORMAT;
+        snprintf(c->name, sizeof c->name, "%s", seen[0]->valuestring);
+    }
+    const cJSON *mx = seen[8];
+    if (!cJSON_IsArray(mx)) return RECUR_EFORMAT;
+    if (cJSON_GetArraySize(mx) != c->n_layers) return RECUR_ESHAPE;
+    int l = 0;
+    cJSON_ArrayForEach(it, mx) {
+        if (!cJSON_IsString(it)) return RECUR_EFORMAT;
+        int k = 0;
+        while (k < N_MIXERS && strcmp(it->valuestring, mixer_names[k]) != 0) k++;
+        if (k == N_MIXERS) return RECUR_EFORMAT;
+        c->mixers[l++] = (recur_mixer_kind)k;
+    }
+    if (seen[9]) {
+        if (!cJSON_IsBool(seen[9])) return RECUR_EFORMAT;
+        c->tied_embeddings = cJSON_IsTrue(seen[9]);
+    }
+    if (seen[10]) {
+        int64_t v;
+        int rc = get_int(seen[10], 1, RECUR_MAX_CONTEXT, &v);
+        if (rc) return rc;
+        c->max_context = v;
+    }
+    if (seen[11]) {
+        if (!cJSON_IsNumber(seen[11])) return RECUR_EFORMAT;
+        double e = seen[11]->valuedouble;
+        if (!isfinite(e) || e <= 0 || e > 1) return RECUR_ERANGE;
+        c->norm_eps = e;
+    }
+    return RECUR_OK;
+}
+
+int recur__config_parse(const char *text, size_t len, recur_config *out)
+{
+    if (!text || !out) return RECUR_EINVAL;
+    if (len > RECUR_MAX_CONFIG_BYTES) return RECUR_EFORMAT;
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (!root) return RECUR_EFORMAT;
+    /* only whitespace (or a terminating NUL) may follow the object */
+    while (end && end < text + len && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r'))
+        end++;
+    if (end && end < text + len && *end != '\0') {
+        cJSON_Delete(root);
+        return RECUR_EFORMAT;
+    }
+    recur_config c;
+    int rc = parse_root(root, &c);
+    cJSON_Delete(root);
+    if (rc == RECUR_OK) *out = c;
+    return rc;
+}
+
+int recur__config_canonical(const recur_config *c, char *buf, size_t cap)
+{
+    int n = snprintf(buf, cap, "recur-config-v1 vocab=%d d=%d layers=%d heads=%d k=%d v=%d ff=%d tied=%d "
+                     "ctx=%lld eps=%.17g mixers=",
+                     c->vocab_size, c->d_model, c->n_layers, c->n_heads, c->head_k, c->head_v, c->d_ff,
+                     c->tied_embeddings, (long long)c->max_context, c->norm_eps);
+    for (int l = 0; l < c->n_layers && n >= 0 && (size_t)n < cap; l++)
+        n += snprintf(buf + n, cap - (size_t)n, "%s%s", l ? "," : "", recur_mixer_name(c->mixers[l]));
+    if (n < 0 || (size_t)n >= cap) return RECUR_ESHAPE;
+    return n;
+}

@@ -1,0 +1,456 @@
+/* model_forward.c — the forward pass of docs/MODEL.md over a block of rows, and the workspace.
+ *
+ * One code path serves both callers:
+ *   - batched decode: row r is session states[r] folding tokens[r] (one token each);
+ *   - prefill: rows are consecutive tokens of one session (a piece of at most ws->rows tokens).
+ * Projections, MLP and LM head are sgemm over the rows (sgemv for one row). The mixer core is a
+ * fused C loop per session for decode, and the kernels' chunkwise form (chunk 64) for prefill.
+ * Nothing here allocates: every buffer is in the workspace. */
+#include <cblas.h>
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "model_internal.h"
+
+#define PREFILL_PIECE 256 /* tokens per prefill piece (a multiple of the chunk) */
+#define PREFILL_CHUNK 64
+
+struct recur_workspace {
+    const recur_model *m;
+    int max_batch;
+    int rows;       /* R = max(max_batch, PREFILL_PIECE) */
+    float *x;       /* [R][d]      residual stream */
+    float *h;       /* [R][d]      normed input of a sub-block */
+    float *proj;    /* [R][max_in] mixer input projections: q | k | v | g | gk | b | a */
+    float *q, *k;   /* [R][H][K] */
+    float *v;       /* [R][H][V] */
+    float *gk;      /* [R][H][K]   gla gates (log space) */
+    float *gs;      /* [R][H]      gated DeltaNet gates (log space) */
+    float *beta;    /* [R][H] */
+    float *o;       /* [R][H][V]   mixer core output */
+    float *ff;      /* [R][2*d_ff] gate | up, then silu(gate)*up in the first half */
+    float *tmp;     /* [max(K,V) * 2] */
+    float *scores;  /* [PREFILL_PIECE][max_context] softmax layers only */
+    void *block;
+};
+
+/* ---------------------------------------------------------------- workspace */
+
+int recur_workspace_create(const recur_model *m, int max_batch, recur_workspace **out)
+{
+    if (!m || !out) return RECUR_EINVAL;
+    if (max_batch < 1 || max_batch > 4096) return RECUR_ESHAPE;
+    const recur_config *c = &m->cfg;
+    size_t R = (size_t)(max_batch > PREFILL_PIECE ? max_batch : PREFILL_PIECE);
+    size_t d = (size_t)c->d_model, H = (size_t)c->n_heads, K = (size_t)c->head_k, V = (size_t)c->head_v;
+    size_t sizes[] = {
+        R * d, R * d, R * (size_t)m->max_in, R * H * K, R * H * K, R * H * V, R * H * K, R * H, R * H,
+        R * H * V, R * 2 * (size_t)c->d_ff, 2 * (K > V ? K : V),
+        m->n_softmax ? (size_t)PREFILL_PIECE * (size_t)c->max_context : 0,
+    };
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += (sizes[i] + 15) / 16 * 16;
+    recur_workspace *ws = calloc(1, sizeof *ws);
+    float *b = aligned_alloc(64, total * sizeof(float));
+    if (!ws || !b) { free(ws); free(b); return RECUR_ENOMEM; }
+    memset(b, 0, total * sizeof(float)); /* touch once, here, never on the hot path */
+    float **slots[] = {&ws->x, &ws->h, &ws->proj, &ws->q, &ws->k, &ws->v, &ws->gk, &ws->gs,
+                       &ws->beta, &ws->o, &ws->ff, &ws->tmp, &ws->scores};
+    size_t off = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        *slots[i] = b + off;
+        off += (sizes[i] + 15) / 16 * 16;
+    }
+    ws->block = b;
+    ws->m = m;
+    ws->max_batch = max_batch;
+    ws->rows = (int)R;
+    *out = ws;
+    return RECUR_OK;
+}
+
+void recur_workspace_free(recur_workspace *ws)
+{
+    if (!ws) return;
+    free(ws->block);
+    free(ws);
+}
+
+/* ---------------------------------------------------------------- small math */
+
+static inline float silu(float x) { return x / (1.0f + expf(-x)); }
+static inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+/* softplus(x) = log(1 + e^x), without overflow */
+static inline float softplus(float x) { return fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x))); }
+
+/* y = x / sqrt(mean(x^2) + eps) * w */
+static void rmsnorm(float *y, const float *x, const float *w, int n, float eps)
+{
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float r = (float)(1.0 / sqrt(ss / n + eps));
+    for (int i = 0; i < n; i++) y[i] = x[i] * r * w[i];
+}
+
+/* L2norm(x) = x / sqrt(sum(x^2) + 1e-6) */
+static void l2norm(float *x, int n)
+{
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float r = (float)(1.0 / sqrt(ss + 1e-6));
+    for (int i = 0; i < n; i++) x[i] *= r;
+}
+
+/* C[R][N] = beta * C + A[R][Kd] W[N][Kd]^T   (nn.Linear on R rows) */
+static void linear_rows(int R, int N, int Kd, const float *A, int lda, const float *W, float beta,
+                        float *C, int ldc)
+{
+    if (R == 1)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, N, Kd, 1.0f, W, Kd, A, 1, beta, C, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, N, Kd, 1.0f, A, lda, W, Kd, beta, C, ldc);
+}
+
+/* ---------------------------------------------------------------- mixer: decode (one token) */
+
+/* One token of one session through a recurrent core, per head, fused loops (DESIGN.md §3).
+ * q, k [H][K], v [H][V], o [H][V]; S [H][K][V] (and z [H][K] for linear). */
+static void core_step(const recur_model *m, const recur_layer *L, float *S, const float *q,
+                      const float *k, const float *v, const float *gk, const float *gs,
+                      const float *beta, float *o, float *tmp)
+{
+    const int H = m->cfg.n_heads, K = m->cfg.head_k, V = m->cfg.head_v;
+    const float scale = 1.0f / sqrtf((float)K);
+    for (int hd = 0; hd < H; hd++) {
+        float *Sh = S + (size_t)hd * K * V;
+        const float *qh = q + (size_t)hd * K, *kh = k + (size_t)hd * K, *vh = v + (size_t)hd * V;
+        float *oh = o + (size_t)hd * V;
+        for (int j = 0; j < V; j++) oh[j] = 0.0f;
+        switch (L->kind) {
+        case RECUR_MIXER_LINEAR: {
+            /* S += phi(k) v^T ; z += phi(k) ; o = (s phi(q))^T S / ((s phi(q))^T z + eps), phi = elu+1 */
+            float *z = S + (size_t)H * K * V + (size_t)hd * K;
+            float den = 0.0f;
+            for (int i = 0; i < K; i++) {
+                float pk = kh[i] > 0 ? kh[i] + 1.0f : expf(kh[i]);
+                float pq = scale * (qh[i] > 0 ? qh[i] + 1.0f : expf(qh[i]));
+                float *row = Sh + (size_t)i * V;
+                for (int j = 0; j < V; j++) {
+                    row[j] += pk * vh[j];
+                    oh[j] += pq * row[j];
+                }
+                z[i] += pk;
+                den += pq * z[i];
+            }
+            float inv = 1.0f / (den + RECUR_LINEAR_EPS);
+            for (int j = 0; j < V; j++) oh[j] *= inv;
+            break;
+        }
+        case RECUR_MIXER_RETENTION:
+        case RECUR_MIXER_GLA: {
+            /* S = Diag(decay) S + k v^T ; o = s S^T q   (retention: decay = gamma_h) */
+            float gamma = 1.0f - exp2f(-5.0f - (float)hd);
+            for (int i = 0; i < K; i++) {
+                float dec = L->kind == RECUR_MIXER_GLA ? expf(gk[(size_t)hd * K + i]) : gamma;
+                float ki = kh[i], qi = scale * qh[i];
+                float *row = Sh + (size_t)i * V;
+                for (int j = 0; j < V; j++) {
+                    row[j] = dec * row[j] + ki * vh[j];
+                    oh[j] += qi * row[j];
+                }
+            }
+            break;
+        }
+        case RECUR_MIXER_DELTANET:
+        case RECUR_MIXER_GATED_DELTANET: {
+            /* S' = e^g S ; u = S'^T k ; S = S' + beta k (v - u)^T ; o = s S^T q */
+            float dec = L->kind == RECUR_MIXER_GATED_DELTANET ? expf(gs[hd]) : 1.0f;
+            float b = beta[hd];
+            float *u = tmp;
+            for (int j = 0; j < V; j++) u[j] = 0.0f;
+            for (int i = 0; i < K; i++) {
+                float *row = Sh + (size_t)i * V;
+                float ki = kh[i];
+                for (int j = 0; j < V; j++) {
+                    row[j] *= dec;
+                    u[j] += ki * row[j];
+                }
+            }
+            for (int j = 0; j < V; j++) u[j] = b * (vh[j] - u[j]);
+            for (int i = 0; i < K; i++) {
+                float *row = Sh + (size_t)i * V;
+                float ki = kh[i], qi = scale * qh[i];
+                for (int j = 0; j < V; j++) {
+                    row[j] += ki * u[j];
+                    oh[j] += qi * row[j];
+                }
+            }
+            break;
+        }
+        default:
+            break;
+        }
+    }
+}
+
+/* One token of causal softmax attention against a session's KV cache; position pos is written. */
+static void softmax_step(const recur_model *m, float *kc, float *vc, int64_t pos, const float *q,
+                         const float *k, const float *v, float *o, float *scores)
+{
+    const int H = m->cfg.n_heads, K = m->cfg.head_k, V = m->cfg.head_v;
+    const size_t HK = (size_t)H * K, HV = (size_t)H * V;
+    const float scale = 1.0f / sqrtf((float)K);
+    memcpy(kc + (size_t)pos * HK, k, HK * sizeof(float));
+    memcpy(vc + (size_t)pos * HV, v, HV * sizeof(float));
+    for (int hd = 0; hd < H; hd++) {
+        const float *qh = q + (size_t)hd * K;
+        float mx = -INFINITY;
+        for (int64_t j = 0; j <= pos; j++) {
+            const float *kj = kc + (size_t)j * HK + (size_t)hd * K;
+            float sdot = 0.0f;
+            for (int i = 0; i < K; i++) sdot += qh[i] * kj[i];
+            scores[j] = sdot * scale;
+            if (scores[j] > mx) mx = scores[j];
+        }
+        float *oh = o + (size_t)hd * V;
+        for (int c = 0; c < V; c++) oh[c] = 0.0f;
+        double sum = 0.0;
+        for (int64_t j = 0; j <= pos; j++) {
+            float p = expf(scores[j] - mx);
+            sum += p;
+            const float *vj = vc + (size_t)j * HV + (size_t)hd * V;
+            for (int c = 0; c < V; c++) oh[c] += p * vj[c];
+        }
+        float inv = (float)(1.0 / sum);
+        for (int c = 0; c < V; c++) oh[c] *= inv;
+    }
+}
+
+/* ---------------------------------------------------------------- mixer: prefill (T tokens) */
+
+/* Causal softmax over T new rows appended at pos0 to the cache: sgemm per head. */
+static void softmax_prefill(const recur_model *m, float *kc, float *vc, int64_t pos0, int T,
+                            const float *q, const float *k, const float *v, float *o, float *scores)
+{
+    const int H = m->cfg.n_heads, K = m->cfg.head_k, V = m->cfg.head_v;
+    const int HK = H * K, HV = H * V;
+    const float scale = 1.0f / sqrtf((float)K);
+    memcpy(kc + (size_t)pos0 * HK, k, (size_t)T * HK * sizeof(float));
+    memcpy(vc + (size_t)pos0 * HV, v, (size_t)T * HV * sizeof(float));
+    const int n = (int)pos0 + T;
+    for (int hd = 0; hd < H; hd++) {
+        /* scores[T][n] = scale Q_h K_h^T */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, n, K, scale, q + (size_t)hd * K, HK,
+                    kc + (size_t)hd * K, HK, 0.0f, scores, n);
+        for (int t = 0; t < T; t++) {
+            float *row = scores + (size_t)t * n;
+            int last = (int)pos0 + t; /* keys 0..last are visible */
+            float mx = -INFINITY;
+            for (int j = 0; j <= last; j++) if (row[j] > mx) mx = row[j];
+            double sum = 0.0;
+            for (int j = 0; j <= last; j++) { row[j] = expf(row[j] - mx); sum += row[j]; }
+            float inv = (float)(1.0 / sum);
+            for (int j = 0; j <= last; j++) row[j] *= inv;
+            for (int j = last + 1; j < n; j++) row[j] = 0.0f;
+        }
+        /* O_h[T][V] = P V_h */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, V, n, 1.0f, scores, n,
+                    vc + (size_t)hd * V, HV, 0.0f, o + (size_t)hd * V, HV);
+    }
+}
+
+static int core_prefill(const recur_model *m, const recur_layer *L, recur_workspace *ws,
+                        recur_state *s, int T)
+{
+    const recur_config *c = &m->cfg;
+    recur_dims dims = {.T = T, .H = c->n_heads, .K = c->head_k, .V = c->head_v};
+    float *S = s->rec + L->state_off;
+    size_t HKV = (size_t)c->n_heads * c->head_k * c->head_v;
+    switch (L->kind) {
+    case RECUR_MIXER_LINEAR:
+        return recur_linear_attention(&dims, ws->q, ws->k, ws->v, 1, RECUR_FMAP_ELU1, 0.0f,
+                                      RECUR_FORM_CHUNKWISE, PREFILL_CHUNK, S, S + HKV, ws->o);
+    case RECUR_MIXER_RETENTION:
+        return recur_retention(&dims, ws->q, ws->k, ws->v, NULL, 0.0f, RECUR_FORM_CHUNKWISE,
+                               PREFILL_CHUNK, S, ws->o);
+    case RECUR_MIXER_GLA:
+        return recur_gla(&dims, ws->q, ws->k, ws->v, ws->gk, 1, 0.0f, RECUR_FORM_CHUNKWISE,
+                         PREFILL_CHUNK, S, ws->o);
+    case RECUR_MIXER_DELTANET:
+        return recur_delta_rule(&dims, ws->q, ws->k, ws->v, ws->beta, NULL, 0.0f,
+                                RECUR_FORM_CHUNKWISE, PREFILL_CHUNK, S, ws->o);
+    case RECUR_MIXER_GATED_DELTANET:
+        return recur_delta_rule(&dims, ws->q, ws->k, ws->v, ws->beta, ws->gs, 0.0f,
+                                RECUR_FORM_CHUNKWISE, PREFILL_CHUNK, S, ws->o);
+    case RECUR_MIXER_SOFTMAX: {
+        int l = (int)(L - m->layers);
+        softmax_prefill(m, s->kcache[l], s->vcache[l], (int64_t)s->tokens_seen, T, ws->q, ws->k,
+                        ws->v, ws->o, ws->scores);
+        return RECUR_OK;
+    }
+    }
+    return RECUR_EINVAL;
+}
+
+/* ---------------------------------------------------------------- the block stack */
+
+/* Split the projected row into the core's inputs (docs/MODEL.md, Mixer table). */
+static void preprocess_rows(const recur_model *m, const recur_layer *L, recur_workspace *ws, int R)
+{
+    const int H = m->cfg.n_heads, K = m->cfg.head_k, V = m->cfg.head_v;
+    const size_t HK = (size_t)H * K, HV = (size_t)H * V;
+    for (int r = 0; r < R; r++) {
+        const float *p = ws->proj + (size_t)r * L->n_in;
+        float *q = ws->q + r * HK, *k = ws->k + r * HK, *v = ws->v + r * HV;
+        memcpy(q, p, HK * sizeof(float));
+        memcpy(k, p + HK, HK * sizeof(float));
+        memcpy(v, p + 2 * HK, HV * sizeof(float));
+        switch (L->kind) {
+        case RECUR_MIXER_GLA:
+            /* g = logsigmoid(gk_proj h) / 16 = -softplus(-x) / 16 */
+            for (size_t i = 0; i < HK; i++) ws->gk[r * HK + i] = -softplus(-p[L->off_gk + i]) / 16.0f;
+            break;
+        case RECUR_MIXER_GATED_DELTANET:
+            /* g = -exp(A_log) * softplus(a_proj h + dt_bias) */
+            for (int hd = 0; hd < H; hd++)
+                ws->gs[(size_t)r * H + hd] = -expf(L->A_log[hd]) * softplus(p[L->off_a + hd] + L->dt_bias[hd]);
+            /* fall through */
+        case RECUR_MIXER_DELTANET:
+            /* q, k = L2norm(silu(.)) per head ; beta = sigmoid(b_proj h), kept inside (0, 1] */
+            for (size_t i = 0; i < HK; i++) { q[i] = silu(q[i]); k[i] = silu(k[i]); }
+            for (int hd = 0; hd < H; hd++) { l2norm(q + (size_t)hd * K, K); l2norm(k + (size_t)hd * K, K); }
+            for (int hd = 0; hd < H; hd++)
+                ws->beta[(size_t)r * H + hd] = fmaxf(sigmoid(p[L->off_b + hd]), FLT_MIN);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+/*
+ * Run R rows through the model. mode_prefill == 0: row r belongs to states[r] (decode);
+ * otherwise every row belongs to states[0], at positions tokens_seen + r. Everything has been
+ * validated by the caller. logits [R][vocab] or NULL.
+ */
+static int forward_rows(const recur_model *m, recur_workspace *ws, recur_state *const *states,
+                        const int32_t *tokens, int R, int prefill, float *logits)
+{
+    const recur_config *c = &m->cfg;
+    const int d = c->d_model, H = c->n_heads, K = c->head_k, V = c->head_v, ff = c->d_ff;
+    const size_t HK = (size_t)H * K, HV = (size_t)H * V;
+    const float eps = (float)c->norm_eps;
+
+    // x = embed[token]
+    for (int r = 0; r < R; r++)
+        memcpy(ws->x + (size_t)r * d, m->embed + (size_t)tokens[r] * d, (size_t)d * sizeof(float));
+
+    for (int l = 0; l < c->n_layers; l++) {
+        const recur_layer *L = &m->layers[l];
+        // h = RMSNorm_attn(x) ; proj = [q|k|v|g|gk|b|a] = W_in h
+        for (int r = 0; r < R; r++)
+            rmsnorm(ws->h + (size_t)r * d, ws->x + (size_t)r * d, L->attn_norm, d, eps);
+        linear_rows(R, L->n_in, d, ws->h, d, L->w_in, 0.0f, ws->proj, L->n_in);
+        preprocess_rows(m, L, ws, R);
+
+        // o = core(q, k, v, gates; state)
+        if (prefill) {
+            int rc = core_prefill(m, L, ws, states[0], R);
+            if (rc) return rc;
+        } else {
+            for (int r = 0; r < R; r++) {
+                recur_state *s = states[r];
+                if (L->kind == RECUR_MIXER_SOFTMAX)
+                    softmax_step(m, s->kcache[l], s->vcache[l], (int64_t)s->tokens_seen, ws->q + r * HK,
+                                 ws->k + r * HK, ws->v + r * HV, ws->o + r * HV, ws->scores);
+                else
+                    core_step(m, L, s->rec + L->state_off, ws->q + r * HK, ws->k + r * HK,
+                              ws->v + r * HV, ws->gk + r * HK, ws->gs + (size_t)r * H,
+                              ws->beta + (size_t)r * H, ws->o + r * HV, ws->tmp);
+            }
+        }
+
+        // o_i = RMSNorm_o(o_i) per head ; o = o * silu(g_proj h) ; x += o_proj o
+        for (int r = 0; r < R; r++) {
+            float *o = ws->o + r * HV;
+            const float *g = ws->proj + (size_t)r * L->n_in + L->off_g;
+            for (int hd = 0; hd < H; hd++) rmsnorm(o + (size_t)hd * V, o + (size_t)hd * V, L->o_norm, V, eps);
+            for (size_t i = 0; i < HV; i++) o[i] *= silu(g[i]);
+        }
+        linear_rows(R, d, (int)HV, ws->o, (int)HV, L->wo, 1.0f, ws->x, d);
+
+        // h = RMSNorm_mlp(x) ; x += down( silu(gate h) * (up h) )
+        for (int r = 0; r < R; r++)
+            rmsnorm(ws->h + (size_t)r * d, ws->x + (size_t)r * d, L->mlp_norm, d, eps);
+        linear_rows(R, 2 * ff, d, ws->h, d, L->w_gate_up, 0.0f, ws->ff, 2 * ff);
+        for (int r = 0; r < R; r++) {
+            float *f = ws->ff + (size_t)r * 2 * ff;
+            for (int j = 0; j < ff; j++) f[j] = silu(f[j]) * f[ff + j];
+        }
+        linear_rows(R, d, ff, ws->ff, 2 * ff, L->w_down, 1.0f, ws->x, d);
+    }
+
+    if (logits) {
+        // logits = lm_head RMSNorm_f(x)
+        for (int r = 0; r < R; r++)
+            rmsnorm(ws->h + (size_t)r * d, ws->x + (size_t)r * d, m->norm_f, d, eps);
+        linear_rows(R, c->vocab_size, d, ws->h, d, m->lm_head, 0.0f, logits, c->vocab_size);
+    }
+    return RECUR_OK;
+}
+
+/* ---------------------------------------------------------------- public entry points */
+
+static int check_common(const recur_model *m, const recur_workspace *ws, const recur_state *s)
+{
+    if (!m || !ws || !s) return RECUR_EINVAL;
+    if (ws->m != m || s->m != m) return RECUR_EMISMATCH;
+    return RECUR_OK;
+}
+
+int recur_model_step_batch(const recur_model *m, recur_workspace *ws, recur_state *const *states,
+                           const int32_t *tokens, int B, float *logits)
+{
+    if (!m || !ws || !states || !tokens || !logits) return RECUR_EINVAL;
+    if (B < 1 || B > ws->max_batch) return RECUR_ESHAPE;
+    /* validate everything before any state moves */
+    for (int b = 0; b < B; b++) {
+        int rc = check_common(m, ws, states[b]);
+        if (rc) return rc;
+        if (tokens[b] < 0 || tokens[b] >= m->cfg.vocab_size) return RECUR_ETOKEN;
+        if (m->n_softmax && states[b]->tokens_seen >= (uint64_t)m->cfg.max_context) return RECUR_ECONTEXT;
+        for (int a = 0; a < b; a++)
+            if (states[a] == states[b]) return RECUR_EINVAL;
+    }
+    int rc = forward_rows(m, ws, states, tokens, B, 0, logits);
+    if (rc) return rc;
+    for (int b = 0; b < B; b++) states[b]->tokens_seen++;
+    return RECUR_OK;
+}
+
+int recur_model_step(const recur_model *m, recur_workspace *ws, recur_state *s, int32_t token,
+                     float *logits)
+{
+    return recur_model_step_batch(m, ws, &s, &token, 1, logits);
+}
+
+int recur_model_prefill(const recur_model *m, recur_workspace *ws, recur_state *s,
+                        const int32_t *tokens, int64_t n, float *logits)
+{
+    int rc = check_common(m, ws, s);
+    if (rc) return rc;
+    if (n < 0 || (n > 0 && !tokens)) return RECUR_EINVAL;
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab_size) return RECUR_ETOKEN;
+    if (m->n_softmax && s->tokens_seen + (uint64_t)n > (uint64_t)m->cfg.max_context) return RECUR_ECONTEXT;
+    int piece_max = PREFILL_PIECE;
+    for (int64_t off = 0; off < n; off += piece_max) {
+        int T = (int)(n - off < piece_max ? n - off : piece_max);
+        rc = forward_rows(m, ws, &s, tokens + off, T, 1,
+                          logits ? logits + (size_t)off * m->cfg.vocab_size : NULL);
+        if (rc) return rc;
+        s->tokens_seen += (uint64_t)T;
+    }
+    return RECUR_OK;
+}

@@ -1,0 +1,51 @@
+/* model_init.c — a model from a config and a seed (docs/MODEL.md "Seeded initialisation"), for
+ * tests and benchmarks of any size without a weights file.
+ *
+ * One splitmix64 stream, tensors in table order (embed, norm_f, lm_head if untied, then each
+ * layer's tensors in the order of docs/MODEL.md): projections and embeddings uniform in
+ * [-a, a], a = sqrt(3) * 0.02 (std 0.02); norm weights 1; A_log = log(u), u ~ U[1, 16];
+ * dt_bias = log(expm1(u)), u ~ U[1e-3, 1e-1]. */
+#include <math.h>
+#include <string.h>
+#include "model_internal.h"
+
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* uniform in [0, 1) with 53 bits */
+static double uniform01(uint64_t *s) { return (double)(splitmix64(s) >> 11) * 0x1.0p-53; }
+
+int recur_model_init_seed(const char *config_json, uint64_t seed, recur_model **out)
+{
+    if (!config_json || !out) return RECUR_EINVAL;
+    recur_config cfg;
+    int rc = recur__config_parse(config_json, strlen(config_json), &cfg);
+    if (rc) return rc;
+    recur_model *m;
+    rc = recur__model_alloc(&cfg, &m);
+    if (rc) return rc;
+
+    uint64_t s = seed;
+    const double a = sqrt(3.0) * 0.02;
+    recur_weight_ref ref;
+    for (int l = -1; l < cfg.n_layers; l++)
+        for (int t = 0; t < T_N_LAYER_TENSORS; t++) {
+            if (!recur__weight(m, l, t, &ref)) continue;
+            for (size_t i = 0; i < ref.n; i++) {
+                double x;
+                if (ref.is_norm) x = 1.0;
+                else if (l >= 0 && t == T_A_LOG) x = log(1.0 + 15.0 * uniform01(&s));
+                else if (l >= 0 && t == T_DT_BIAS) x = log(expm1(1e-3 + (1e-1 - 1e-3) * uniform01(&s)));
+                else x = (2.0 * uniform01(&s) - 1.0) * a;
+                ref.ptr[i] = (float)x;
+            }
+        }
+    recur__model_finish(m);
+    *out = m;
+    return RECUR_OK;
+}

@@ -1,0 +1,123 @@
+/*
+ * model_internal.h — private structures of the model stack (model*.c, state.c, snapshot.c,
+ * safetensors.c). Not part of the public API: only librecur's own files include it.
+ *
+ * Weights live in one owned fp32 arena. Per layer, the mixer's input projections are laid out
+ * back to back so that they form a single [P][d] matrix (one sgemm per layer over a batch or a
+ * prefill piece):  q [H*K] | k [H*K] | v [H*V] | g_proj [H*V] | gk [H*K] (gla) | b [H] | a [H].
+ * gate_proj and up_proj are likewise adjacent: one [2*d_ff][d] matrix.
+ */
+#ifndef RECUR_MODEL_INTERNAL_H
+#define RECUR_MODEL_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "recur.h"
+
+/* ---------------------------------------------------------------- config */
+
+#define RECUR_MAX_VOCAB (1 << 22)      /* token ids must stay exact in float scratch (sampling) */
+#define RECUR_MAX_CONTEXT (1 << 24)
+#define RECUR_MAX_CONFIG_BYTES (1 << 20)
+
+typedef struct {
+    char name[64];
+    int vocab_size, d_model, n_layers, n_heads, head_k, head_v, d_ff;
+    int tied_embeddings;
+    int64_t max_context;
+    double norm_eps;
+    recur_mixer_kind mixers[RECUR_MAX_LAYERS];
+} recur_config;
+
+/* Parse and validate config JSON text of len bytes (strict: unknown keys, duplicates, wrong
+ * types and out-of-range values are RECUR_EFORMAT / RECUR_ESHAPE). */
+int recur__config_parse(const char *text, size_t len, recur_config *out);
+
+/* The canonical text hashed into the fingerprint (every field but the name, fixed order). */
+int recur__config_canonical(const recur_config *c, char *buf, size_t cap);
+
+/* ---------------------------------------------------------------- weights */
+
+/* Tensor roles in the order of docs/MODEL.md's table (the fingerprint and seeded init follow it). */
+typedef enum {
+    T_ATTN_NORM, T_Q, T_K, T_V, T_GK, T_B, T_A, T_A_LOG, T_DT_BIAS, T_G, T_O_NORM, T_O,
+    T_MLP_NORM, T_GATE, T_UP, T_DOWN, T_N_LAYER_TENSORS
+} recur_layer_tensor;
+
+typedef struct {
+    recur_mixer_kind kind;
+    float *attn_norm;           /* [d] */
+    float *w_in;                /* [P][d]: q | k | v | g_proj | gk | b | a (see top) */
+    float *wq, *wk, *wv;        /* [H*K][d], [H*K][d], [H*V][d]  (rows of w_in) */
+    float *wg;                  /* [H*V][d]  output gate */
+    float *wgk;                 /* [H*K][d]  gla only */
+    float *wb;                  /* [H][d]    deltanet, gated_deltanet */
+    float *wa;                  /* [H][d]    gated_deltanet */
+    float *A_log, *dt_bias;     /* [H]       gated_deltanet */
+    float *o_norm;              /* [V] */
+    float *wo;                  /* [d][H*V] */
+    float *mlp_norm;            /* [d] */
+    float *w_gate_up;           /* [2*d_ff][d]: gate_proj rows then up_proj rows */
+    float *w_down;              /* [d][d_ff] */
+    int n_in;                   /* P: rows of w_in */
+    int off_g, off_gk, off_b, off_a; /* column offsets inside one row of the projected [P] vector */
+    size_t state_off;           /* recurrent layers: float offset in the state block */
+    size_t state_floats;        /* recurrent layers: floats of this layer's state */
+} recur_layer;
+
+struct recur_model {
+    recur_config cfg;
+    recur_model_info info;
+    float *arena;               /* every weight, fp32, owned */
+    size_t arena_floats;
+    float *embed;               /* [vocab][d] */
+    float *norm_f;              /* [d] */
+    float *lm_head;             /* [vocab][d]; == embed when tied */
+    recur_layer layers[RECUR_MAX_LAYERS];
+    size_t rec_floats;          /* floats of every recurrent layer's state (one block) */
+    int n_softmax;              /* layers with a KV cache */
+    int max_in;                 /* max n_in over layers */
+};
+
+/* Shape of a tensor role for a layer of kind `kind`; returns 0 when the role is absent. */
+int recur__tensor_shape(const recur_config *c, recur_mixer_kind kind, recur_layer_tensor t,
+                        int64_t shape[2], int *ndim);
+const char *recur__tensor_suffix(recur_layer_tensor t);
+
+/* One tensor of the model: its safetensors name, shape and place in the arena. */
+typedef struct {
+    char name[64];
+    float *ptr;
+    int ndim;
+    int64_t shape[2];
+    size_t n;      /* elements */
+    int is_norm;   /* RMSNorm weight (seeded init: ones) */
+} recur_weight_ref;
+
+/* Enumerate tensors: layer -1 with t = 0 (embed), 1 (norm_f), 2 (lm_head); layer >= 0 with
+ * t a recur_layer_tensor. Returns 0 when that tensor does not exist for this model. */
+int recur__weight(recur_model *m, int layer, int t, recur_weight_ref *ref);
+
+/* Allocate the arena and set every weight pointer (weights uninitialised). */
+int recur__model_alloc(const recur_config *c, recur_model **out);
+/* Fill info (params, state bytes, fingerprint) once the weights are in place. */
+void recur__model_finish(recur_model *m);
+
+/* Read a safetensors file into m's weights (fp32). */
+int recur__safetensors_load(recur_model *m, const char *path);
+
+/* FNV-1a 64 */
+#define RECUR_FNV_OFFSET 0xcbf29ce484222325ULL
+uint64_t recur__fnv1a(uint64_t h, const void *data, size_t n);
+
+/* ---------------------------------------------------------------- state */
+
+struct recur_state {
+    const recur_model *m;
+    uint64_t tokens_seen;
+    float *rec;                          /* [rec_floats]: recurrent layers' S (and z), in layer order */
+    float *kcache[RECUR_MAX_LAYERS];     /* softmax layers: [max_context][H][K], calloc'd lazily-touched */
+    float *vcache[RECUR_MAX_LAYERS];     /* softmax layers: [max_context][H][V] */
+};
+
+#endif /* RECUR_MODEL_INTERNAL_H */

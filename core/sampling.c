@@ -1,0 +1,97 @@
+/* sampling.c — next-token choice from logits: greedy, temperature, top-k, top-p (nucleus),
+ * seeded and reproducible. One splitmix64 draw per call (also when greedy), so a caller's
+ * stream of draws does not depend on the parameters it used earlier. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* qsort_r */
+#endif
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "recur.h"
+
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+void recur_log_softmax(const float *logits, int vocab, float *out)
+{
+    if (!logits || !out || vocab <= 0) return;
+    float mx = -INFINITY;
+    for (int i = 0; i < vocab; i++) if (logits[i] > mx) mx = logits[i];
+    double sum = 0.0;
+    for (int i = 0; i < vocab; i++) sum += exp((double)logits[i] - mx);
+    float lse = mx + (float)log(sum);
+    for (int i = 0; i < vocab; i++) out[i] = logits[i] - lse;
+}
+
+/* descending probability, lower id first on ties; ids are stored as exact floats */
+static int cmp_desc(const void *a, const void *b, void *ctx)
+{
+    const float *prob = ctx;
+    int i = (int)*(const float *)a, j = (int)*(const float *)b;
+    if (prob[i] > prob[j]) return -1;
+    if (prob[i] < prob[j]) return 1;
+    return (i > j) - (i < j);
+}
+
+int recur_sample(const float *logits, int vocab, const recur_sampler_params *p, uint64_t *rng,
+                 float *scratch)
+{
+    if (!logits || !p || !rng || vocab <= 0 || vocab > (1 << 24)) return RECUR_EINVAL;
+    if (isnan(p->temperature) || isnan(p->top_p)) return RECUR_ENONFINITE;
+    double u = (double)(splitmix64(rng) >> 11) * 0x1.0p-53; /* [0, 1) */
+
+    int best = 0;
+    for (int i = 0; i < vocab; i++) {
+        if (isnan(logits[i])) return RECUR_ENONFINITE;
+        if (logits[i] > logits[best]) best = i;
+    }
+    if (p->temperature <= 0.0f || !isfinite(logits[best])) return best;
+    if (!scratch) return RECUR_EINVAL;
+
+    /* probabilities of logits / T, max-subtracted (exp of non-positive numbers only) */
+    float *prob = scratch, *ids = scratch + vocab;
+    double inv_t = 1.0 / p->temperature, sum = 0.0;
+    for (int i = 0; i < vocab; i++) {
+        double e = exp(((double)logits[i] - logits[best]) * inv_t);
+        prob[i] = (float)e;
+        sum += e;
+    }
+    int use_k = p->top_k > 0 && p->top_k < vocab;
+    int use_p = p->top_p > 0.0f && p->top_p < 1.0f;
+    if (!use_k && !use_p) {
+        double target = u * sum, acc = 0.0;
+        for (int i = 0; i < vocab; i++) {
+            acc += prob[i];
+            if (acc > target && prob[i] > 0.0f) return i;
+        }
+        return best; /* rounding at the very end of the cumulative sum */
+    }
+
+    for (int i = 0; i < vocab; i++) ids[i] = (float)i;
+    qsort_r(ids, (size_t)vocab, sizeof(float), cmp_desc, prob);
+    int n = use_k ? p->top_k : vocab;
+    if (use_p) {
+        /* smallest prefix whose mass reaches top_p of the (top-k) mass */
+        double mass = 0.0, acc = 0.0;
+        for (int i = 0; i < n; i++) mass += prob[(int)ids[i]];
+        int keep = 0;
+        while (keep < n) {
+            acc += prob[(int)ids[keep++]];
+            if (acc >= p->top_p * mass) break;
+        }
+        n = keep;
+    }
+    double mass = 0.0, acc = 0.0;
+    for (int i = 0; i < n; i++) mass += prob[(int)ids[i]];
+    double target = u * mass;
+    for (int i = 0; i < n; i++) {
+        acc += prob[(int)ids[i]];
+        if (acc > target) return (int)ids[i];
+    }
+    return (int)ids[0];
+}
