@@ -88,6 +88,10 @@ void srv_respond(srv_conn *c, int status, const char *content_type, const void *
                  const char *extra_headers);
 /* The JSON error of DESIGN.md §5: {"error":{"code":code,"message":message}}. */
 void srv_respond_error(srv_conn *c, int status, const char *code, const char *message);
+/* The same with extra headers ("Retry-After: 1\r\n" for a 503), or NULL. The message is JSON-escaped;
+ * pass a fixed text naming the limit, never raw request bytes. */
+void srv_respond_error_ex(srv_conn *c, int status, const char *code, const char *message,
+                          const char *extra_headers);
 
 /* Chunked streaming: begin, one flushed chunk per srv_stream_write, end. */
 void srv_stream_begin(srv_conn *c, int status, const char *content_type);

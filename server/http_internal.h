@@ -1,0 +1,206 @@
+/*
+ * http_internal.h — private structures shared by the http_*.c files (the HTTP layer of http.h).
+ * Nothing outside server/http_*.c and tests/unit/test_http.c should include this.
+ *
+ * Files:
+ *   http_server.c    listener, accept, max_connections, drain / close_all, stats, default limits
+ *   http_conn.c      one connection: read, C1 scan + llhttp, callbacks (C2-C8), timers, keep-alive,
+ *                    pipelining, close lifecycle and reference count
+ *   http_checks.c    pure helpers: the C1/C6 header-section scanner, tchar, Transfer-Encoding value,
+ *                    JSON string escaping, reason phrases
+ *   http_response.c  status line + headers, Content-Length responses, chunked streaming, write queue
+ *                    accounting (watermarks, on_drain), send-stall timer
+ */
+#ifndef SRV_HTTP_INTERNAL_H
+#define SRV_HTTP_INTERNAL_H
+
+#include <llhttp.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "http.h"
+
+/* After an error response the write side is shut down and the read side drained (discarded) for
+ * at most this long, so that the client reads the error instead of a RST caused by unread data
+ * (nginx's lingering close). */
+#define SRV_LINGER_MS 2000
+/* Bytes of the next pipelined request(s) kept while a request is in flight. Reading stops while a
+ * request is in flight, so this is at most one read's worth. */
+#define SRV_READ_BUF_SIZE 65536
+
+/* ------------------------------------------------------------------ growable byte buffer */
+typedef struct {
+    char *p;
+    size_t len, cap;
+} srv_buf;
+
+int srv_buf_append(srv_buf *b, const void *data, size_t n); /* 0 or UV_ENOMEM; keeps a NUL after len */
+void srv_buf_reset(srv_buf *b);                             /* len = 0, memory kept */
+void srv_buf_free(srv_buf *b);
+
+/* ------------------------------------------------------------------ C1/C6 scanner (http_checks.c) */
+/* Scans the header section (request line .. blank line) or the trailer section byte by byte,
+ * keeping its state across reads. Rejects CR not followed by LF, LF not preceded by CR, NUL, a
+ * line beginning with SP/HTAB (obs-fold), and enforces max_request_line, max_header_bytes (request
+ * line + headers + trailers of one message) and max_headers (header + trailer lines). */
+typedef enum { SCAN_LINE_START = 0, SCAN_IN_LINE, SCAN_SAW_CR } srv_scan_state;
+
+typedef struct {
+    srv_scan_state state;
+    int active;        /* 1 while inside a header or trailer section */
+    int in_request_line;
+    int started;       /* a byte of the request line was seen (leading empty lines are skipped) */
+    size_t line_len;   /* bytes of the current line, CRLF excluded */
+    size_t total;      /* bytes of header + trailer sections of this message */
+    int lines;         /* header + trailer field lines of this message */
+} srv_scan;
+
+typedef enum {
+    SCAN_MORE = 0,     /* every byte was validated, section not finished */
+    SCAN_END,          /* the section ended; *used = bytes up to and including its final LF */
+    SCAN_ERROR         /* *err describes the violation; *used = offset of the offending byte */
+} srv_scan_result;
+
+typedef struct {
+    int status;
+    const char *code;    /* snake_case, static */
+    const char *message; /* static */
+} srv_http_error;
+
+void srv_scan_begin_message(srv_scan *s);  /* before a request line */
+void srv_scan_begin_trailers(srv_scan *s); /* after the last chunk's size line */
+srv_scan_result srv_scan_run(srv_scan *s, const srv_http_limits *l, const char *data, size_t len,
+                             size_t *used, srv_http_error *err);
+
+/* RFC 9110 §5.6.2 tchar. */
+int srv_is_tchar(unsigned char ch);
+/* 1 when the value, OWS trimmed, is exactly "chunked" (ASCII case-insensitive). */
+int srv_te_is_chunked(const char *v, size_t n);
+/* Trims leading/trailing SP/HTAB in place (returns the new start, updates *n). */
+const char *srv_trim_ows(const char *v, size_t *n);
+/* Appends s as the inside of a JSON string (quotes not included): escapes ", \, control bytes,
+ * and replaces bytes that are not valid UTF-8 by U+FFFD. 0 or UV_ENOMEM. */
+int srv_json_escape(srv_buf *out, const char *s);
+const char *srv_reason_phrase(int status);
+
+/* ------------------------------------------------------------------ server and connection */
+typedef enum {
+    PH_IDLE = 0,   /* between requests, no byte of the next one seen */
+    PH_HEADERS,    /* request line / headers being received */
+    PH_BODY,       /* body being received */
+    PH_IN_FLIGHT,  /* handed to the application; parsing paused until its response ends */
+    PH_CLOSING     /* final response queued: shutting down / lingering / closing */
+} srv_phase;
+
+/* Named header slots we keep the values of. */
+enum { HDR_OTHER = 0, HDR_HOST, HDR_CONTENT_TYPE, HDR_ACCEPT, HDR_AUTHORIZATION, HDR_TE, HDR_COUNT };
+
+struct srv_conn {
+    uv_tcp_t tcp;
+    uv_timer_t timer;       /* read-side deadlines (keepalive / header / body / request / linger),
+                             * and the deferred resume after a response (0 ms) */
+    uv_timer_t stall;       /* send_stall_timeout while writes are pending */
+    uv_shutdown_t shutdown_req;
+    srv_server *srv;
+    srv_conn *prev, *next;  /* srv->conns */
+    void *user;
+
+    int refs;               /* 1 for the layer (released when all handles are closed) + app refs */
+    int handles_open;       /* of tcp, timer, stall */
+    unsigned closing : 1;   /* conn_close* called: no more reads or writes */
+    unsigned close_notified : 1;
+    unsigned reading : 1;
+    unsigned lingering : 1;
+    unsigned shutting : 1;
+    unsigned peer_eof : 1;
+    unsigned resume_pending : 1;   /* response finished: parse the saved tail next loop turn */
+    unsigned resume_on_drain : 1;  /* ... once the write queue is below the low watermark */
+    unsigned above_high : 1;       /* queue went above high water: on_drain owed */
+    unsigned unlinked : 1;
+    unsigned in_flight : 1;        /* request handed to the app, its response not finished */
+
+    srv_phase phase;
+    llhttp_t parser;
+    srv_scan scan;
+    uint64_t t_first_byte;  /* uv_now of the first byte of the current request */
+    uint64_t t_last_read;   /* uv_now of the last read (body idle) */
+    uint64_t t_idle_since;  /* uv_now when the connection became idle (keepalive) */
+    uint64_t t_linger_end;
+
+    /* unparsed bytes saved when parsing paused (the next pipelined request) */
+    char *tail;
+    size_t tail_len;
+
+    /* ---- per-request state, reset in on_message_begin */
+    srv_buf url;
+    char field[24];          /* current header name (lowercased prefix) */
+    size_t field_len;
+    int field_slot;          /* HDR_* of the current header */
+    int hdr_count[HDR_COUNT];
+    srv_buf hdr[HDR_COUNT];  /* values of the named headers (OWS trimmed at complete) */
+    int in_trailers;
+    srv_buf body;
+    uint64_t chunk_left;     /* bytes of the current chunk's data still expected */
+    int crlf_expect;         /* C8: bytes of CRLF still to check after a chunk's data (0..2) */
+    size_t chunk_ext_bytes;  /* C7 */
+    const char *exec_base;   /* data passed to the running llhttp_execute */
+    size_t exec_len;
+    int msg_complete;        /* on_message_complete seen during this execute */
+    int last_chunk;          /* on_chunk_header with size 0 seen during this execute */
+    srv_http_error err;      /* set by a callback before returning HPE_USER */
+
+    /* ---- response state */
+    int keep_alive;          /* for the response in progress */
+    int http10;              /* request was HTTP/1.0 */
+    int resp_started;        /* status line queued */
+    int streaming;           /* chunked stream begun */
+    int stream_raw;          /* HTTP/1.0 stream: no chunk framing, ends by close */
+    int requests;            /* requests read on this connection */
+    size_t pending_writes;   /* uv_write requests not yet called back */
+};
+
+struct srv_server {
+    uv_loop_t *loop;
+    uv_tcp_t listener;
+    int listener_open;
+    int port;
+    srv_http_limits limits;
+    srv_http_callbacks cb;
+    void *app;
+    llhttp_settings_t settings;
+    srv_conn *conns;
+    int draining;
+    int free_pending;
+    void (*drain_done)(srv_server *s, void *app);
+    int drain_done_called;
+    srv_http_stats stats;
+    char *read_buf;          /* SRV_READ_BUF_SIZE, shared by every connection of this server */
+    int read_buf_busy;
+};
+
+/* http_conn.c */
+void srv_conn_settings(llhttp_settings_t *s);   /* the llhttp callbacks of a connection */
+void srv_conn_accept(srv_server *s);           /* called by the listener callback */
+void srv_conn_close_now(srv_conn *c);          /* uv_close everything; on_close if the app cares */
+void srv_conn_close_reset(srv_conn *c);        /* same with RST */
+void srv_conn_response_done(srv_conn *c);      /* the application finished its response */
+void srv_conn_on_drained(srv_conn *c);         /* write queue fell below low water */
+void srv_conn_drain(srv_conn *c);              /* server drain: close if idle, else close after */
+void srv_conn_send_error(srv_conn *c, const srv_http_error *e); /* layer error: respond + close */
+
+
+/* http_server.c */
+void srv_server_conn_gone(srv_server *s);      /* a connection's handles are all closed */
+
+/* http_response.c */
+/* Status line + headers (+ body) of a response with Content-Length; no phase checks. */
+void srv_send_response(srv_conn *c, int status, const char *content_type, const void *body,
+                       size_t len, const char *extra_headers);
+void srv_send_error_json(srv_conn *c, int status, const char *code, const char *message,
+                         const char *extra_headers);
+int srv_write(srv_conn *c, srv_buf *owned);    /* queue bytes (ownership taken); 0 or uv error */
+void srv_stall_start_or_stop(srv_conn *c);
+size_t srv_write_queue_size(const srv_conn *c);
+
+#endif /* SRV_HTTP_INTERNAL_H */
