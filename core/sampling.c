@@ -24,8 +24,8 @@ void recur_log_softmax(const float *logits, int vocab, float *out)
     for (int i = 0; i < vocab; i++) if (logits[i] > mx) mx = logits[i];
     double sum = 0.0;
     for (int i = 0; i < vocab; i++) sum += exp((double)logits[i] - mx);
-    float lse = mx + (float)log(sum);
-    for (int i = 0; i < vocab; i++) out[i] = logits[i] - lse;
+    float ls = (float)log(sum);
+    for (int i = 0; i < vocab; i++) out[i] = (logits[i] - mx) - ls;
 }
 
 /* descending probability, lower id first on ties; ids are stored as exact floats */
