@@ -1,0 +1,240 @@
+/*
+ * block_topk.c — block top-k sparse attention (NSA / MoBA "select"; DESIGN.md §3, and the seeds'
+ * reference script block_topk_attention for causal == 0).
+ *
+ * Keys are cut into n_blocks = ceil(T / block) blocks. Per query t and head h:
+ *   counted keys     J_b = block b's real keys              (causal: only those with j <= t)
+ *   candidates       blocks with J_b non-empty              (non-causal: every block)
+ *   block score      c_b = mean_{j in J_b} scale q_t.k_j  = scale q_t . mean_{j in J_b} k_j
+ *   kept blocks      the top min(topk, #candidates) by c_b, ties to the lower block index
+ *   output           o_t = sum_{j kept} softmax_j(scale q_t.k_j) v_j,  over kept keys (causal: j <= t)
+ * The block score uses the second form: the mean key of each block is computed once (float64 sum,
+ * divided by the count, rounded to float), so equal blocks get bit-equal scores and the tie rule
+ * decides; the causal current block uses the running mean of its keys so far, computed the same
+ * way, so it equals the full block's mean key once the block is complete.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "recur.h"
+
+/* ---------------------------------------------------------------- helpers */
+
+typedef float bt_v16 __attribute__((vector_size(64)));
+
+/* a.b with a fixed summation order (16 lanes, then the lanes in order, then the tail): every
+ * score in this file goes through it, so equal inputs give bit-equal scores. */
+static float bt_dot(const float *a, const float *b, int n)
+{
+    bt_v16 acc = {0};
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        bt_v16 x, y;
+        memcpy(&x, a + i, sizeof x);
+        memcpy(&y, b + i, sizeof y);
+        acc += x * y;
+    }
+    float s = 0.0f;
+    for (int l = 0; l < 16; l++)
+        s += acc[l];
+    for (; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+/* Is block a (score sa) ranked before block b (score sb)? Higher score first, then lower index.
+ * Scores are never NaN here (NaN is mapped to -inf before ranking). */
+static int bt_before(float sa, int64_t a, float sb, int64_t b)
+{
+    return sa > sb || (sa == sb && a < b);
+}
+
+typedef struct {
+    float s;
+    int64_t b;
+} bt_rank;
+
+static int bt_rank_cmp(const void *pa, const void *pb)
+{
+    const bt_rank *x = pa, *y = pb;
+    if (bt_before(x->s, x->b, y->s, y->b))
+        return -1;
+    if (bt_before(y->s, y->b, x->s, x->b))
+        return 1;
+    return 0;
+}
+
+/* Mark the top nkeep of the first ncand blocks (scores sc) in sel[]; sel is cleared first. */
+static void bt_select(const float *sc, int64_t ncand, int64_t nkeep, uint8_t *sel, bt_rank *rank)
+{
+    memset(sel, 0, (size_t)ncand);
+    if (nkeep >= ncand) {
+        memset(sel, 1, (size_t)ncand);
+        return;
+    }
+    if (nkeep <= 8) { /* a few linear scans beat sorting for the usual small top-k */
+        for (int64_t r = 0; r < nkeep; r++) {
+            int64_t best = -1;
+            for (int64_t b = 0; b < ncand; b++)
+                if (!sel[b] && (best < 0 || bt_before(sc[b], b, sc[best], best)))
+                    best = b;
+            sel[best] = 1;
+        }
+        return;
+    }
+    for (int64_t b = 0; b < ncand; b++) {
+        rank[b].s = sc[b];
+        rank[b].b = b;
+    }
+    qsort(rank, (size_t)ncand, sizeof *rank, bt_rank_cmp);
+    for (int64_t r = 0; r < nkeep; r++)
+        sel[rank[r].b] = 1;
+}
+
+/* mean = float(sum_{j in [j0, j1)} k_j / (j1 - j0)), sum in float64; k rows of K at stride ld. */
+static void bt_mean_key(const float *k, size_t ld, int64_t j0, int64_t j1, int K, double *sum,
+                        float *mean)
+{
+    for (int i = 0; i < K; i++)
+        sum[i] = 0.0;
+    for (int64_t j = j0; j < j1; j++)
+        for (int i = 0; i < K; i++)
+            sum[i] += k[(size_t)j * ld + i];
+    for (int i = 0; i < K; i++)
+        mean[i] = (float)(sum[i] / (double)(j1 - j0));
+}
+
+/* ---------------------------------------------------------------- entry point */
+
+int recur_block_topk_attention(const recur_dims *d, const float *q, const float *k, const float *v,
+                               int64_t block, int64_t topk, int causal, float scale, float *o,
+                               uint8_t *keep)
+{
+    if (!d || !q || !k || !v || !o)
+        return RECUR_EINVAL;
+    if (block < 1 || topk < 1)
+        return RECUR_EINVAL;
+    if (d->T < 0 || d->H < 1 || d->K < 1 || d->V < 1 || d->H > RECUR_MAX_DIM ||
+        d->K > RECUR_MAX_DIM || d->V > RECUR_MAX_DIM)
+        return RECUR_ESHAPE;
+    const int64_t T = d->T;
+    const int H = d->H, K = d->K, V = d->V;
+    int64_t row = (int64_t)H * (K > V ? K : V);
+    if (T > INT64_MAX / row || (uint64_t)(T * row) > SIZE_MAX / sizeof(float))
+        return RECUR_ESHAPE;
+    const int64_t nblk = T / block + (T % block != 0);
+    if (nblk > 0 && T * H > INT64_MAX / nblk) /* keep [T][H][n_blocks] */
+        return RECUR_ESHAPE;
+    if (!isfinite(scale))
+        return RECUR_ENONFINITE;
+    if (T == 0)
+        return RECUR_OK;
+    if (scale <= 0.0f)
+        scale = 1.0f / sqrtf((float)K);
+
+    const int64_t blen = block < T ? block : T;           /* keys in the longest block */
+    const int64_t kmax = topk < nblk ? topk : nblk;       /* blocks kept per query, at most */
+    const size_t ldk = (size_t)H * K, ldv = (size_t)H * V;
+    float *kbar = malloc((size_t)nblk * ldk * sizeof(float)); /* [n_blocks][H][K] mean keys */
+    float *sc = malloc((size_t)nblk * sizeof(float));        /* [n_blocks] block scores */
+    uint8_t *sel = malloc((size_t)nblk);                      /* [n_blocks] kept flags */
+    bt_rank *rank = malloc((size_t)nblk * sizeof(bt_rank));
+    float *w = malloc((size_t)kmax * (size_t)blen * sizeof(float)); /* kept keys' weights */
+    double *sum = malloc((size_t)K * sizeof(double));
+    float *cur = malloc(ldk * sizeof(float));               /* [H][K] causal running mean key */
+    double *cursum = malloc(ldk * sizeof(double));          /* [H][K] its float64 sum */
+    if (!kbar || !sc || !sel || !rank || !w || !sum || !cur || !cursum) {
+        free(kbar), free(sc), free(sel), free(rank), free(w), free(sum), free(cur), free(cursum);
+        return RECUR_ENOMEM;
+    }
+
+    /* kbar_b = mean of block b's real keys (the causal mask only matters for the current block) */
+    for (int64_t b = 0; b < nblk; b++) {
+        const int64_t j0 = b * block, j1 = T - j0 < block ? T : j0 + block;
+        for (int h = 0; h < H; h++)
+            bt_mean_key(k + h * K, ldk, j0, j1, K, sum, kbar + ((size_t)b * H + h) * K);
+    }
+
+    for (int64_t t = 0; t < T; t++) {
+        const int64_t tb = t / block; /* the block holding key t */
+        if (causal) {
+            /* running float64 sum of the current block's keys j in [tb*block, t] */
+            if (t == tb * block)
+                memset(cursum, 0, ldk * sizeof(double));
+            for (size_t i = 0; i < ldk; i++)
+                cursum[i] += k[(size_t)t * ldk + i];
+        }
+        for (int h = 0; h < H; h++) {
+            const float *qt = q + ((size_t)t * H + h) * K;
+            float *ot = o + ((size_t)t * H + h) * V;
+
+            /* c_b = scale q_t . mean_{j in J_b} k_j  for every candidate block */
+            const int64_t ncand = causal ? tb + 1 : nblk;
+            for (int64_t b = 0; b < ncand; b++) {
+                const float *kb = kbar + ((size_t)b * H + h) * K;
+                if (causal && b == tb) {
+                    const double cnt = (double)(t - tb * block + 1);
+                    float *ch = cur + (size_t)h * K;
+                    for (int i = 0; i < K; i++)
+                        ch[i] = (float)(cursum[(size_t)h * K + i] / cnt);
+                    kb = ch;
+                }
+                const float s = scale * bt_dot(qt, kb, K);
+                sc[b] = isnan(s) ? -INFINITY : s;
+            }
+
+            /* keep the top min(topk, ncand), ties to the lower block index */
+            const int64_t nkeep = topk < ncand ? topk : ncand;
+            bt_select(sc, ncand, nkeep, sel, rank);
+            if (keep) {
+                uint8_t *kp = keep + ((size_t)t * H + h) * (size_t)nblk;
+                memcpy(kp, sel, (size_t)ncand);
+                memset(kp + ncand, 0, (size_t)(nblk - ncand));
+            }
+
+            /* o_t = sum_{j kept} exp(s_j - m) v_j / sum_{j kept} exp(s_j - m),  m = max kept s_j */
+            float m = -INFINITY;
+            int64_t n = 0;
+            for (int64_t b = 0; b < ncand; b++) {
+                if (!sel[b])
+                    continue;
+                const int64_t j0 = b * block;
+                int64_t j1 = T - j0 < block ? T : j0 + block;
+                if (causal && j1 > t + 1)
+                    j1 = t + 1;
+                for (int64_t j = j0; j < j1; j++) {
+                    const float s = scale * bt_dot(qt, k + (size_t)j * ldk + (size_t)h * K, K);
+                    w[n++] = s;
+                    m = s > m ? s : m;
+                }
+            }
+            double l = 0.0;
+            for (int64_t i = 0; i < n; i++) {
+                w[i] = expf(w[i] - m);
+                l += w[i];
+            }
+            const float inv = (float)(1.0 / l);
+            for (int c = 0; c < V; c++)
+                ot[c] = 0.0f;
+            n = 0;
+            for (int64_t b = 0; b < ncand; b++) {
+                if (!sel[b])
+                    continue;
+                const int64_t j0 = b * block;
+                int64_t j1 = T - j0 < block ? T : j0 + block;
+                if (causal && j1 > t + 1)
+                    j1 = t + 1;
+                for (int64_t j = j0; j < j1; j++) {
+                    const float *vj = v + (size_t)j * ldv + (size_t)h * V;
+                    const float wj = w[n++] * inv;
+                    for (int c = 0; c < V; c++)
+                        ot[c] += wj * vj[c];
+                }
+            }
+        }
+    }
+    free(kbar), free(sc), free(sel), free(rank), free(w), free(sum), free(cur), free(cursum);
+    return RECUR_OK;
+}
