@@ -176,6 +176,8 @@ static void check_token_line(lg_check *k, const cJSON *o)
     check_pos(k, o, i);
     const cJSON *lp = cJSON_GetObjectItemCaseSensitive(o, "logprob");
     int first_of_session = (k->before + (uint64_t)i) == 0;
+    if (i == 0 && k->s->may_lack_logits && cJSON_IsNull(lp))
+        first_of_session = 1; /* a session restored from a snapshot keeps no logits */
 
     if (k->mode == LG_MODE_TOKENS) {
         if (i < k->n_sent && tok != k->sent[i])

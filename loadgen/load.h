@@ -133,6 +133,7 @@ typedef struct {
     uint64_t expected;       /* tokens_seen the server must report now */
     int busy;
     int dead;                /* retired: its server-side state is no longer known exactly */
+    int may_lack_logits;     /* --session: restored sessions may answer null for their next token */
     int n_top;               /* candidates predicted for the next position by the last line */
     lg_cand top[LG_TOP_MAX];
     uint64_t requests, tokens;

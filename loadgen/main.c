@@ -207,6 +207,7 @@ static void create_complete(lg_conn *c)
     } else {
         snprintf(s->id, sizeof s->id, "%s", id->valuestring);
         s->expected = (uint64_t)seen->valuedouble;
+        s->may_lack_logits = q->kind == REQ_GET;
         s->n_top = 0;
         r->created++;
         ring_push(r, q->sess);
@@ -274,6 +275,7 @@ static void drive_complete(lg_conn *c)
         r->tokens_ok += folded;
         r->requests_ok++;
         s->expected = k->tokens_seen;
+        s->may_lack_logits = 0;
         s->requests++;
         s->tokens += folded;
         if (r->o.mode == LG_MODE_TOKENS) {
