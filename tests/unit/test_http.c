@@ -1,0 +1,1015 @@
+/*
+ * test_http.c — the HTTP layer (server/http_*.c) against a real loopback socket.
+ *
+ * Each test starts srv_server on 127.0.0.1:0 in a pthread running its own uv loop with a small
+ * test application, and talks raw TCP from the test thread. Every error case checks the status
+ * AND the JSON error code AND Connection: close. Criterion runs each test in its own process;
+ * every socket read has a timeout and every test a .timeout.
+ *
+ * Test application routes:
+ *   /echo     200 {"method","path","query","body_len","ct"}
+ *   /slow     the same, answered 60 ms later from a timer (async; holds a conn reference)
+ *   /stream   ?n=N: chunked NDJSON, one line {"i":k} per chunk
+ *   /flood    streams 16 KiB chunks while srv_stream_writable(), waits for on_drain; counts
+ *             backpressure and on_close (for the send-stall test)
+ */
+#include <criterion/criterion.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "http.h"
+#include "http_internal.h"
+
+/* ------------------------------------------------------------------ the server thread */
+
+static srv_http_limits g_limits;
+static pthread_t g_thread;
+static uv_loop_t g_loop;
+static uv_async_t g_stop;
+static srv_server *g_srv;
+static atomic_int g_port;
+static atomic_int g_backpressured, g_drains, g_closed, g_stalls_at_close, g_flood_ended;
+static atomic_int g_loop_close_rc = 12345;
+
+typedef struct {
+    uv_timer_t t;
+    srv_conn *c;
+    char json[512];
+} slow_reply;
+
+static void echo_json(char *out, size_t cap, const srv_request *r)
+{
+    snprintf(out, cap, "{\"method\":\"%s\",\"path\":\"%s\",\"query\":\"%s\",\"body_len\":%zu,\"ct\":\"%s\"}",
+             r->method, r->path, r->query, r->body_len, r->content_type ? r->content_type : "");
+}
+
+static void slow_closed(uv_handle_t *h) { free(h->data); }
+
+static void slow_fire(uv_timer_t *t)
+{
+    slow_reply *s = t->data;
+    if (!srv_conn_is_closed(s->c))
+        srv_respond(s->c, 200, "application/json", s->json, strlen(s->json), NULL);
+    srv_conn_unref(s->c);
+    uv_close((uv_handle_t *)&s->t, slow_closed);
+}
+
+static void flood_pump(srv_conn *c)
+{
+    static char chunk[16384];
+    memset(chunk, 'x', sizeof chunk);
+    size_t *sent = srv_conn_get_user(c);
+    while (srv_stream_writable(c)) {
+        if (*sent > (64u << 20)) { /* safety: never reached when backpressure works */
+            atomic_store(&g_flood_ended, 1);
+            srv_stream_end(c);
+            return;
+        }
+        srv_stream_write(c, chunk, sizeof chunk);
+        *sent += sizeof chunk;
+    }
+    atomic_fetch_add(&g_backpressured, 1);
+}
+
+static void app_on_request(srv_conn *c, const srv_request *r, void *app)
+{
+    char json[512];
+    if (!strcmp(r->path, "/echo")) {
+        echo_json(json, sizeof json, r);
+        srv_respond(c, 200, "application/json", json, strlen(json), NULL);
+    } else if (!strcmp(r->path, "/slow")) {
+        slow_reply *s = calloc(1, sizeof *s);
+        echo_json(s->json, sizeof s->json, r);
+        s->c = c;
+        srv_conn_ref(c);
+        uv_timer_init(&g_loop, &s->t);
+        s->t.data = s;
+        uv_timer_start(&s->t, slow_fire, 60, 0);
+    } else if (!strcmp(r->path, "/stream")) {
+        int n = atoi(r->query[0] == 'n' && r->query[1] == '=' ? r->query + 2 : "3");
+        srv_stream_begin(c, 200, "application/x-ndjson");
+        for (int i = 0; i < n; i++) {
+            int len = snprintf(json, sizeof json, "{\"i\":%d}\n", i);
+            srv_stream_write(c, json, (size_t)len);
+        }
+        srv_stream_end(c);
+    } else if (!strcmp(r->path, "/flood")) {
+        size_t *sent = calloc(1, sizeof *sent);
+        srv_conn_set_user(c, sent);
+        srv_conn_ref(c);
+        srv_stream_begin(c, 200, "application/octet-stream");
+        flood_pump(c);
+    } else if (!strcmp(r->path, "/retry")) {
+        srv_respond_error_ex(c, 503, "busy", "max_sessions reached \"quoted\"\n", "Retry-After: 1\r\n");
+    } else {
+        srv_respond_error(c, 404, "not_found", "no such route");
+    }
+}
+
+static void app_on_close(srv_conn *c, void *app)
+{
+    atomic_store(&g_stalls_at_close, (int)srv_server_stats(g_srv)->stalls);
+    size_t *sent = srv_conn_get_user(c);
+    if (sent) {
+        srv_conn_set_user(c, NULL);
+        free(sent);
+        srv_conn_unref(c);
+    }
+    atomic_fetch_add(&g_closed, 1);
+}
+
+static void app_on_drain(srv_conn *c, void *app)
+{
+    atomic_fetch_add(&g_drains, 1);
+    if (srv_conn_get_user(c))
+        flood_pump(c);
+}
+
+static void on_stop(uv_async_t *a)
+{
+    srv_server_close_all(g_srv);
+    uv_close((uv_handle_t *)a, NULL);
+}
+
+static void *server_main(void *arg)
+{
+    srv_http_callbacks cb = {.on_request = app_on_request, .on_close = app_on_close,
+                             .on_drain = app_on_drain};
+    uv_loop_init(&g_loop);
+    uv_async_init(&g_loop, &g_stop, on_stop);
+    int r = srv_server_start(&g_loop, "127.0.0.1", 0, &g_limits, &cb, NULL, &g_srv);
+    if (r) {
+        atomic_store(&g_port, -1);
+        return NULL;
+    }
+    atomic_store(&g_port, srv_server_port(g_srv));
+    uv_run(&g_loop, UV_RUN_DEFAULT);
+    srv_server_free(g_srv);
+    uv_run(&g_loop, UV_RUN_DEFAULT);
+    atomic_store(&g_loop_close_rc, uv_loop_close(&g_loop));
+    return NULL;
+}
+
+static void test_limits(srv_http_limits *l)
+{
+    srv_http_limits_default(l);
+    l->max_request_line = 1024;
+    l->max_header_bytes = 4096;
+    l->max_headers = 20;
+    l->max_body = 65536;
+    l->max_chunk_ext_bytes = 256;
+    l->header_timeout = 2000;
+    l->body_idle_timeout = 2000;
+    l->request_timeout = 5000;
+    l->keepalive_idle = 2000;
+    l->send_stall_timeout = 2000;
+    l->write_high_watermark = 64 * 1024;
+    l->write_low_watermark = 16 * 1024;
+}
+
+static void start_server(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    atomic_store(&g_port, 0);
+    pthread_create(&g_thread, NULL, server_main, NULL);
+    for (int i = 0; i < 2000 && atomic_load(&g_port) == 0; i++)
+        usleep(1000);
+    cr_assert(atomic_load(&g_port) > 0, "server did not start");
+}
+
+static void stop_server(void)
+{
+    uv_async_send(&g_stop);
+    pthread_join(g_thread, NULL);
+    cr_expect_eq(atomic_load(&g_loop_close_rc), 0, "uv_loop_close: handles left open");
+}
+
+static void setup(void)
+{
+    test_limits(&g_limits);
+    start_server();
+}
+
+/* ------------------------------------------------------------------ a raw client */
+
+typedef struct {
+    int fd;
+    char buf[1 << 20];
+    size_t len;
+} client;
+
+typedef struct {
+    int status;
+    char head[8192];
+    char body[65536];
+    size_t body_len;
+    int chunked;
+    int chunks;
+} response;
+
+static client *cl_connect_rcvbuf(int rcvbuf)
+{
+    client *c = calloc(1, sizeof *c);
+    c->fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (rcvbuf)
+        setsockopt(c->fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+    struct timeval tv = {3, 0};
+    setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atomic_load(&g_port))};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    cr_assert_eq(connect(c->fd, (struct sockaddr *)&a, sizeof a), 0, "connect: %s", strerror(errno));
+    int one = 1;
+    setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return c;
+}
+
+static client *cl_connect(void) { return cl_connect_rcvbuf(0); }
+
+static void cl_close(client *c)
+{
+    close(c->fd);
+    free(c);
+}
+
+static void cl_send_n(client *c, const char *s, size_t n)
+{
+    while (n) {
+        ssize_t w = send(c->fd, s, n, MSG_NOSIGNAL);
+        if (w <= 0)
+            return; /* the server may close early on an error; the response tells */
+        s += w;
+        n -= (size_t)w;
+    }
+}
+
+static void cl_send(client *c, const char *s) { cl_send_n(c, s, strlen(s)); }
+
+/* Reads more bytes; 0 on EOF, -1 on timeout/error. */
+static ssize_t cl_fill(client *c)
+{
+    if (c->len == sizeof c->buf)
+        return -1;
+    ssize_t r = recv(c->fd, c->buf + c->len, sizeof c->buf - c->len, 0);
+    if (r > 0)
+        c->len += (size_t)r;
+    return r;
+}
+
+static void cl_consume(client *c, size_t n)
+{
+    memmove(c->buf, c->buf + n, c->len - n);
+    c->len -= n;
+}
+
+static char *find(client *c, const char *needle)
+{
+    return memmem(c->buf, c->len, needle, strlen(needle));
+}
+
+/* Reads one response (keeping pipelined leftovers). 0 ok, -1 EOF/timeout/malformed. */
+static int cl_response(client *c, response *r)
+{
+    memset(r, 0, sizeof *r);
+    char *end;
+    while (!(end = find(c, "\r\n\r\n")))
+        if (cl_fill(c) <= 0)
+            return -1;
+    size_t hlen = (size_t)(end - c->buf) + 4;
+    if (hlen >= sizeof r->head)
+        return -1;
+    memcpy(r->head, c->buf, hlen);
+    r->head[hlen] = '\0';
+    cl_consume(c, hlen);
+    if (sscanf(r->head, "HTTP/1.1 %d", &r->status) != 1)
+        return -1;
+    char *cl = strcasestr(r->head, "\r\nContent-Length:");
+    if (strcasestr(r->head, "\r\nTransfer-Encoding: chunked\r\n")) {
+        r->chunked = 1;
+        for (;;) {
+            char *eol;
+            while (!(eol = find(c, "\r\n")))
+                if (cl_fill(c) <= 0)
+                    return -1;
+            size_t size = strtoul(c->buf, NULL, 16);
+            size_t line = (size_t)(eol - c->buf) + 2;
+            while (c->len < line + size + 2)
+                if (cl_fill(c) <= 0)
+                    return -1;
+            if (c->buf[line + size] != '\r' || c->buf[line + size + 1] != '\n')
+                return -1;
+            if (size == 0) {
+                cl_consume(c, line + 2);
+                return 0;
+            }
+            if (r->body_len + size < sizeof r->body) {
+                memcpy(r->body + r->body_len, c->buf + line, size);
+                r->body_len += size;
+            }
+            r->chunks++;
+            cl_consume(c, line + size + 2);
+        }
+    }
+    size_t n = cl ? strtoul(cl + 17, NULL, 10) : 0;
+    if (n >= sizeof r->body)
+        return -1;
+    while (c->len < n)
+        if (cl_fill(c) <= 0)
+            return -1;
+    memcpy(r->body, c->buf, n);
+    r->body[n] = '\0';
+    r->body_len = n;
+    cl_consume(c, n);
+    return 0;
+}
+
+/* 1 when the server closed the connection (EOF or RST) within the socket timeout, with no more
+ * response bytes. */
+static int cl_sees_close(client *c)
+{
+    if (c->len)
+        return 0;
+    char b[256];
+    ssize_t r = recv(c->fd, b, sizeof b, 0);
+    return r == 0 || (r < 0 && errno == ECONNRESET);
+}
+
+static int has_header(const response *r, const char *h)
+{
+    return strcasestr(r->head, h) != NULL;
+}
+
+/* One request on a fresh connection; expects a layer error: status, JSON code, close. */
+static void expect_error_n(const char *req, size_t n, int status, const char *code)
+{
+    client *c = cl_connect();
+    cl_send_n(c, req, n);
+    response r;
+    cr_assert_eq(cl_response(c, &r), 0, "no response for a request expecting %d %s", status, code);
+    cr_expect_eq(r.status, status, "status %d, expected %d (%s); body %s", r.status, status, code, r.body);
+    char want[128];
+    snprintf(want, sizeof want, "{\"error\":{\"code\":\"%s\",\"message\":\"", code);
+    cr_expect(strstr(r.body, want) != NULL, "expected code %s, got body %s", code, r.body);
+    cr_expect(has_header(&r, "\r\nConnection: close\r\n"), "error without Connection: close");
+    cr_expect(has_header(&r, "\r\nContent-Type: application/json\r\n"));
+    cr_expect(cl_sees_close(c), "connection not closed after %s", code);
+    cl_close(c);
+}
+
+static void expect_error(const char *req, int status, const char *code)
+{
+    expect_error_n(req, strlen(req), status, code);
+}
+
+/* ------------------------------------------------------------------ basic requests */
+
+TestSuite(http, .init = setup, .fini = stop_server, .timeout = 15);
+
+Test(http, simple_get)
+{
+    client *c = cl_connect();
+    cl_send(c, "GET /echo?x=1 HTTP/1.1\r\nHost: t\r\n\r\n");
+    response r;
+    cr_assert_eq(cl_response(c, &r), 0);
+    cr_expect_eq(r.status, 200);
+    cr_expect_str_eq(r.body, "{\"method\":\"GET\",\"path\":\"/echo\",\"query\":\"x=1\",\"body_len\":0,\"ct\":\"\"}");
+    cr_expect(has_header(&r, "\r\nConnection: keep-alive\r\n"));
+    cr_expect(has_header(&r, "\r\nContent-Type: application/json\r\n"));
+    cl_close(c);
+}
+
+Test(http, unknown_route_is_json_404_and_keeps_alive)
+{
+    client *c = cl_connect();
+    cl_send(c, "GET /nope HTTP/1.1\r\nHost: t\r\n\r\nGET /echo HTTP/1.1\r\nHost: t\r\n\r\n");
+    response r;
+    cr_assert_eq(cl_response(c, &r), 0);
+    cr_expect_eq(r.status, 404);
+    cr_expect_str_eq(r.body, "{\"error\":{\"code\":\"not_found\",\"message\":\"no such route\"}}\n");
+    cr_assert_eq(cl_response(c, &r), 0);
+    cr_expect_eq(r.status, 200);
+    cl_close(c);
+}
+
+Test(http, error_ex_escapes_message_and_adds_headers)
+{
+    client *c = cl_connect();
+    cl_send(c, "GET /retry HTTP/1.1\r\nHost: t\r\n\r\n");
+    response r;
+    cr_assert_eq(cl_response(c, &r), 0);
+    cr_expect_eq(r.status, 503);
+    cr_expect(has_header(&r, "\r\nRetry-After: 1\r\n"));
+    cr_expect_str_eq(r.body,
+                     "{\"error\":{\"code\":\"busy\",\"message\":\"max_sessions reached \\\"quoted\\\"\\u000a\"}}\n");
+    cl_close(c);
+}
+
+Test(http, post_with_content_length)
+{
+    client *c = cl_connect();
+    cl_send(c, "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Type: application/json  \r\n"
+               "Content-Length: 11\r\n\r\n{\"a\":12345}");
+    response r;
+    cr_assert_eq(cl_response(c, &r), 0);
+    cr_expect_eq(r.status, 200);
+    cr_expect(strstr(r.body, "\"body_len\":11") != NULL, "%s", r.body);
+    cr_expect(strstr(r.body, "\"ct\":\"application/json\"") != NULL, "OWS not trimmed: %s", r.body);
+    cl_close(c);
+}
+
+Test(http, chunked_request_body_with_trailer)
+{
+    client *c = cl_connect();
+    cl_send(c, "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+               "5;ext=1\r\nhello\r\n");
+    usleep(30000); /* split across reads, CRLF at the boundary */
+    cl_send(c, "6\r\n world\r");
+    usleep(30000);
+    cl_send(c, "\n0\r\nX-Trailer: t\r\n\r\n");
+    response r;
+    cr_assert_eq(cl_response(c, &r), 0);
+    cr_expect_eq(r.status, 200);
+    cr_expect(strstr(r.body, "\"body_len\":11") != NULL, "%s", r.body);
+    cl_close(c);
+}
+
+Test(http, pipelined_requests_answered_in_order)
+{
+    client *c = cl_connect();
+    /* /slow answers asynchronously, later than /echo would: order must still hold */
+    cl_send(c, "GET /echo?q=1 HTTP/1.1\r\nHost: t\r\n\r\n"
+               "GET /slow?q=2 HTTP/1.1\r\nHost: t\r\n\r\n"
+               "POST /echo?q=3 HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabc"
+               "GET /stream?n=2 HTTP/1.1\r\nHost: t\r\n\r\n"
+               "GET /echo?q=5 HTTP/1.1\r\nHost: t\r\n\r\n");
+    response r;
+    const char *want[] = {"q=1", "q=2", "q=3", NULL, "q=5"};
+    for (int i = 0; i < 5; i++) {
+        cr_assert_eq(cl_response(c, &r), 0, "response %d missing", i + 1);
+        cr_expect_eq(r.status, 200);
+        if (want[i])
+            cr_expect(strstr(r.body, want[i]) != NULL, "response %d out of order: %s", i + 1, r.body);
+        else
+            cr_expect(r.chunked && r.chunks == 2, "response %d should be the stream", i + 1);
+    }
+    cl_close(c);
+}
+
+Test(http, keep_alive_sequential_requests)
+{
+    client *c = cl_connect();
+    response r;
+    for (int i = 0; i < 5; i++) {
+        cl_send(c, "GET /echo HTTP/1.1\r\nHost: t\r\n\r\n");
+        cr_assert_eq(cl_response(c, &r), 0, "request %d", i);
+        cr_expect_eq(r.status, 200);
+        cr_expect(has_header(&r, "\r\nConnection: keep-alive\r\n"));
+    }
+    cl_close(c);
+}
+
+Test(http, connection_close_honoured)
+{
+    client *c = cl_connect();
+    cl_send(c, "GET /echo HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    response r;
+    cr_assert_eq(cl_response(c, &r), 0);
+    cr_expect_eq(r.status, 200);
+    cr_expect(has_header(&r, "\r\nConnection: close\r\n"));
+    cr_expect(cl_sees_close(c));
+    cl_close(c);
+}
+
+Test(http, http10_closes_by_default_and_keeps_alive_on_request)
+{
+    client *c = cl_connect();
+    cl_send(c, "GET /echo HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+    response r;
+    cr_assert_eq(cl_response(c, &r), 0);
+    cr_expect_eq(r.status, 200);
+    cr_expect(has_header(&r, "\r\nConnection: keep-alive\r\n"));
+    cl_send(c, "GET /echo HTTP/1.0\r\n\r\n");
+    cr_assert_eq(cl_response(c, &r), 0);
+    cr_expect(has_header(&r, "\r\nConnection: close\r\n"));
+    cr_expect(cl_sees_close(c));
+    cl_close(c);
+}
+
+Test(http, http10_stream_is_unframed_and_closes)
+{
+    client *c = cl_connect();
+    cl_send(c, "GET /stream?n=3 HTTP/1.0\r\n\r\n");
+    char *end;
+    while (!(end = find(c, "\r\n\r\n")))
+        cr_assert(cl_fill(c) > 0);
+    cr_expect(memmem(c->buf, c->len, "Transfer-Encoding", 17) == NULL);
+    while (cl_fill(c) > 0)
+        ;
+    cr_expect(find(c, "\r\n\r\n{\"i\":0}\n{\"i\":1}\n{\"i\":2}\n") != NULL);
+    cl_close(c);
+}
+
+Test(http, streaming_response_is_chunked_one_line_per_chunk)
+{
+    client *c = cl_connect();
+    cl_send(c, "GET /stream?n=4 HTTP/1.1\r\nHost: t\r\n\r\n");
+    response r;
+    cr_assert_eq(cl_response(c, &r), 0);
+    cr_expect_eq(r.status, 200);
+    cr_expect(r.chunked);
+    cr_expect(!has_header(&r, "Content-Length"));
+    cr_expect(has_header(&r, "\r\nContent-Type: application/x-ndjson\r\n"));
+    cr_expect_eq(r.chunks, 4);
+    cr_expect_str_eq(r.body, "{\"i\":0}\n{\"i\":1}\n{\"i\":2}\n{\"i\":3}\n");
+    /* and the connection is still usable */
+    cl_send(c, "GET /echo HTTP/1.1\r\nHost: t\r\n\r\n");
+    cr_assert_eq(cl_response(c, &r), 0);
+    cr_expect_eq(r.status, 200);
+    cl_close(c);
+}
+
+Test(http, leading_empty_line_is_tolerated)
+{
+    client *c = cl_connect();
+    cl_send(c, "\r\nGET /echo HTTP/1.1\r\nHost: t\r\n\r\n");
+    response r;
+    cr_assert_eq(cl_response(c, &r), 0);
+    cr_expect_eq(r.status, 200);
+    cl_close(c);
+}
+
+/* ------------------------------------------------------------------ framing errors (400) */
+
+Test(http, cl_and_te_together_400)
+{
+    expect_error("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
+                 "0\r\n\r\n",
+                 400, "conflicting_content_length");
+}
+
+Test(http, te_and_cl_together_400)
+{
+    expect_error("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n"
+                 "0\r\n\r\n",
+                 400, "conflicting_content_length");
+}
+
+Test(http, duplicate_content_length_400)
+{
+    expect_error("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc",
+                 400, "conflicting_content_length");
+}
+
+Test(http, bad_content_length_400)
+{
+    expect_error("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 3x\r\n\r\nabc", 400,
+                 "invalid_content_length");
+}
+
+Test(http, bad_chunk_size_400)
+{
+    expect_error("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
+                 400, "invalid_chunk_size");
+}
+
+Test(http, missing_crlf_after_chunk_data_400)
+{
+    expect_error("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcXY0\r\n\r\n",
+                 400, "bad_chunk_framing");
+}
+
+Test(http, missing_crlf_after_chunk_data_across_reads_400)
+{
+    client *c = cl_connect();
+    cl_send(c, "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r");
+    usleep(50000);
+    cl_send(c, "X0\r\n\r\n");
+    response r;
+    cr_assert_eq(cl_response(c, &r), 0);
+    cr_expect_eq(r.status, 400);
+    cr_expect(strstr(r.body, "\"bad_chunk_framing\"") != NULL, "%s", r.body);
+    cl_close(c);
+}
+
+Test(http, obs_fold_400)
+{
+    expect_error("GET /echo HTTP/1.1\r\nHost: t\r\nX-A: a\r\n  folded\r\n\r\n", 400, "obs_fold");
+}
+
+Test(http, bare_cr_400)
+{
+    expect_error("GET /echo HTTP/1.1\r\nHost: t\rX-A: a\r\n\r\n", 400, "bare_cr");
+}
+
+Test(http, bare_lf_400)
+{
+    expect_error("GET /echo HTTP/1.1\r\nHost: t\nX-A: a\r\n\r\n", 400, "bare_lf");
+}
+
+Test(http, bare_lf_in_request_line_400)
+{
+    expect_error("GET /echo HTTP/1.1\nHost: t\r\n\r\n", 400, "bare_lf");
+}
+
+Test(http, nul_in_header_400)
+{
+    expect_error_n("GET /echo HTTP/1.1\r\nHost: t\r\nX-A: a\0b\r\n\r\n", 40, 400, "invalid_header_byte");
+}
+
+Test(http, bare_lf_in_trailer_400)
+{
+    expect_error("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\nX: y\n\r\n",
+                 400, "bare_lf");
+}
+
+Test(http, invalid_header_name_400)
+{
+    expect_error("GET /echo HTTP/1.1\r\nHost: t\r\nBad Name: v\r\n\r\n", 400, "invalid_header");
+}
+
+Test(http, missing_host_http11_400)
+{
+    expect_error("GET /echo HTTP/1.1\r\nX-A: a\r\n\r\n", 400, "missing_host");
+}
+
+Test(http, duplicate_host_400)
+{
+    expect_error("GET /echo HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, "duplicate_host");
+}
+
+Test(http, http2_505)
+{
+    expect_error("GET /echo HTTP/2.0\r\nHost: t\r\n\r\n", 505, "http_version_not_supported");
+}
+
+Test(http, h2_preface_505)
+{
+    expect_error("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505, "http_version_not_supported");
+}
+
+Test(http, http09_400)
+{
+    expect_error("GET /echo HTTP/0.9\r\nHost: t\r\n\r\n", 400, "invalid_version");
+}
+
+Test(http, unknown_transfer_coding_501)
+{
+    expect_error("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip\r\n\r\n", 501,
+                 "unsupported_transfer_encoding");
+}
+
+Test(http, chunked_not_alone_501)
+{
+    expect_error("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 501,
+                 "unsupported_transfer_encoding");
+    expect_error("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked, gzip\r\n\r\n0\r\n\r\n", 501,
+                 "unsupported_transfer_encoding");
+}
+
+Test(http, repeated_transfer_encoding_400)
+{
+    expect_error("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n"
+                 "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+                 400, "duplicate_transfer_encoding");
+}
+
+Test(http, transfer_encoding_on_http10_400)
+{
+    expect_error("POST /echo HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400,
+                 "transfer_encoding_http10");
+}
+
+/* ------------------------------------------------------------------ limits */
+
+Test(http, request_line_too_long_414)
+{
+    static char req[4096];
+    strcpy(req, "GET /echo?");
+    memset(req + 10, 'a', 2000);
+    strcpy(req + 2010, " HTTP/1.1\r\nHost: t\r\n\r\n");
+    expect_error(req, 414, "request_line_too_long");
+}
+
+Test(http, header_section_too_large_431)
+{
+    static char req[8192];
+    strcpy(req, "GET /echo HTTP/1.1\r\nHost: t\r\n");
+    for (int i = 0; i < 6; i++)
+        sprintf(req + strlen(req), "X-H%d: %0900d\r\n", i, 0);
+    strcat(req, "\r\n");
+    expect_error(req, 431, "header_too_large");
+}
+
+Test(http, single_huge_header_value_431_without_buffering_it)
+{
+    /* 1 MiB header value: rejected at the 4 KiB limit, the rest is never parsed */
+    size_t n = 1 << 20;
+    char *req = malloc(n + 64);
+    strcpy(req, "GET /echo HTTP/1.1\r\nHost: t\r\nX-Big: ");
+    size_t h = strlen(req);
+    memset(req + h, 'b', n);
+    memcpy(req + h + n, "\r\n\r\n", 5);
+    client *c = cl_connect();
+    cl_send_n(c, req, h + 8192); /* enough to cross the limit */
+    response r;
+    cr_assert_eq(cl_response(c, &r), 0);
+    cr_expect_eq(r.status, 431);
+    cr_expect(strstr(r.body, "\"header_too_large\"") && strstr(r.body, "max_header_bytes"), "%s", r.body);
+    cl_close(c);
+    free(req);
+}
+
+Test(http, too_many_headers_431)
+{
+    static char req[8192];
+    strcpy(req, "GET /echo HTTP/1.1\r\nHost: t\r\n");
+    for (int i = 0; i < 25; i++)
+        sprintf(req + strlen(req), "X-H%d: v\r\n", i);
+    strcat(req, "\r\n");
+    expect_error(req, 431, "too_many_headers");
+}
+
+Test(http, body_too_large_by_content_length_413)
+{
+    /* rejected at headers-complete, before any body byte is sent */
+    expect_error("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 1000000\r\n\r\n", 413, "body_too_large");
+}
+
+Test(http, body_too_large_by_content_length_while_sending_413)
+{
+    /* the client is still sending when the 413 comes: the lingering close lets it read the answer */
+    size_t n = 200000;
+    char *req = malloc(n + 128);
+    int h = sprintf(req, "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: %zu\r\n\r\n", n);
+    memset(req + h, 'z', n);
+    client *c = cl_connect();
+    cl_send_n(c, req, (size_t)h + n);
+    response r;
+    cr_assert_eq(cl_response(c, &r), 0);
+    cr_expect_eq(r.status, 413);
+    cr_expect(strstr(r.body, "\"body_too_large\"") && strstr(r.body, "max_body"), "%s", r.body);
+    cl_close(c);
+    free(req);
+}
+
+Test(http, body_too_large_chunked_413)
+{
+    static char req[100000];
+    strcpy(req, "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n");
+    for (int i = 0; i < 20; i++) { /* 20 x 4000 = 80000 > 65536 */
+        strcat(req, "fa0\r\n");
+        size_t l = strlen(req);
+        memset(req + l, 'c', 4000);
+        strcpy(req + l + 4000, "\r\n");
+    }
+    strcat(req, "0\r\n\r\n");
+    expect_error(req, 413, "body_too_large");
+}
+
+Test(http, chunk_extension_too_large_413)
+{
+    static char req[4096];
+    strcpy(req, "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n1;e=");
+    memset(req + strlen(req), 'e', 400);
+    strcat(req, "\r\na\r\n0\r\n\r\n");
+    expect_error(req, 413, "chunk_extension_too_large");
+}
+
+Test(http, max_requests_per_conn_closes)
+{
+    /* default limit is 1000; prove Connection: close arrives on the last allowed request */
+    client *c = cl_connect();
+    response r;
+    int saw_close = 0;
+    for (int i = 0; i < 1000 && !saw_close; i++) {
+        cl_send(c, "GET /echo HTTP/1.1\r\nHost: t\r\n\r\n");
+        cr_assert_eq(cl_response(c, &r), 0, "request %d", i + 1);
+        if (has_header(&r, "\r\nConnection: close\r\n")) {
+            saw_close = 1;
+            cr_expect_eq(i + 1, 1000);
+        }
+    }
+    cr_expect(saw_close);
+    cr_expect(cl_sees_close(c));
+    cl_close(c);
+}
+
+/* ------------------------------------------------------------------ timeouts (tiny values) */
+
+static void setup_fast_timeouts(void)
+{
+    test_limits(&g_limits);
+    g_limits.header_timeout = 200;
+    g_limits.body_idle_timeout = 200;
+    g_limits.request_timeout = 600;
+    g_limits.keepalive_idle = 200;
+    start_server();
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+Test(http_timeouts, slow_headers_408, .init = setup_fast_timeouts, .fini = stop_server, .timeout = 10)
+{
+    client *c = cl_connect();
+    double t0 = now_s();
+    cl_send(c, "GET /echo HTTP/1.1\r\nHost: t\r\n"); /* never finished */
+    response r;
+    cr_assert_eq(cl_response(c, &r), 0);
+    double dt = now_s() - t0;
+    cr_expect_eq(r.status, 408);
+    cr_expect(strstr(r.body, "\"header_timeout\"") && strstr(r.body, "header_timeout"), "%s", r.body);
+    cr_expect(has_header(&r, "\r\nConnection: close\r\n"));
+    cr_expect(dt > 0.15 && dt < 2.0, "408 after %.3f s", dt);
+    cr_expect(cl_sees_close(c));
+    cl_close(c);
+}
+
+Test(http_timeouts, trickled_headers_still_408, .init = setup_fast_timeouts, .fini = stop_server, .timeout = 10)
+{
+    /* header_timeout counts from the first byte: trickling does not extend it */
+    client *c = cl_connect();
+    const char *req = "GET /echo HTTP/1.1\r\nHost: t\r\nX-A: aaaaaaaaaaaaaaaaaaaaaaaa\r\n";
+    int got408 = 0;
+    for (size_t i = 0; req[i]; i++) {
+        cl_send_n(c, req + i, 1);
+        usleep(20000);
+        struct pollfd p = {c->fd, POLLIN, 0};
+        if (poll(&p, 1, 0) > 0)
+            break;
+    }
+    response r;
+    if (cl_response(c, &r) == 0 && r.status == 408)
+        got408 = 1;
+    cr_expect(got408);
+    cl_close(c);
+}
+
+Test(http_timeouts, slow_body_408, .init = setup_fast_timeouts, .fini = stop_server, .timeout = 10)
+{
+    client *c = cl_connect();
+    cl_send(c, "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\nabc");
+    response r;
+    cr_assert_eq(cl_response(c, &r), 0);
+    cr_expect_eq(r.status, 408);
+    cr_expect(strstr(r.body, "\"body_timeout\"") && strstr(r.body, "body_idle_timeout"), "%s", r.body);
+    cl_close(c);
+}
+
+Test(http_timeouts, request_timeout_408_for_a_trickled_body, .init = setup_fast_timeouts, .fini = stop_server,
+     .timeout = 10)
+{
+    client *c = cl_connect();
+    cl_send(c, "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n");
+    response r;
+    int ok = -1;
+    for (int i = 0; i < 100; i++) { /* one byte every 100 ms: body idle never fires */
+        cl_send(c, "x");
+        struct pollfd p = {c->fd, POLLIN, 100};
+        if (poll(&p, 1, 100) > 0) {
+            ok = cl_response(c, &r);
+            break;
+        }
+    }
+    cr_assert_eq(ok, 0);
+    cr_expect_eq(r.status, 408);
+    cr_expect(strstr(r.body, "\"request_timeout\"") != NULL, "%s", r.body);
+    cl_close(c);
+}
+
+Test(http_timeouts, keepalive_idle_closes_silently, .init = setup_fast_timeouts, .fini = stop_server,
+     .timeout = 10)
+{
+    client *c = cl_connect();
+    cl_send(c, "GET /echo HTTP/1.1\r\nHost: t\r\n\r\n");
+    response r;
+    cr_assert_eq(cl_response(c, &r), 0);
+    double t0 = now_s();
+    cr_expect(cl_sees_close(c), "idle keep-alive connection not closed");
+    double dt = now_s() - t0;
+    cr_expect(dt > 0.1 && dt < 2.0, "closed after %.3f s", dt);
+    cl_close(c);
+}
+
+/* ------------------------------------------------------------------ backpressure and stall */
+
+static void setup_stall(void)
+{
+    test_limits(&g_limits);
+    g_limits.send_stall_timeout = 300;
+    start_server();
+}
+
+Test(http_stall, reader_that_never_reads_gets_backpressure_then_reset, .init = setup_stall,
+     .fini = stop_server, .timeout = 15)
+{
+    client *c = cl_connect_rcvbuf(4096);
+    cl_send(c, "GET /flood HTTP/1.1\r\nHost: t\r\n\r\n");
+    /* never read: the producer must see srv_stream_writable() == 0, then the stall timer fires */
+    double t0 = now_s();
+    while (atomic_load(&g_closed) == 0 && now_s() - t0 < 8)
+        usleep(10000);
+    cr_expect(atomic_load(&g_backpressured) >= 1, "producer never saw backpressure");
+    cr_expect_eq(atomic_load(&g_flood_ended), 0, "producer wrote 64 MiB: no backpressure");
+    cr_assert_eq(atomic_load(&g_closed), 1, "on_close did not fire after send_stall_timeout");
+    cr_expect_eq(atomic_load(&g_stalls_at_close), 1, "stall not counted in stats");
+    /* the connection was reset: reading now ends in ECONNRESET (or EOF) before a full stream */
+    char buf[65536];
+    ssize_t r;
+    size_t total = 0;
+    while ((r = recv(c->fd, buf, sizeof buf, 0)) > 0)
+        total += (size_t)r;
+    cr_expect(r == 0 || errno == ECONNRESET, "recv: %s", strerror(errno));
+    cr_expect(total < (64u << 20));
+    cl_close(c);
+}
+
+Test(http_stall, slow_but_steady_reader_gets_everything_via_on_drain, .init = setup_stall,
+     .fini = stop_server, .timeout = 15)
+{
+    /* a reader that keeps reading is never reset; on_drain resumes the producer */
+    client *c = cl_connect_rcvbuf(4096);
+    cl_send(c, "GET /flood HTTP/1.1\r\nHost: t\r\n\r\n");
+    char buf[65536];
+    size_t total = 0;
+    while (total < (4u << 20)) { /* 4 MiB: far above the watermarks and the socket buffers */
+        ssize_t r = recv(c->fd, buf, sizeof buf, 0);
+        cr_assert(r > 0, "stream ended early after %zu bytes: %zd %s", total, r, strerror(errno));
+        total += (size_t)r;
+        usleep(200);
+    }
+    cr_expect(atomic_load(&g_backpressured) >= 2, "backpressure %d", atomic_load(&g_backpressured));
+    cr_expect(atomic_load(&g_drains) >= 1, "on_drain never fired");
+    cr_expect_eq(atomic_load(&g_closed), 0, "a reading client was treated as stalled");
+    cl_close(c);
+}
+
+/* ------------------------------------------------------------------ the scanner alone (C1) */
+
+Test(http_scan, state_survives_every_split)
+{
+    srv_http_limits l;
+    srv_http_limits_default(&l);
+    const char *req = "\r\nGET / HTTP/1.1\r\nHost: x\r\nA: b\r\n\r\nBODY";
+    size_t n = strlen(req);
+    size_t end_expected = n - 4;
+    for (size_t split = 0; split < end_expected; split++) {
+        srv_scan s;
+        srv_http_error e;
+        size_t used;
+        srv_scan_begin_message(&s);
+        srv_scan_result r = srv_scan_run(&s, &l, req, split, &used, &e);
+        cr_assert_eq(r, SCAN_MORE, "split %zu", split);
+        r = srv_scan_run(&s, &l, req + split, n - split, &used, &e);
+        cr_assert_eq(r, SCAN_END, "split %zu", split);
+        cr_assert_eq(split + used, end_expected);
+        cr_assert_eq(s.lines, 2);
+    }
+}
+
+Test(http_scan, cr_at_buffer_end_then_non_lf)
+{
+    srv_http_limits l;
+    srv_http_limits_default(&l);
+    srv_scan s;
+    srv_http_error e;
+    size_t used;
+    srv_scan_begin_message(&s);
+    cr_assert_eq(srv_scan_run(&s, &l, "GET / HTTP/1.1\r", 15, &used, &e), SCAN_MORE);
+    cr_assert_eq(srv_scan_run(&s, &l, "Host: x\r\n\r\n", 11, &used, &e), SCAN_ERROR);
+    cr_expect_str_eq(e.code, "bare_cr");
+    cr_expect_eq(used, 0);
+}
+
+Test(http_scan, json_escape)
+{
+    srv_buf b = {0};
+    cr_assert_eq(srv_json_escape(&b, "a\"b\\c\x01\n\xff\xc3\xa9"), 0);
+    cr_expect_str_eq(b.p, "a\\\"b\\\\c\\u0001\\u000a\xEF\xBF\xBD\xc3\xa9");
+    srv_buf_free(&b);
+}
+
+Test(http_scan, tchar_and_te)
+{
+    cr_expect(srv_is_tchar('a') && srv_is_tchar('~') && srv_is_tchar('!'));
+    cr_expect(!srv_is_tchar(' ') && !srv_is_tchar(':') && !srv_is_tchar('(') && !srv_is_tchar(0x80));
+    cr_expect(srv_te_is_chunked(" Chunked\t", 9));
+    cr_expect(!srv_te_is_chunked("chunked, gzip", 13));
+    cr_expect(!srv_te_is_chunked("", 0));
+}
