@@ -1,0 +1,59 @@
+/*
+ * app.h — the recurd application: what the loop thread owns (config, model, session table,
+ * scheduler, HTTP server, counters) and the entry points main.c calls.
+ */
+#ifndef SRV_APP_H
+#define SRV_APP_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "config.h"
+#include "http.h"
+#include "recur.h"
+#include "scheduler.h"
+#include "session_table.h"
+
+/* Counters for /metrics: counts only, never ids or content. */
+typedef struct {
+    uint64_t tokens_folded, tokens_generated;
+    uint64_t sessions_created, sessions_deleted, sessions_expired;
+    uint64_t requests_rejected_busy;     /* 429 max_queued_ops_per_session */
+    uint64_t sessions_rejected_full;     /* 503 max_sessions */
+    uint64_t streams_cancelled;          /* client left or drain timeout */
+    uint64_t generations_by_reason[3];   /* length, stop, cancelled */
+} srv_counters;
+
+typedef struct srv_app {
+    uv_loop_t *loop;
+    srv_config cfg;
+    recur_model *model;
+    const recur_model_info *info;
+    srv_table *table;
+    srv_sched *sched;
+    srv_server *server;
+    uv_timer_t ttl_timer;
+    int stopping;          /* SIGTERM drain: no new generation steps after the drain timeout */
+    int draining;
+    int n_running_streams; /* ops currently streaming (drain bookkeeping) */
+    srv_counters counters;
+} srv_app;
+
+/* The HTTP callbacks (routes.c). */
+void srv_app_on_request(srv_conn *c, const srv_request *req, void *app);
+void srv_app_on_close(srv_conn *c, void *app);
+void srv_app_on_drain(srv_conn *c, void *app);
+
+/* A JSON error with extra headers ("Name: value\r\n..."), e.g. Retry-After (routes.c). */
+void srv_app_error(srv_conn *c, int status, const char *code, const char *message,
+                   const char *extra_headers);
+
+/* Scheduler completion (ops.c). */
+void srv_ops_work_done(srv_work *w, void *app);
+/* Drain timeout: end every running generation/fold stream at its next step (reason
+ * "cancelled"); streams paused on backpressure end now. */
+void srv_ops_cancel_all(srv_app *app);
+/* Idle TTL sweep (sessions with no queued request, idle longer than idle_ttl_ms). */
+void srv_ops_expire_idle(srv_app *app);
+
+#endif /* SRV_APP_H */

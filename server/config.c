@@ -1,0 +1,338 @@
+/* config.c — defaults, config file and flags (config.h). */
+#include "config.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { OPT_STR, OPT_INT, OPT_U64, OPT_SIZE, OPT_BOOL } opt_type;
+
+typedef struct {
+    const char *key;  /* JSON key; the flag is "--" + key with '_' -> '-' */
+    opt_type type;
+    size_t off;
+    size_t size;      /* OPT_STR: buffer size */
+    double min, max;  /* numeric range */
+    const char *help;
+} opt;
+
+#define F(field) offsetof(srv_config, field), sizeof(((srv_config *)0)->field)
+#define H(field) offsetof(srv_config, http.field), sizeof(((srv_config *)0)->http.field)
+#define BIG 9007199254740991.0
+
+static const opt OPTS[] = {
+    {"host", OPT_STR, F(host), 0, 0, "address to bind (loopback unless api_key is set)"},
+    {"port", OPT_INT, F(port), 0, 65535, "TCP port; 0 picks a free one (logged as \"port\")"},
+    {"model", OPT_STR, F(model), 0, 0, "model directory (config.json + model.safetensors)"},
+    {"model_config", OPT_STR, F(model_config), 0, 0,
+     "architecture JSON: serve seeded random weights instead of --model (tests, benchmarks)"},
+    {"model_seed", OPT_U64, F(model_seed), 0, BIG, "seed of the weights for --model-config"},
+    {"state_dir", OPT_STR, F(state_dir), 0, 0, "persistence directory (\"\" = off)"},
+    {"api_key", OPT_STR, F(api_key), 0, 0,
+     "require Authorization: Bearer KEY on /v1/* (also env RECURD_API_KEY)"},
+    {"allow_insecure_bind", OPT_BOOL, F(allow_insecure_bind), 0, 1,
+     "allow a non-loopback host without api_key"},
+    {"workers", OPT_INT, F(workers), 1, 64, "compute worker threads"},
+    {"max_batch", OPT_INT, F(max_batch), 1, 1024, "sessions per batched decode step"},
+    {"prefill_slice", OPT_INT, F(prefill_slice), 1, 65536,
+     "tokens per prefill slice (interleaved with decode batches)"},
+    {"log_level", OPT_STR, F(log_level), 0, 0, "debug | info | warn | error"},
+    {"max_request_line", OPT_SIZE, H(max_request_line), 64, BIG, "bytes -> 414"},
+    {"max_header_bytes", OPT_SIZE, H(max_header_bytes), 256, BIG, "request line + headers -> 431"},
+    {"max_headers", OPT_INT, H(max_headers), 1, 100000, "header count -> 431"},
+    {"max_body", OPT_SIZE, H(max_body), 0, BIG, "body bytes -> 413"},
+    {"max_chunk_ext_bytes", OPT_SIZE, H(max_chunk_ext_bytes), 0, BIG, "per chunk -> 413"},
+    {"header_timeout_ms", OPT_U64, H(header_timeout), 1, BIG, "first byte to end of headers -> 408"},
+    {"body_idle_timeout_ms", OPT_U64, H(body_idle_timeout), 1, BIG, "between body reads -> 408"},
+    {"request_timeout_ms", OPT_U64, H(request_timeout), 1, BIG, "whole request -> 408"},
+    {"keepalive_idle_ms", OPT_U64, H(keepalive_idle), 1, BIG, "idle keep-alive -> close"},
+    {"max_requests_per_conn", OPT_INT, H(max_requests_per_conn), 1, 1e9,
+     "then Connection: close"},
+    {"send_stall_timeout_ms", OPT_U64, H(send_stall_timeout), 1, BIG,
+     "no write progress -> reset"},
+    {"write_high_watermark", OPT_SIZE, H(write_high_watermark), 1024, BIG,
+     "queued bytes per connection that pause a stream"},
+    {"write_low_watermark", OPT_SIZE, H(write_low_watermark), 0, BIG,
+     "queued bytes below which a paused stream resumes"},
+    {"max_connections", OPT_INT, H(max_connections), 1, 1e7, "open connections"},
+    {"max_tokens_per_request", OPT_SIZE, F(max_tokens_per_request), 1, 1e8,
+     "tokens folded or generated per request -> 422"},
+    {"max_sessions", OPT_INT, F(max_sessions), 1, 1e8, "resident sessions -> 503"},
+    {"idle_ttl_ms", OPT_U64, F(idle_ttl_ms), 0, BIG, "delete sessions idle this long (0 = never)"},
+    {"max_queued_ops_per_session", OPT_INT, F(max_queued_ops_per_session), 1, 1e6,
+     "requests waiting on one session -> 429"},
+    {"drain_timeout_ms", OPT_U64, F(drain_timeout_ms), 0, BIG,
+     "SIGTERM: how long in-flight streams may finish"},
+};
+#define N_OPTS (sizeof OPTS / sizeof OPTS[0])
+
+static void defaults(srv_config *c)
+{
+    memset(c, 0, sizeof *c);
+    snprintf(c->host, sizeof c->host, "127.0.0.1");
+    c->port = 8080;
+    snprintf(c->model, sizeof c->model, "models/default");
+    c->workers = 2;
+    c->max_batch = 64;
+    c->prefill_slice = 256;
+    snprintf(c->log_level, sizeof c->log_level, "info");
+    srv_http_limits_default(&c->http);
+    c->max_tokens_per_request = 8192;
+    c->max_sessions = 10000;
+    c->idle_ttl_ms = 3600000;
+    c->max_queued_ops_per_session = 64;
+    c->drain_timeout_ms = 30000;
+}
+
+static int errf(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int errf(char *err, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static void flag_name(const opt *o, char *out, size_t n)
+{
+    snprintf(out, n, "--%s", o->key);
+    for (char *p = out + 2; *p; p++)
+        if (*p == '_')
+            *p = '-';
+}
+
+static int set_number(srv_config *c, const opt *o, double v, const char *src, char *err, size_t en)
+{
+    if (!isfinite(v) || v != floor(v) || v < o->min || v > o->max)
+        return errf(err, en, "%s: %s must be an integer in [%.0f, %.0f]", src, o->key, o->min,
+                    o->max);
+    char *p = (char *)c + o->off;
+    switch (o->type) {
+    case OPT_INT: *(int *)p = (int)v; break;
+    case OPT_BOOL: *(int *)p = (int)v; break;
+    case OPT_U64: *(uint64_t *)p = (uint64_t)v; break;
+    case OPT_SIZE: *(size_t *)p = (size_t)v; break;
+    default: return -1;
+    }
+    return 0;
+}
+
+static int set_string(srv_config *c, const opt *o, const char *s, const char *src, char *err,
+                      size_t en)
+{
+    size_t n = strlen(s);
+    if (n >= o->size)
+        return errf(err, en, "%s: %s is too long (max %zu bytes)", src, o->key, o->size - 1);
+    memcpy((char *)c + o->off, s, n + 1);
+    return 0;
+}
+
+/* A flag's text value. Numbers: decimal integers only (no suffixes). Bools: true/false/1/0. */
+static int set_from_text(srv_config *c, const opt *o, const char *s, char *err, size_t en)
+{
+    char fname[64];
+    flag_name(o, fname, sizeof fname);
+    if (o->type == OPT_STR)
+        return set_string(c, o, s, fname, err, en);
+    if (o->type == OPT_BOOL) {
+        if (!strcmp(s, "true") || !strcmp(s, "1"))
+            return set_number(c, o, 1, fname, err, en);
+        if (!strcmp(s, "false") || !strcmp(s, "0"))
+            return set_number(c, o, 0, fname, err, en);
+        return errf(err, en, "%s: expected true or false", fname);
+    }
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end != '\0')
+        return errf(err, en, "%s: \"%s\" is not a number", fname, s);
+    return set_number(c, o, v, fname, err, en);
+}
+
+static int load_file(srv_config *c, const char *path, char *err, size_t en)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return errf(err, en, "config %s: %s", path, strerror(errno));
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len + 4096 + 1 > cap) {
+            cap = cap ? cap * 2 : 8192;
+            if (cap > (1u << 20)) {
+                fclose(f);
+                free(text);
+                return errf(err, en, "config %s: larger than 1 MiB", path);
+            }
+            char *t = realloc(text, cap);
+            if (!t)
+                abort();
+            text = t;
+        }
+        size_t r = fread(text + len, 1, 4096, f);
+        len += r;
+        if (r < 4096)
+            break;
+    }
+    int ioerr = ferror(f);
+    fclose(f);
+    if (ioerr) {
+        free(text);
+        return errf(err, en, "config %s: read error", path);
+    }
+    text[len] = '\0';
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len + 1, &end, 1);
+    if (!root || !cJSON_IsObject(root)) {
+        size_t off = end ? (size_t)(end - text) : 0;
+        cJSON_Delete(root);
+        free(text);
+        return errf(err, en, "config %s: not a JSON object (near byte %zu)", path, off);
+    }
+    int rc = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, root)
+    {
+        const opt *o = NULL;
+        for (size_t i = 0; i < N_OPTS; i++)
+            if (!strcmp(OPTS[i].key, it->string))
+                o = &OPTS[i];
+        if (!o) {
+            rc = errf(err, en, "config %s: unknown key \"%.64s\"", path, it->string);
+            break;
+        }
+        if (o->type == OPT_STR) {
+            if (!cJSON_IsString(it)) {
+                rc = errf(err, en, "config %s: %s must be a string", path, o->key);
+                break;
+            }
+            rc = set_string(c, o, it->valuestring, path, err, en);
+        } else if (o->type == OPT_BOOL) {
+            if (!cJSON_IsBool(it)) {
+                rc = errf(err, en, "config %s: %s must be true or false", path, o->key);
+                break;
+            }
+            rc = set_number(c, o, cJSON_IsTrue(it) ? 1 : 0, path, err, en);
+        } else {
+            if (!cJSON_IsNumber(it)) {
+                rc = errf(err, en, "config %s: %s must be a number", path, o->key);
+                break;
+            }
+            rc = set_number(c, o, it->valuedouble, path, err, en);
+        }
+        if (rc)
+            break;
+    }
+    cJSON_Delete(root);
+    free(text);
+    return rc;
+}
+
+void srv_config_usage(FILE *out)
+{
+    srv_config d;
+    defaults(&d);
+    fprintf(out,
+            "usage: recurd [--config FILE] [--KEY VALUE | --KEY=VALUE]...\n\n"
+            "Settings come from the defaults, then the config file (JSON object, same keys\n"
+            "with underscores), then the flags. Default config file: config/recurd.json when\n"
+            "it exists.\n\n"
+            "  --config FILE                     config file\n"
+            "  --help                            this text\n");
+    for (size_t i = 0; i < N_OPTS; i++) {
+        const opt *o = &OPTS[i];
+        char fname[64], def[96];
+        flag_name(o, fname, sizeof fname);
+        const char *p = (const char *)&d + o->off;
+        switch (o->type) {
+        case OPT_STR: snprintf(def, sizeof def, "\"%s\"", p); break;
+        case OPT_INT: snprintf(def, sizeof def, "%d", *(const int *)p); break;
+        case OPT_BOOL: snprintf(def, sizeof def, "%s", *(const int *)p ? "true" : "false"); break;
+        case OPT_U64: snprintf(def, sizeof def, "%llu", (unsigned long long)*(const uint64_t *)p); break;
+        case OPT_SIZE: snprintf(def, sizeof def, "%zu", *(const size_t *)p); break;
+        }
+        fprintf(out, "  %-33s %s (default %s; key \"%s\")\n", fname, o->help, def, o->key);
+    }
+}
+
+int srv_config_load(srv_config *cfg, int argc, char **argv, char *err, size_t en)
+{
+    defaults(cfg);
+    const char *path = NULL;
+    int explicit_path = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            srv_config_usage(stdout);
+            return 1;
+        }
+        if (!strcmp(argv[i], "--config")) {
+            if (i + 1 >= argc)
+                return errf(err, en, "--config needs a value");
+            path = argv[++i];
+            explicit_path = 1;
+        } else if (!strncmp(argv[i], "--config=", 9)) {
+            path = argv[i] + 9;
+            explicit_path = 1;
+        }
+    }
+    if (!path) {
+        FILE *f = fopen("config/recurd.json", "rb");
+        if (f) {
+            fclose(f);
+            path = "config/recurd.json";
+        }
+    }
+    if (path && *path) {
+        if (load_file(cfg, path, err, en))
+            return -1;
+        snprintf(cfg->config_path, sizeof cfg->config_path, "%s", path);
+    }
+    (void)explicit_path;
+    const char *env_key = getenv("RECURD_API_KEY");
+    if (env_key && *env_key && !cfg->api_key[0])
+        snprintf(cfg->api_key, sizeof cfg->api_key, "%s", env_key);
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--config")) {
+            i++;
+            continue;
+        }
+        if (!strncmp(a, "--config=", 9))
+            continue;
+        if (strncmp(a, "--", 2) != 0)
+            return errf(err, en, "unexpected argument \"%.64s\" (see --help)", a);
+        const char *eq = strchr(a, '=');
+        size_t nlen = eq ? (size_t)(eq - a) : strlen(a);
+        const opt *o = NULL;
+        for (size_t k = 0; k < N_OPTS; k++) {
+            char fname[64];
+            flag_name(&OPTS[k], fname, sizeof fname);
+            if (strlen(fname) == nlen && !strncmp(fname, a, nlen))
+                o = &OPTS[k];
+        }
+        if (!o)
+            return errf(err, en, "unknown flag \"%.*s\" (see --help)", (int)(nlen > 64 ? 64 : nlen), a);
+        const char *val;
+        if (eq)
+            val = eq + 1;
+        else if (o->type == OPT_BOOL && (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0))
+            val = "true"; /* a bare boolean flag */
+        else if (i + 1 < argc)
+            val = argv[++i];
+        else
+            return errf(err, en, "%.64s needs a value", a);
+        if (set_from_text(cfg, o, val, err, en))
+            return -1;
+    }
+    if (cfg->http.write_low_watermark >= cfg->http.write_high_watermark)
+        return errf(err, en, "write_low_watermark must be below write_high_watermark");
+    if (!strcmp(cfg->log_level, "debug") + !strcmp(cfg->log_level, "info") +
+            !strcmp(cfg->log_level, "warn") + !strcmp(cfg->log_level, "error") != 1)
+        return errf(err, en, "log_level must be debug, info, warn or error");
+    return 0;
+}

@@ -1,0 +1,45 @@
+/*
+ * config.h — recurd's configuration: defaults, then config/recurd.json (or --config FILE),
+ * then command-line flags. Every key of the file is also a flag (key "max_body" is
+ * "--max-body"); `recurd --help` lists them all with their defaults.
+ */
+#ifndef SRV_CONFIG_H
+#define SRV_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "http.h"
+
+#define SRV_PATH_MAX 1024
+
+typedef struct {
+    char config_path[SRV_PATH_MAX]; /* "" = none */
+    char host[256];
+    int port;
+    char model[SRV_PATH_MAX];        /* model directory */
+    char model_config[SRV_PATH_MAX]; /* architecture JSON with seeded weights (tests/bench) */
+    uint64_t model_seed;
+    char state_dir[SRV_PATH_MAX];    /* persistence; "" = off */
+    char api_key[256];               /* "" = no auth */
+    int allow_insecure_bind;
+    int workers;
+    int max_batch;
+    int prefill_slice;
+    char log_level[16];              /* "debug", "info", "warn", "error" */
+
+    srv_http_limits http;
+    size_t max_tokens_per_request;
+    int max_sessions;
+    uint64_t idle_ttl_ms;            /* 0 = never expire */
+    int max_queued_ops_per_session;
+    uint64_t drain_timeout_ms;
+} srv_config;
+
+/* Fill defaults, read the config file, apply flags. Returns 0 to run, 1 when --help was
+ * printed (exit 0), -1 on an error described in err. */
+int srv_config_load(srv_config *cfg, int argc, char **argv, char *err, size_t errlen);
+void srv_config_usage(FILE *out);
+
+#endif /* SRV_CONFIG_H */

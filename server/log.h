@@ -1,0 +1,20 @@
+/*
+ * log.h — structured one-line JSON logs on stderr:
+ *   {"ts":"2026-11-29T15:10:47.123Z","level":"info","event":"listening","port":8080}
+ * Fields are given as a printf format producing the JSON members after "event" (or NULL);
+ * strings of outside origin go through srv_log_str, which escapes control bytes. At info level
+ * only counts and events are logged: never session ids or request content.
+ */
+#ifndef SRV_LOG_H
+#define SRV_LOG_H
+
+typedef enum { SRV_LOG_DEBUG = 0, SRV_LOG_INFO = 1, SRV_LOG_WARN = 2, SRV_LOG_ERROR = 3 } srv_log_level;
+
+void srv_log_set_level(const char *name);
+int srv_log_enabled(srv_log_level lvl);
+void srv_log(srv_log_level lvl, const char *event, const char *fields_fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Escape s as a JSON string body (no quotes) into out (cap bytes, always terminated). */
+const char *srv_log_str(const char *s, char *out, unsigned cap);
+
+#endif /* SRV_LOG_H */

@@ -1,0 +1,215 @@
+/*
+ * main.c — recurd: flags and config, the model, the session table, the scheduler, the HTTP
+ * server, signals. One libuv loop thread owns every socket and the session table; the model
+ * runs on the scheduler's worker threads.
+ *
+ * Shutdown: the first SIGTERM/SIGINT stops accepting and lets in-flight streams finish; after
+ * drain_timeout_ms running generations end with reason "cancelled"; a few seconds later any
+ * connection still open is closed. Then the workers are joined and the process exits 0.
+ * A second SIGTERM/SIGINT exits at once.
+ */
+#include <arpa/inet.h>
+#include <cblas.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "app.h"
+#include "log.h"
+
+#define HARD_CLOSE_GRACE_MS 3000
+
+static srv_app g_app;
+static uv_signal_t g_sigterm, g_sigint;
+static uv_timer_t g_drain_timer, g_close_timer;
+static int g_signals;
+
+static int is_loopback(const char *host)
+{
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (!strcmp(host, "localhost"))
+        return 1;
+    if (inet_pton(AF_INET, host, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, host, &a6) == 1)
+        return IN6_IS_ADDR_LOOPBACK(&a6);
+    return 0;
+}
+
+static char *read_file(const char *path, size_t max)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *buf = malloc(max + 1);
+    size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
+    fclose(f);
+    if (!buf || n > max) {
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+static void on_ttl(uv_timer_t *t)
+{
+    srv_ops_expire_idle(&g_app);
+}
+
+static void close_cb_noop(uv_handle_t *h) {}
+
+static void on_drained(srv_server *s, void *appv)
+{
+    srv_app *app = appv;
+    srv_log(SRV_LOG_INFO, "drained", "\"sessions\":%zu", srv_table_count(app->table));
+    uv_timer_stop(&app->ttl_timer);
+    uv_close((uv_handle_t *)&app->ttl_timer, close_cb_noop);
+    uv_close((uv_handle_t *)&g_drain_timer, close_cb_noop);
+    uv_close((uv_handle_t *)&g_close_timer, close_cb_noop);
+    uv_close((uv_handle_t *)&g_sigterm, close_cb_noop);
+    uv_close((uv_handle_t *)&g_sigint, close_cb_noop);
+    srv_sched_stop(app->sched);
+}
+
+static void on_close_timer(uv_timer_t *t)
+{
+    srv_log(SRV_LOG_WARN, "drain_forced_close", NULL);
+    srv_server_close_all(g_app.server);
+}
+
+static void on_drain_timer(uv_timer_t *t)
+{
+    srv_log(SRV_LOG_WARN, "drain_timeout", "\"drain_timeout_ms\":%llu",
+            (unsigned long long)g_app.cfg.drain_timeout_ms);
+    srv_ops_cancel_all(&g_app);
+    uv_timer_start(&g_close_timer, on_close_timer, HARD_CLOSE_GRACE_MS, 0);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    if (++g_signals > 1) {
+        srv_log(SRV_LOG_WARN, "exit_now", "\"signal\":%d", signum);
+        _exit(128 + signum);
+    }
+    srv_log(SRV_LOG_INFO, "draining", "\"signal\":%d,\"drain_timeout_ms\":%llu", signum,
+            (unsigned long long)g_app.cfg.drain_timeout_ms);
+    g_app.draining = 1;
+    uv_timer_start(&g_drain_timer, on_drain_timer, g_app.cfg.drain_timeout_ms, 0);
+    srv_server_drain(g_app.server, on_drained);
+}
+
+static int load_model(srv_app *app)
+{
+    int rc;
+    if (app->cfg.model_config[0]) {
+        char *json = read_file(app->cfg.model_config, 1 << 20);
+        if (!json) {
+            char p[512];
+            srv_log(SRV_LOG_ERROR, "model_config_unreadable", "\"path\":\"%s\"",
+                    srv_log_str(app->cfg.model_config, p, sizeof p));
+            return -1;
+        }
+        rc = recur_model_init_seed(json, app->cfg.model_seed, &app->model);
+        free(json);
+    } else {
+        rc = recur_model_load(app->cfg.model, &app->model);
+    }
+    if (rc != 0) {
+        char p[512];
+        srv_log(SRV_LOG_ERROR, "model_load_failed", "\"path\":\"%s\",\"error\":\"%s\"",
+                srv_log_str(app->cfg.model_config[0] ? app->cfg.model_config : app->cfg.model, p,
+                            sizeof p),
+                recur_strerror(rc));
+        return -1;
+    }
+    app->info = recur_model_get_info(app->model);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    signal(SIGPIPE, SIG_IGN);
+    openblas_set_num_threads(1);
+
+    srv_app *app = &g_app;
+    char err[512];
+    int rc = srv_config_load(&app->cfg, argc, argv, err, sizeof err);
+    if (rc == 1)
+        return 0;
+    if (rc < 0) {
+        fprintf(stderr, "recurd: %s\n", err);
+        return 2;
+    }
+    srv_log_set_level(app->cfg.log_level);
+    if (!is_loopback(app->cfg.host) && !app->cfg.api_key[0] && !app->cfg.allow_insecure_bind) {
+        srv_log(SRV_LOG_ERROR, "refusing_insecure_bind",
+                "\"message\":\"a non-loopback host needs --api-key (or --allow-insecure-bind)\"");
+        return 2;
+    }
+    if (load_model(app) != 0)
+        return 1;
+
+    /* A state upload must fit in one body: raise max_body to the largest snapshot if needed. */
+    size_t need = app->info->state_bytes + 4096 + 8 * (size_t)app->info->vocab_size;
+    if (app->cfg.http.max_body < need) {
+        srv_log(SRV_LOG_WARN, "max_body_raised", "\"from\":%zu,\"to\":%zu", app->cfg.http.max_body,
+                need);
+        app->cfg.http.max_body = need;
+    }
+
+    app->loop = uv_default_loop();
+    app->table = srv_table_create(app->model, app->cfg.max_sessions);
+    if (!app->table)
+        return 1;
+    rc = srv_sched_create(app->loop, app->model, app->cfg.workers, app->cfg.max_batch,
+                          app->cfg.prefill_slice, srv_ops_work_done, app, &app->sched);
+    if (rc != 0) {
+        srv_log(SRV_LOG_ERROR, "scheduler_failed", "\"error\":\"%s\"", recur_strerror(rc));
+        return 1;
+    }
+    srv_http_callbacks cb = {srv_app_on_request, srv_app_on_close, srv_app_on_drain};
+    rc = srv_server_start(app->loop, app->cfg.host, app->cfg.port, &app->cfg.http, &cb, app,
+                          &app->server);
+    if (rc != 0) {
+        char h[300];
+        srv_log(SRV_LOG_ERROR, "listen_failed", "\"host\":\"%s\",\"port\":%d,\"error\":\"%s\"",
+                srv_log_str(app->cfg.host, h, sizeof h), app->cfg.port, uv_strerror(rc));
+        return 1;
+    }
+    uv_signal_init(app->loop, &g_sigterm);
+    uv_signal_init(app->loop, &g_sigint);
+    uv_signal_start(&g_sigterm, on_signal, SIGTERM);
+    uv_signal_start(&g_sigint, on_signal, SIGINT);
+    uv_timer_init(app->loop, &g_drain_timer);
+    uv_timer_init(app->loop, &g_close_timer);
+    uv_timer_init(app->loop, &app->ttl_timer);
+    if (app->cfg.idle_ttl_ms) {
+        uint64_t every = app->cfg.idle_ttl_ms / 4;
+        every = every < 100 ? 100 : every > 10000 ? 10000 : every;
+        uv_timer_start(&app->ttl_timer, on_ttl, every, every);
+    }
+    char h[300], name[200];
+    srv_log(SRV_LOG_INFO, "listening",
+            "\"host\":\"%s\",\"port\":%d,\"model\":\"%s\",\"vocab_size\":%d,\"n_layers\":%d,"
+            "\"state_bytes\":%zu,\"workers\":%d,\"max_batch\":%d,\"auth\":%s",
+            srv_log_str(app->cfg.host, h, sizeof h), srv_server_port(app->server),
+            srv_log_str(app->info->name, name, sizeof name), app->info->vocab_size,
+            app->info->n_layers, app->info->state_bytes, app->cfg.workers, app->cfg.max_batch,
+            app->cfg.api_key[0] ? "true" : "false");
+
+    uv_run(app->loop, UV_RUN_DEFAULT);
+
+    srv_server_free(app->server);
+    rc = uv_loop_close(app->loop);
+    if (rc != 0)
+        srv_log(SRV_LOG_WARN, "loop_close_busy", "\"error\":\"%s\"", uv_strerror(rc));
+    srv_sched_free(app->sched);
+    srv_table_destroy(app->table);
+    recur_model_free(app->model);
+    srv_log(SRV_LOG_INFO, "exit", "\"code\":0");
+    return 0;
+}

@@ -1,0 +1,632 @@
+/* ops.c — per-session FIFO of operations and their execution (ops.h). */
+#include "ops.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "log.h"
+#include "responses.h"
+#include "state_blob.h"
+
+enum { REASON_LENGTH = 0, REASON_STOP = 1, REASON_CANCELLED = 2 };
+static const char *const REASONS[] = {"length", "stop", "cancelled"};
+
+static void pump(srv_session *s);
+
+/* ---------------------------------------------------------------- helpers */
+
+srv_op *srv_op_new(srv_app *app, srv_op_kind kind, srv_session *sess, srv_conn *conn)
+{
+    srv_op *op = calloc(1, sizeof *op);
+    if (!op)
+        abort();
+    op->kind = kind;
+    op->app = app;
+    op->sess = sess;
+    op->conn = conn;
+    proto_buf_init(&op->out);
+    return op;
+}
+
+void srv_op_free(srv_op *op)
+{
+    if (!op)
+        return;
+    free(op->tokens);
+    free(op->blob);
+    proto_buf_free(&op->out);
+    free(op);
+}
+
+static int has_softmax(const recur_model_info *info)
+{
+    for (int i = 0; i < info->n_layers; i++)
+        if (info->mixers[i] == RECUR_MIXER_SOFTMAX)
+            return 1;
+    return 0;
+}
+
+static void op_error(srv_op *op, int status, const char *code, const char *message)
+{
+    if (!op->cancelled)
+        srv_respond_error(op->conn, status, code, message);
+}
+
+static void respond_session(srv_op *op, int status, srv_session *s)
+{
+    if (op->cancelled)
+        return;
+    proto_buf b;
+    proto_buf_init(&b);
+    proto_session_json(&b, s->id, s->tokens_seen, op->app->info->state_bytes,
+                       recur_snapshot_size(s->state), s->q_len > 0 ? s->q_len - 1 : 0);
+    srv_respond(op->conn, status, "application/json", b.data, b.len, NULL);
+    proto_buf_free(&b);
+}
+
+/* Pop the finished head op, release its connection, free it. Does not pump. */
+static void finish(srv_op *op)
+{
+    srv_session *s = op->sess;
+    if (s->q_head == op) {
+        s->q_head = op->next;
+        if (!s->q_head)
+            s->q_tail = NULL;
+        s->q_len--;
+        s->running = 0;
+    }
+    if (op->conn) {
+        srv_conn_set_user(op->conn, NULL);
+        srv_conn_unref(op->conn);
+        op->conn = NULL;
+    }
+    srv_op_free(op);
+}
+
+/* Finish and start whatever is next on the session. */
+static void finish_and_pump(srv_op *op)
+{
+    srv_session *s = op->sess;
+    finish(op);
+    pump(s);
+}
+
+/* Remove a session whose only op (the running head) is op: every other queued op gets 404. */
+static void remove_session(srv_app *app, srv_session *s)
+{
+    srv_op *o = s->q_head;
+    while (o) {
+        srv_op *n = o->next;
+        if (o->conn && !o->cancelled && !o->started)
+            srv_respond_error(o->conn, 404, "session_not_found", "the session was deleted");
+        if (o->conn) {
+            srv_conn_set_user(o->conn, NULL);
+            srv_conn_unref(o->conn);
+            o->conn = NULL;
+        }
+        srv_op_free(o);
+        o = n;
+    }
+    s->q_head = s->q_tail = NULL;
+    s->q_len = 0;
+    srv_table_remove(app->table, s);
+}
+
+static void write_out(srv_op *op)
+{
+    if (op->out.len && !op->cancelled)
+        srv_stream_write(op->conn, op->out.data, op->out.len);
+    proto_buf_clear(&op->out);
+}
+
+/* ---------------------------------------------------------------- compute submission */
+
+static void submit_fold_slice(srv_op *op)
+{
+    srv_app *app = op->app;
+    srv_session *s = op->sess;
+    srv_work *w = &op->work;
+    memset(w, 0, sizeof *w);
+    w->state = s->state;
+    w->logits = s->logits;
+    w->has_logits = &s->has_logits;
+    w->owner = op;
+    w->emit_lines = op->kind == SRV_OP_FOLD;
+    w->top_k = op->top_k;
+    w->framing = op->framing;
+    w->pos0 = s->tokens_seen;
+    w->out = &op->out;
+    size_t left = op->n - op->done;
+    if (left == 1) {
+        /* One token: a decode step, batched with other sessions' steps. */
+        w->kind = SRV_WORK_STEP;
+        w->token = op->tokens[op->done];
+    } else {
+        w->kind = SRV_WORK_PREFILL;
+        size_t slice = (size_t)srv_sched_prefill_slice(app->sched);
+        w->tokens = op->tokens + op->done;
+        w->n = (int64_t)(left < slice ? left : slice);
+    }
+    op->in_flight = 1;
+    srv_sched_submit(app->sched, w);
+}
+
+static void submit_gen_step(srv_op *op)
+{
+    srv_session *s = op->sess;
+    srv_work *w = &op->work;
+    memset(w, 0, sizeof *w);
+    w->kind = SRV_WORK_STEP;
+    w->state = s->state;
+    w->logits = s->logits;
+    w->has_logits = &s->has_logits;
+    w->owner = op;
+    w->sample = 1;
+    w->sp.temperature = op->gen.temperature;
+    w->sp.top_k = op->gen.top_k;
+    w->sp.top_p = op->gen.top_p;
+    w->rng = &op->rng;
+    w->pos0 = s->tokens_seen;
+    op->in_flight = 1;
+    srv_sched_submit(op->app->sched, w);
+}
+
+static void end_generation(srv_op *op, int reason)
+{
+    srv_app *app = op->app;
+    app->counters.generations_by_reason[reason]++;
+    if (!op->cancelled) {
+        proto_gen_done(&op->out, op->framing, REASONS[reason], op->sess->tokens_seen);
+        write_out(op);
+        srv_stream_end(op->conn);
+    }
+    finish_and_pump(op);
+}
+
+static void end_fold(srv_op *op)
+{
+    if (!op->cancelled) {
+        proto_fold_done(&op->out, op->framing, op->sess->tokens_seen);
+        write_out(op);
+        srv_stream_end(op->conn);
+    }
+    finish_and_pump(op);
+}
+
+static void stream_error_end(srv_op *op, int rc)
+{
+    if (!op->cancelled) {
+        proto_stream_error(&op->out, op->framing, "model_error", recur_strerror(rc));
+        write_out(op);
+        srv_stream_end(op->conn);
+    }
+    srv_log(SRV_LOG_ERROR, "model_error", "\"code\":%d", rc);
+    finish_and_pump(op);
+}
+
+/* Context still available for a session of a model with softmax layers. */
+static int64_t context_left(srv_app *app, srv_session *s)
+{
+    if (!has_softmax(app->info))
+        return INT64_MAX;
+    return app->info->max_context - (int64_t)s->tokens_seen;
+}
+
+/* Next step of a running FOLD/CREATE/GENERATE op, after a result or a drain. */
+static void continue_op(srv_op *op)
+{
+    srv_app *app = op->app;
+    if (op->kind == SRV_OP_GENERATE) {
+        if (op->cancelled) {
+            app->counters.streams_cancelled++;
+            end_generation(op, REASON_CANCELLED);
+        } else if (op->stop_requested) {
+            end_generation(op, REASON_CANCELLED);
+        } else if (op->generated >= op->gen.max_tokens || context_left(app, op->sess) <= 0) {
+            end_generation(op, REASON_LENGTH);
+        } else if (!srv_stream_writable(op->conn)) {
+            op->paused = 1;
+        } else {
+            submit_gen_step(op);
+        }
+        return;
+    }
+    /* FOLD / CREATE */
+    if (op->done == op->n) {
+        if (op->kind == SRV_OP_FOLD) {
+            end_fold(op);
+        } else {
+            srv_session *s = op->sess;
+            if (op->cancelled) { /* nobody will ever know this id */
+                remove_session(app, s);
+                return;
+            }
+            respond_session(op, 201, s);
+            finish_and_pump(op);
+        }
+        return;
+    }
+    if (op->cancelled) {
+        /* The client left: stop at a slice boundary; tokens_seen says what was folded. */
+        app->counters.streams_cancelled++;
+        if (op->kind == SRV_OP_CREATE) {
+            remove_session(app, op->sess);
+            return;
+        }
+        finish_and_pump(op);
+        return;
+    }
+    if (op->kind == SRV_OP_FOLD && !srv_stream_writable(op->conn)) {
+        op->paused = 1;
+        return;
+    }
+    submit_fold_slice(op);
+}
+
+/* ---------------------------------------------------------------- completion (loop thread) */
+
+void srv_ops_work_done(srv_work *w, void *appv)
+{
+    srv_op *op = w->owner;
+    srv_app *app = appv;
+    srv_session *s = op->sess;
+    op->in_flight = 0;
+    uint64_t before = s->tokens_seen;
+    s->tokens_seen = w->tokens_seen;
+    if (op->kind == SRV_OP_GENERATE) {
+        if (w->err) {
+            stream_error_end(op, w->err);
+            return;
+        }
+        app->counters.tokens_generated += s->tokens_seen - before;
+        op->generated++;
+        if (!op->cancelled) {
+            char text[16];
+            size_t tl = proto_utf8_feed(&op->utf8, w->token, text);
+            proto_gen_line(&op->out, op->framing, w->pos0, w->token, text, tl, w->logprob);
+            write_out(op);
+        }
+        if (w->token >= 0 && w->token < 256) {
+            if (op->tail_len == sizeof op->tail) {
+                memmove(op->tail, op->tail + 1, sizeof op->tail - 1);
+                op->tail_len--;
+            }
+            op->tail[op->tail_len++] = (unsigned char)w->token;
+            for (size_t i = 0; i < op->gen.n_stop; i++) {
+                size_t L = op->gen.stop_len[i];
+                if (L <= op->tail_len &&
+                    memcmp(op->tail + op->tail_len - L, op->gen.stop[i], L) == 0) {
+                    end_generation(op, REASON_STOP);
+                    return;
+                }
+            }
+        }
+        continue_op(op);
+        return;
+    }
+    /* FOLD / CREATE */
+    app->counters.tokens_folded += s->tokens_seen - before;
+    if (w->err) {
+        if (op->kind == SRV_OP_CREATE) {
+            if (!op->cancelled)
+                op_error(op, 500, "model_error", recur_strerror(w->err));
+            finish_and_pump(op);
+            return;
+        }
+        stream_error_end(op, w->err);
+        return;
+    }
+    op->done += w->kind == SRV_WORK_STEP ? 1 : (size_t)w->n;
+    write_out(op);
+    continue_op(op);
+}
+
+/* ---------------------------------------------------------------- starting ops */
+
+static void start_get_state(srv_op *op)
+{
+    if (op->cancelled)
+        return;
+    srv_app *app = op->app;
+    srv_session *s = op->sess;
+    size_t core = recur_snapshot_size(s->state);
+    size_t extra = s->has_logits ? proto_state_trailer_size(app->info->vocab_size) : 0;
+    uint8_t *buf = malloc(core + extra);
+    if (!buf) {
+        op_error(op, 503, "out_of_memory", "cannot allocate the snapshot");
+        return;
+    }
+    size_t written = 0;
+    int rc = recur_snapshot_write(s->state, buf, core, &written);
+    if (rc != 0) {
+        free(buf);
+        op_error(op, 500, "snapshot_failed", recur_strerror(rc));
+        return;
+    }
+    if (extra) {
+        proto_state_trailer_write(buf + written, buf, written, s->logits, app->info->vocab_size);
+        written += extra;
+    }
+    srv_respond(op->conn, 200, "application/octet-stream", buf, written, NULL);
+    free(buf);
+}
+
+static void start_put_state(srv_op *op)
+{
+    srv_app *app = op->app;
+    srv_session *s = op->sess;
+    proto_error err;
+    size_t core_len;
+    const uint8_t *lg;
+    if (proto_state_split(op->blob, op->blob_len, app->info->vocab_size, &core_len, &lg, &err)) {
+        op_error(op, err.status, err.code, err.message);
+        return;
+    }
+    int rc = recur_snapshot_read(s->state, op->blob, core_len);
+    if (rc != 0) {
+        const char *code = "invalid_snapshot";
+        if (rc == RECUR_EMISMATCH) code = "snapshot_mismatch";
+        else if (rc == RECUR_ECHECKSUM) code = "snapshot_checksum";
+        else if (rc == RECUR_ETRUNCATED) code = "snapshot_truncated";
+        char msg[160];
+        snprintf(msg, sizeof msg, "snapshot rejected: %s; the session is unchanged",
+                 recur_strerror(rc));
+        op_error(op, 400, code, msg);
+        return;
+    }
+    if (lg) {
+        memcpy(s->logits, lg, (size_t)app->info->vocab_size * sizeof(float));
+        s->has_logits = 1;
+    } else {
+        s->has_logits = 0;
+    }
+    s->tokens_seen = recur_state_tokens_seen(s->state);
+    respond_session(op, 200, s);
+}
+
+static void start_fork(srv_op *op)
+{
+    srv_app *app = op->app;
+    srv_session *src = op->sess, *dst;
+    int rc = srv_table_new(app->table, uv_now(app->loop), &dst);
+    if (rc == -1) {
+        app->counters.sessions_rejected_full++;
+        char msg[96];
+        snprintf(msg, sizeof msg, "max_sessions (%d) reached", srv_table_max(app->table));
+        srv_app_error(op->conn, 503, "max_sessions", msg, "Retry-After: 1\r\n");
+        return;
+    }
+    if (rc != 0) {
+        op_error(op, 503, "out_of_memory", "cannot create a session");
+        return;
+    }
+    rc = recur_state_copy(dst->state, src->state);
+    if (rc != 0) {
+        srv_table_remove(app->table, dst);
+        op_error(op, 500, "model_error", recur_strerror(rc));
+        return;
+    }
+    memcpy(dst->logits, src->logits, (size_t)app->info->vocab_size * sizeof(float));
+    dst->has_logits = src->has_logits;
+    dst->tokens_seen = src->tokens_seen;
+    app->counters.sessions_created++;
+    respond_session(op, 201, dst);
+}
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static void start_generate(srv_op *op)
+{
+    srv_app *app = op->app;
+    srv_session *s = op->sess;
+    if (!s->has_logits) {
+        op_error(op, 409, "no_context",
+                          "the session has no next-token prediction yet: fold at least one token first");
+        finish_and_pump(op);
+        return;
+    }
+    uint64_t seed = op->gen.seed;
+    if (!op->gen.has_seed && getrandom(&seed, sizeof seed, 0) != (ssize_t)sizeof seed)
+        seed = uv_hrtime();
+    op->rng = splitmix64(&seed) | 1; /* never zero: valid for xorshift as well as splitmix */
+    op->streaming = 1;
+    srv_stream_begin(op->conn, 200, proto_frame_content_type(op->framing));
+    if (app->stopping)
+        op->stop_requested = 1;
+    continue_op(op);
+}
+
+static void start_fold(srv_op *op)
+{
+    srv_app *app = op->app;
+    srv_session *s = op->sess;
+    int64_t left = context_left(app, s);
+    if ((int64_t)op->n > left) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "%zu tokens would exceed max_context (%lld) of this model's softmax layers",
+                 op->n, (long long)app->info->max_context);
+        if (op->kind == SRV_OP_CREATE) {
+            op_error(op, 422, "max_context", msg);
+            remove_session(app, s);
+            return;
+        }
+        op_error(op, 422, "max_context", msg);
+        finish_and_pump(op);
+        return;
+    }
+    if (op->kind == SRV_OP_FOLD) {
+        op->streaming = 1;
+        srv_stream_begin(op->conn, 200, proto_frame_content_type(op->framing));
+    }
+    continue_op(op);
+}
+
+/* Start the head op. Synchronous ops finish here; compute ops stay running. */
+static void start(srv_op *op)
+{
+    srv_app *app = op->app;
+    srv_session *s = op->sess;
+    op->started = 1;
+    s->running = 1;
+    if (op->cancelled && op->kind != SRV_OP_DELETE && op->kind != SRV_OP_PUT_STATE) {
+        if (op->kind == SRV_OP_CREATE) {
+            remove_session(app, s);
+            return;
+        }
+        finish_and_pump(op);
+        return;
+    }
+    switch (op->kind) {
+    case SRV_OP_INFO:
+        respond_session(op, 200, s);
+        finish_and_pump(op);
+        return;
+    case SRV_OP_DELETE:
+        if (!op->cancelled)
+            srv_respond(op->conn, 204, NULL, NULL, 0, NULL);
+        app->counters.sessions_deleted++;
+        remove_session(app, s);
+        return;
+    case SRV_OP_FORK:
+        start_fork(op);
+        finish_and_pump(op);
+        return;
+    case SRV_OP_GET_STATE:
+        start_get_state(op);
+        finish_and_pump(op);
+        return;
+    case SRV_OP_PUT_STATE:
+        /* An upload that arrived complete is applied even if its client left. */
+        start_put_state(op);
+        finish_and_pump(op);
+        return;
+    case SRV_OP_GENERATE:
+        start_generate(op);
+        return;
+    case SRV_OP_FOLD:
+    case SRV_OP_CREATE:
+        start_fold(op);
+        return;
+    }
+}
+
+/* Start queued ops until one stays running. Each start either finishes (and pumps again
+ * through finish_and_pump) or leaves the head running; the recursion depth is bounded by
+ * max_queued_ops_per_session. */
+static void pump(srv_session *s)
+{
+    if (!s->running && s->q_head)
+        start(s->q_head);
+}
+
+int srv_ops_enqueue(srv_op *op)
+{
+    srv_app *app = op->app;
+    srv_session *s = op->sess;
+    if (s->q_len >= app->cfg.max_queued_ops_per_session) {
+        app->counters.requests_rejected_busy++;
+        return -1;
+    }
+    op->next = NULL;
+    if (s->q_tail)
+        s->q_tail->next = op;
+    else
+        s->q_head = op;
+    s->q_tail = op;
+    s->q_len++;
+    s->last_used_ms = uv_now(app->loop);
+    srv_conn_ref(op->conn);
+    srv_conn_set_user(op->conn, op);
+    pump(s);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- connection events */
+
+void srv_app_on_close(srv_conn *c, void *appv)
+{
+    srv_op *op = srv_conn_get_user(c);
+    if (!op)
+        return;
+    op->cancelled = 1;
+    if (op->started && !op->in_flight && op->paused) {
+        op->paused = 0;
+        continue_op(op);
+    }
+}
+
+void srv_app_on_drain(srv_conn *c, void *appv)
+{
+    srv_op *op = srv_conn_get_user(c);
+    if (!op || !op->paused || op->in_flight)
+        return;
+    op->paused = 0;
+    continue_op(op);
+}
+
+typedef struct {
+    srv_app *app;
+    srv_op **paused;
+    size_t n, cap;
+} cancel_ctx;
+
+static void cancel_one(srv_session *s, void *arg)
+{
+    cancel_ctx *cx = arg;
+    for (srv_op *op = s->q_head; op; op = op->next) {
+        if (op->kind != SRV_OP_GENERATE)
+            continue;
+        op->stop_requested = 1;
+        if (op->started && op->paused && !op->in_flight) {
+            if (cx->n == cx->cap) {
+                cx->cap = cx->cap ? cx->cap * 2 : 16;
+                cx->paused = realloc(cx->paused, cx->cap * sizeof *cx->paused);
+                if (!cx->paused)
+                    abort();
+            }
+            cx->paused[cx->n++] = op;
+        }
+    }
+}
+
+void srv_ops_cancel_all(srv_app *app)
+{
+    app->stopping = 1;
+    cancel_ctx cx = {app, NULL, 0, 0};
+    srv_table_foreach(app->table, cancel_one, &cx);
+    /* Paused streams end now (continue_op may start the next op of the same session). */
+    for (size_t i = 0; i < cx.n; i++) {
+        cx.paused[i]->paused = 0;
+        continue_op(cx.paused[i]);
+    }
+    free(cx.paused);
+}
+
+static void expire_one(srv_session *s, void *arg)
+{
+    srv_app *app = arg;
+    uint64_t now = uv_now(app->loop);
+    if (s->q_len == 0 && now - s->last_used_ms >= app->cfg.idle_ttl_ms) {
+        srv_table_remove(app->table, s);
+        app->counters.sessions_expired++;
+    }
+}
+
+void srv_ops_expire_idle(srv_app *app)
+{
+    if (app->cfg.idle_ttl_ms == 0)
+        return;
+    size_t before = srv_table_count(app->table);
+    srv_table_foreach(app->table, expire_one, app);
+    size_t gone = before - srv_table_count(app->table);
+    if (gone)
+        srv_log(SRV_LOG_INFO, "sessions_expired", "\"count\":%zu,\"sessions\":%zu", gone,
+                srv_table_count(app->table));
+}

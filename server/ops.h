@@ -1,0 +1,63 @@
+/*
+ * ops.h — a session's requests as a FIFO of operations, so requests on one session apply in
+ * arrival order. The head op runs; cheap ops (info, delete, fork, state get/put) run on the
+ * loop thread when they reach the head, compute ops (fold, generate, create with prefill) go
+ * to the scheduler one step or slice at a time, and stream their lines back as they finish.
+ *
+ * Ownership: an op holds a reference on its connection (srv_conn_ref) from enqueue to finish,
+ * and is the connection's user pointer meanwhile (on_close / on_drain find it there).
+ */
+#ifndef SRV_OPS_H
+#define SRV_OPS_H
+
+#include "app.h"
+#include "ndjson.h"
+#include "requests.h"
+
+typedef enum {
+    SRV_OP_INFO,
+    SRV_OP_DELETE,
+    SRV_OP_FORK,
+    SRV_OP_GET_STATE,
+    SRV_OP_PUT_STATE,
+    SRV_OP_FOLD,
+    SRV_OP_GENERATE,
+    SRV_OP_CREATE /* prefill of a session being created; answers 201 when done */
+} srv_op_kind;
+
+struct srv_op {
+    srv_op_kind kind;
+    srv_app *app;
+    srv_session *sess;
+    srv_conn *conn;
+    struct srv_op *next;
+    int started, in_flight, paused, streaming;
+    int cancelled;      /* the client left: produce nothing more */
+    int stop_requested; /* drain timeout: end the stream with reason "cancelled" */
+    proto_framing framing;
+    /* FOLD / CREATE */
+    int32_t *tokens;    /* [n], owned */
+    size_t n, done;
+    int top_k;
+    /* GENERATE */
+    proto_generate_req gen;
+    uint64_t rng;
+    int64_t generated;
+    proto_utf8_stream utf8;
+    unsigned char tail[PROTO_MAX_STOP_BYTES];
+    size_t tail_len;
+    /* PUT_STATE */
+    uint8_t *blob;      /* owned copy of the body */
+    size_t blob_len;
+    srv_work work;
+    proto_buf out;
+};
+
+/* A new op for conn on sess (fields to be filled by the caller). */
+srv_op *srv_op_new(srv_app *app, srv_op_kind kind, srv_session *sess, srv_conn *conn);
+void srv_op_free(srv_op *op);
+/* Append to the session's FIFO and start it when it is first. Returns 0, or -1 when
+ * max_queued_ops_per_session is reached (nothing queued; the caller answers 429 and frees). */
+int srv_ops_enqueue(srv_op *op);
+
+#endif /* SRV_OPS_H */

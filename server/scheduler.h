@@ -1,0 +1,80 @@
+/*
+ * scheduler.h — model computation on worker threads, with continuous batching.
+ *
+ * The loop thread submits work items; worker pthreads (each with its own recur_workspace and
+ * buffers) take them:
+ *   - SRV_WORK_STEP: fold one token (given, or sampled from the session's logits). Every STEP
+ *     item that is ready when a worker looks is executed in ONE recur_model_step_batch call
+ *     (up to max_batch sessions).
+ *   - SRV_WORK_PREFILL: fold up to prefill_slice tokens with recur_model_prefill. The loop
+ *     submits one slice at a time, and workers alternate between a decode batch and a prefill
+ *     slice when both are waiting, so a long prefill never starves other sessions' decode.
+ * Finished items return to the loop thread through uv_async; done() runs there, in completion
+ * order. While an item is in flight the loop must not touch its state or logits; the caller
+ * submits at most one item per session at a time (per-session FIFO order lives in ops.c).
+ */
+#ifndef SRV_SCHEDULER_H
+#define SRV_SCHEDULER_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "buf.h"
+#include "ndjson.h"
+#include "recur.h"
+
+typedef enum { SRV_WORK_STEP = 0, SRV_WORK_PREFILL = 1 } srv_work_kind;
+
+typedef struct srv_work {
+    srv_work_kind kind;
+    /* the session's, written by the worker while in flight */
+    recur_state *state;
+    float *logits;          /* [vocab] next-position logits, IN and OUT */
+    int *has_logits;        /* IN/OUT */
+    /* STEP */
+    int sample;             /* 1: sample token from logits with sp/rng; 0: fold token */
+    recur_sampler_params sp;
+    uint64_t *rng;
+    int32_t token;          /* IN (fold) or OUT (sampled) */
+    float logprob;          /* OUT: log p(token | before), when has_logprob */
+    int has_logprob;
+    /* PREFILL */
+    const int32_t *tokens;  /* [n] */
+    int64_t n;
+    /* fold output lines (STEP with sample == 0, and PREFILL): one NDJSON line per token */
+    int emit_lines;
+    int top_k;
+    proto_framing framing;
+    uint64_t pos0;          /* position of the first token */
+    proto_buf *out;         /* lines are appended here */
+    /* results */
+    int err;                /* 0 or RECUR_E* */
+    uint64_t tokens_seen;   /* after the item */
+    /* bookkeeping */
+    void *owner;
+    struct srv_work *next;
+} srv_work;
+
+typedef struct srv_sched srv_sched;
+
+typedef struct {
+    uint64_t batches, batched_steps, max_batch_seen, prefill_slices, prefill_tokens;
+} srv_sched_stats;
+
+/* Start workers. done(w, app) runs on the loop thread for every finished item. */
+int srv_sched_create(uv_loop_t *loop, const recur_model *m, int workers, int max_batch,
+                     int prefill_slice, void (*done)(srv_work *w, void *app), void *app,
+                     srv_sched **out);
+void srv_sched_submit(srv_sched *s, srv_work *w);
+int srv_sched_prefill_slice(const srv_sched *s);
+/* Counters (read on the loop thread; approximate while workers run). */
+srv_sched_stats srv_sched_get_stats(srv_sched *s);
+/* Join the workers (items still queued are dropped) and close the async handle; the loop must
+ * run once more for the close to complete. free with srv_sched_free after that. */
+void srv_sched_stop(srv_sched *s);
+void srv_sched_free(srv_sched *s);
+
+/* Top k (<= 64) of logprobs [vocab]: ids and values, highest first, lower id first on ties. */
+int srv_top_k(const float *lp, int vocab, int k, int32_t *ids, float *vals);
+
+#endif /* SRV_SCHEDULER_H */

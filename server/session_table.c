@@ -1,0 +1,216 @@
+/* session_table.c — resident sessions keyed by random 128-bit ids (session_table.h). */
+#include "session_table.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#define POOL_MAX 64 /* freed states kept for reuse: no allocator churn on create/delete */
+
+struct srv_table {
+    const recur_model *model;
+    int vocab;
+    int max_sessions;
+    size_t count;
+    size_t n_buckets;         /* power of two */
+    srv_session **buckets;
+    recur_state *pool[POOL_MAX];
+    float *pool_logits[POOL_MAX];
+    int n_pool;
+};
+
+static uint64_t id_hash(const char *id)
+{
+    /* The id is random: its first 16 hex digits are a fine hash. */
+    uint64_t h = 0;
+    for (int i = 0; i < 16; i++) {
+        char c = id[i];
+        h = (h << 4) | (uint64_t)(c <= '9' ? c - '0' : c - 'a' + 10);
+    }
+    return h;
+}
+
+srv_table *srv_table_create(const recur_model *m, int max_sessions)
+{
+    srv_table *t = calloc(1, sizeof *t);
+    if (!t)
+        return NULL;
+    t->model = m;
+    t->vocab = recur_model_get_info(m)->vocab_size;
+    t->max_sessions = max_sessions;
+    t->n_buckets = 1024;
+    t->buckets = calloc(t->n_buckets, sizeof *t->buckets);
+    if (!t->buckets) {
+        free(t);
+        return NULL;
+    }
+    return t;
+}
+
+static void free_session(srv_table *t, srv_session *s)
+{
+    if (t->n_pool < POOL_MAX) {
+        recur_state_reset(s->state);
+        t->pool[t->n_pool] = s->state;
+        t->pool_logits[t->n_pool] = s->logits;
+        t->n_pool++;
+    } else {
+        recur_state_destroy(s->state);
+        free(s->logits);
+    }
+    free(s);
+}
+
+void srv_table_destroy(srv_table *t)
+{
+    if (!t)
+        return;
+    for (size_t b = 0; b < t->n_buckets; b++) {
+        srv_session *s = t->buckets[b];
+        while (s) {
+            srv_session *n = s->hnext;
+            recur_state_destroy(s->state);
+            free(s->logits);
+            free(s);
+            s = n;
+        }
+    }
+    for (int i = 0; i < t->n_pool; i++) {
+        recur_state_destroy(t->pool[i]);
+        free(t->pool_logits[i]);
+    }
+    free(t->buckets);
+    free(t);
+}
+
+static void grow(srv_table *t)
+{
+    size_t nb = t->n_buckets * 2;
+    srv_session **b = calloc(nb, sizeof *b);
+    if (!b)
+        return; /* keep the old table: longer chains, still correct */
+    for (size_t i = 0; i < t->n_buckets; i++) {
+        srv_session *s = t->buckets[i];
+        while (s) {
+            srv_session *n = s->hnext;
+            size_t k = id_hash(s->id) & (nb - 1);
+            s->hnext = b[k];
+            b[k] = s;
+            s = n;
+        }
+    }
+    free(t->buckets);
+    t->buckets = b;
+    t->n_buckets = nb;
+}
+
+static int random_id(char out[33])
+{
+    uint8_t r[16];
+    size_t got = 0;
+    while (got < sizeof r) {
+        ssize_t n = getrandom(r + got, sizeof r - got, 0);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        got += (size_t)n;
+    }
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 0; i < 16; i++) {
+        out[2 * i] = hex[r[i] >> 4];
+        out[2 * i + 1] = hex[r[i] & 15];
+    }
+    out[32] = '\0';
+    return 0;
+}
+
+int srv_table_new(srv_table *t, uint64_t now_ms, srv_session **out)
+{
+    if (t->count >= (size_t)t->max_sessions)
+        return -1;
+    srv_session *s = calloc(1, sizeof *s);
+    if (!s)
+        return -2;
+    do {
+        if (random_id(s->id) != 0) {
+            free(s);
+            return -2;
+        }
+    } while (srv_table_find(t, s->id)); /* 2^-128: never, but cheap to be sure */
+    if (t->n_pool > 0) {
+        t->n_pool--;
+        s->state = t->pool[t->n_pool];
+        s->logits = t->pool_logits[t->n_pool];
+    } else {
+        if (recur_state_create(t->model, &s->state) != 0) {
+            free(s);
+            return -2;
+        }
+        s->logits = calloc((size_t)t->vocab, sizeof *s->logits);
+        if (!s->logits) {
+            recur_state_destroy(s->state);
+            free(s);
+            return -2;
+        }
+    }
+    s->last_used_ms = now_ms;
+    if (t->count + 1 > t->n_buckets)
+        grow(t);
+    size_t k = id_hash(s->id) & (t->n_buckets - 1);
+    s->hnext = t->buckets[k];
+    t->buckets[k] = s;
+    t->count++;
+    *out = s;
+    return 0;
+}
+
+srv_session *srv_table_find(srv_table *t, const char *id)
+{
+    if (strlen(id) != 32)
+        return NULL;
+    for (int i = 0; i < 32; i++)
+        if (!((id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'f')))
+            return NULL;
+    size_t k = id_hash(id) & (t->n_buckets - 1);
+    for (srv_session *s = t->buckets[k]; s; s = s->hnext)
+        if (memcmp(s->id, id, 32) == 0)
+            return s;
+    return NULL;
+}
+
+void srv_table_remove(srv_table *t, srv_session *s)
+{
+    size_t k = id_hash(s->id) & (t->n_buckets - 1);
+    for (srv_session **p = &t->buckets[k]; *p; p = &(*p)->hnext)
+        if (*p == s) {
+            *p = s->hnext;
+            t->count--;
+            free_session(t, s);
+            return;
+        }
+}
+
+size_t srv_table_count(const srv_table *t)
+{
+    return t->count;
+}
+
+int srv_table_max(const srv_table *t)
+{
+    return t->max_sessions;
+}
+
+void srv_table_foreach(srv_table *t, void (*fn)(srv_session *s, void *arg), void *arg)
+{
+    for (size_t b = 0; b < t->n_buckets; b++) {
+        srv_session *s = t->buckets[b];
+        while (s) {
+            srv_session *n = s->hnext; /* fn may remove s */
+            fn(s, arg);
+            s = n;
+        }
+    }
+}
