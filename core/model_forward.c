@@ -164,25 +164,23 @@ static void core_step(const recur_model *m, const recur_layer *L, float *S, cons
         }
         case RECUR_MIXER_DELTANET:
         case RECUR_MIXER_GATED_DELTANET: {
-            /* S' = e^g S ; u = S'^T k ; S = S' + beta k (v - u)^T ; o = s S^T q */
+            /* S' = e^g S ; u = S'^T k ; S = S' + beta k (v - u)^T ; o = s S^T q
+             * (two passes over S: the first only reads it, u = e^g (S^T k)) */
             float dec = L->kind == RECUR_MIXER_GATED_DELTANET ? expf(gs[hd]) : 1.0f;
             float b = beta[hd];
             float *u = tmp;
             for (int j = 0; j < V; j++) u[j] = 0.0f;
             for (int i = 0; i < K; i++) {
-                float *row = Sh + (size_t)i * V;
+                const float *row = Sh + (size_t)i * V;
                 float ki = kh[i];
-                for (int j = 0; j < V; j++) {
-                    row[j] *= dec;
-                    u[j] += ki * row[j];
-                }
+                for (int j = 0; j < V; j++) u[j] += ki * row[j];
             }
-            for (int j = 0; j < V; j++) u[j] = b * (vh[j] - u[j]);
+            for (int j = 0; j < V; j++) u[j] = b * (vh[j] - dec * u[j]);
             for (int i = 0; i < K; i++) {
                 float *row = Sh + (size_t)i * V;
                 float ki = kh[i], qi = scale * qh[i];
                 for (int j = 0; j < V; j++) {
-                    row[j] += ki * u[j];
+                    row[j] = dec * row[j] + ki * u[j];
                     oh[j] += qi * row[j];
                 }
             }
