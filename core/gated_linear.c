@@ -12,8 +12,9 @@
  *
  * Numerics. Within a chunk, b_t = sum_{j<=t} g_j (double, per key dim for GLA) is the
  * cumulative log decay from the chunk start. Every exponential taken has a non-positive
- * argument: exp(b_t), exp(b_last - b_s), exp(b_t - b_s) for s <= t, and exp(g). Decay masks
- * of scalar gates are running products of exp(g) <= 1 in double.
+ * argument: exp(b_t), exp(b_last - b_s), exp(b_t - b_s) for s <= t, and exp(g); they go
+ * through exp_nonpos, a vectorisable exp for x <= 0 (max rel. error 8e-8 against exp in double,
+ * 0 below -87 where exp(x) leaves the normal float range).
  */
 #include "gated_linear.h"
 
@@ -73,17 +74,67 @@ int gl_check_log_gates(const float *g, int64_t n)
     return positive ? RECUR_ERANGE : RECUR_OK;
 }
 
-/* ---------------------------------------------------------------- feature map */
+/* ---------------------------------------------------------------- small kernels */
 
-/* phi(x): elu(x)+1 = x+1 for x > 0 and exp(x) for x <= 0 (a non-positive argument). */
-static inline float fmap1(recur_feature_map f, float x)
+/* exp(x) for x <= 0 (Cephes expf: x = n ln2 + r, |r| <= ln2/2, degree-6 polynomial, times 2^n
+ * built in the exponent bits). Branch-free so loops over it vectorise; x < -87 gives 0 (the
+ * true value is below 1.7e-38), NaN stays NaN, x > 0 is clamped to 0 (callers that may pass
+ * one select the result away, as the elu feature map does). */
+static inline float exp_nonpos(float x)
 {
-    switch (f) {
-    case RECUR_FMAP_ELU1: return x > 0.0f ? x + 1.0f : expf(x);
-    case RECUR_FMAP_RELU: return x > 0.0f ? x : 0.0f;
-    default: return x;
-    }
+    const float xc = x > -87.0f ? (x < 0.0f ? x : 0.0f) : -87.0f;
+    const float t = xc * 1.44269504088896341f + 12582912.0f; /* 1.5*2^23: round(x log2 e) */
+    const float n = t - 12582912.0f;
+    float r = xc - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    uint32_t tb, sb;
+    memcpy(&tb, &t, sizeof tb);
+    sb = (tb - 0x4B400000u + 127u) << 23; /* n + 127 in [1, 127]: 2^n, a normal float */
+    float sc;
+    memcpy(&sc, &sb, sizeof sc);
+    const float e = p * sc;
+    return x > -87.0f ? e : (x == x ? 0.0f : x);
 }
+
+/* sum_i a[i] b[i] with 16 partial sums, so it vectorises without reassociation flags */
+static inline float dot(const float *restrict a, const float *restrict b, int n)
+{
+    float acc[16] = {0};
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++)
+            acc[j] = fmaf(a[i + j], b[i + j], acc[j]);
+    float s = 0.0f;
+    for (; i < n; i++)
+        s = fmaf(a[i], b[i], s);
+    for (int j = 0; j < 16; j++)
+        s += acc[j];
+    return s;
+}
+
+static inline float sum(const float *restrict a, int n)
+{
+    float acc[16] = {0};
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++)
+            acc[j] += a[i + j];
+    float s = 0.0f;
+    for (; i < n; i++)
+        s += a[i];
+    for (int j = 0; j < 16; j++)
+        s += acc[j];
+    return s;
+}
+
+/* ---------------------------------------------------------------- feature map */
 
 /* dst[i] = mul * phi(src[i]), i < n */
 static void load_row(float *restrict dst, const float *restrict src, int n, recur_feature_map f,
@@ -91,8 +142,9 @@ static void load_row(float *restrict dst, const float *restrict src, int n, recu
 {
     switch (f) {
     case RECUR_FMAP_ELU1:
+        /* phi(x) = elu(x) + 1 = x + 1 for x > 0, exp(x) for x <= 0 */
         for (int i = 0; i < n; i++)
-            dst[i] = mul * fmap1(RECUR_FMAP_ELU1, src[i]);
+            dst[i] = mul * (src[i] > 0.0f ? src[i] + 1.0f : exp_nonpos(src[i]));
         break;
     case RECUR_FMAP_RELU:
         for (int i = 0; i < n; i++)
@@ -109,37 +161,65 @@ static void load_row(float *restrict dst, const float *restrict src, int n, recu
 
 /* ---------------------------------------------------------------- recurrent form */
 
-/* One token of one head, decay a_i = exp(g_i) per key row (all rows equal when ag == NULL):
- *   S[i,:] = a_i S[i,:] + k_i v ;  o += q_i S[i,:]      (q already carries scale and phi)
- *   z[i]   = a_i z[i] + k_i     ;  den += q_i z[i]       */
-static void step_token(float *restrict S, float *restrict z, float *restrict o, float *den,
+/* One token of one head, decay a[i] = exp(g_t[i]) of key row i:
+ *   S[i,:] = a_i S[i,:] + k_i v ;  o = sum_i q_i S[i,:]     (q already carries scale and phi)
+ *   z[i]   = a_i z[i] + k_i     ;  den = sum_i q_i z[i]
+ * Columns go in blocks of GL_VB so that block of o stays in registers across all K rows. */
+#define GL_VB 64
+/* noinline keeps the restrict qualifiers meaningful (inlined, gcc versioned the loop) */
+__attribute__((noinline)) static void step_token(float *restrict S, float *restrict z, float *restrict o, float *den,
                        const float *restrict q, const float *restrict k, const float *restrict v,
-                       float a_all, const float *restrict g_key, int K, int V)
+                       const float *restrict a, int K, int V)
 {
-    memset(o, 0, (size_t)V * sizeof(float));
-    float dsum = 0.0f;
-    for (int i = 0; i < K; i++) {
-        /* A_t = Diag(exp g_t): row i of S decays by exp(g_t[i]), g <= 0 */
-        const float a = g_key ? expf(g_key[i]) : a_all;
-        const float ki = k[i], qi = q[i];
-        float *restrict Si = S + (size_t)i * V;
-        for (int j = 0; j < V; j++) {
-            const float s = a * Si[j] + ki * v[j];
-            Si[j] = s;
-            o[j] += qi * s;
+    int j0 = 0;
+    for (; j0 + GL_VB <= V; j0 += GL_VB) {
+        float acc[GL_VB] = {0};
+        const float *restrict vb = v + j0;
+        for (int i = 0; i < K; i++) {
+            const float ai = a[i], ki = k[i], qi = q[i];
+            float *restrict Si = S + (size_t)i * V + j0;
+            for (int j = 0; j < GL_VB; j++) {
+                const float s = fmaf(ai, Si[j], ki * vb[j]);
+                Si[j] = s;
+                acc[j] = fmaf(qi, s, acc[j]);
+            }
         }
-        if (z) {
-            z[i] = a * z[i] + ki;
-            dsum += qi * z[i];
+        for (int j = 0; j < GL_VB; j++)
+            o[j0 + j] = acc[j];
+    }
+    if (j0 < V) { /* column tail: accumulate o row by row */
+        const int n = V - j0;
+        float *restrict ob = o + j0;
+        const float *restrict vb = v + j0;
+        for (int j = 0; j < n; j++)
+            ob[j] = 0.0f;
+        for (int i = 0; i < K; i++) {
+            const float ai = a[i], ki = k[i], qi = q[i];
+            float *restrict Si = S + (size_t)i * V + j0;
+            for (int j = 0; j < n; j++) {
+                const float s = fmaf(ai, Si[j], ki * vb[j]);
+                Si[j] = s;
+                ob[j] = fmaf(qi, s, ob[j]);
+            }
         }
     }
-    *den = dsum;
+    if (z) {
+        for (int i = 0; i < K; i++)
+            z[i] = fmaf(a[i], z[i], k[i]);
+        *den = dot(q, z, K);
+    }
+}
+
+static void fill(float *a, int n, float x)
+{
+    for (int i = 0; i < n; i++)
+        a[i] = x;
 }
 
 static void run_recurrent(const gl_problem *p)
 {
     /* phi(q)*scale and phi(k) of one token: on the stack, so the decode step never allocates. */
-    float qf[RECUR_MAX_DIM], kf[RECUR_MAX_DIM];
+    float qf[RECUR_MAX_DIM], kf[RECUR_MAX_DIM], af[RECUR_MAX_DIM];
     const int H = p->H, K = p->K, V = p->V;
     for (int h = 0; h < H; h++) {
         float *S = p->S + (size_t)h * K * V;
@@ -149,16 +229,18 @@ static void run_recurrent(const gl_problem *p)
             float *o = p->o + row * V;
             load_row(qf, p->q + row * K, K, p->fmap, p->scale);
             load_row(kf, p->k + row * K, K, p->fmap, 1.0f);
-            float a = 1.0f;
-            const float *gk = NULL;
+            /* A_t = Diag(exp g_t): the decay of each key row (g <= 0) */
             switch (p->gate) {
-            case GL_GATE_HEAD: a = p->gamma[h]; break;
-            case GL_GATE_SCALAR: a = expf(p->g[row]); break;
-            case GL_GATE_KEY: gk = p->g + row * K; break;
-            default: break;
+            case GL_GATE_NONE: fill(af, K, 1.0f); break;
+            case GL_GATE_HEAD: fill(af, K, p->gamma[h]); break;
+            case GL_GATE_SCALAR: fill(af, K, expf(p->g[row])); break;
+            case GL_GATE_KEY:
+                for (int i = 0; i < K; i++)
+                    af[i] = exp_nonpos(p->g[row * K + i]);
+                break;
             }
             float den = 0.0f;
-            step_token(S, z, o, &den, qf, kf, p->v + row * V, a, gk, K, V);
+            step_token(S, z, o, &den, qf, kf, p->v + row * V, af, K, V);
             /* o_t = o_t / (scale phi(q_t)^T z_t + eps) */
             if (p->normalize) {
                 const float inv = 1.0f / (den + RECUR_LINEAR_EPS);
@@ -178,7 +260,6 @@ typedef struct {
     float *A;                  /* [C][C]  scale (Q K^T ⊙ D), lower triangular */
     float *den;                /* [C]     normaliser of each row */
     double *b;                 /* [C] or [C][K] cumulative log decay within the chunk */
-    double *ad;                /* [C]     exp(g_t) (scalar gates) */
     float *ag;                 /* [C][K]  exp(g_t) per key (per-key gates) */
     float *Kj;                 /* [C][K]  per-key: k_s exp(b_r - b_s) for a reference r */
     float *Qj;                 /* [GL_SUB][K] per-key: q_t exp(b_t - b_r) */
@@ -198,7 +279,7 @@ static int work_alloc(gl_work *w, int64_t C, int K, gl_gate_kind gate)
     size_t sizes[12] = {
         c * k * sizeof(float), c * k * sizeof(float), c * k * sizeof(float), c * k * sizeof(float),
         c * c * sizeof(float), c * sizeof(float),
-        (key ? c * k : c) * sizeof(double), c * sizeof(double),
+        (key ? c * k : c) * sizeof(double), 0,
         key ? c * k * sizeof(float) : 0, key ? c * k * sizeof(float) : 0,
         key ? (size_t)GL_SUB * k * sizeof(float) : 0, k * sizeof(float),
     };
@@ -221,7 +302,6 @@ static int work_alloc(gl_work *w, int64_t C, int K, gl_gate_kind gate)
     w->A = (float *)(m + off[4]);
     w->den = (float *)(m + off[5]);
     w->b = (double *)(m + off[6]);
-    w->ad = (double *)(m + off[7]);
     w->ag = key ? (float *)(m + off[8]) : NULL;
     w->Kj = key ? (float *)(m + off[9]) : NULL;
     w->Qj = key ? (float *)(m + off[10]) : NULL;
@@ -230,29 +310,20 @@ static int work_alloc(gl_work *w, int64_t C, int K, gl_gate_kind gate)
 }
 
 /* Scalar-gate mask, in place on A (n x n, row-major):
- *   A[t,s] = scale * (q_t.k_s) * D[t,s],  D[t,s] = exp(b_t - b_s) = prod_{j=s+1..t} exp(g_j)  (s <= t)
- *   A[t,s] = 0                                                                          (s > t)
- * ad == NULL means no gate (D = 1). The product runs in double and stops once it is below
- * the float range (every further factor is <= 1). */
-static void mask_scalar(float *A, int n, const double *ad, float scale)
+ *   A[t,s] = scale * (q_t.k_s) * D[t,s],  D[t,s] = exp(b_t - b_s)   (s <= t; b_t - b_s <= 0)
+ *   A[t,s] = 0                                                     (s > t)
+ * b == NULL means no gate (D = 1). */
+static void mask_scalar(float *A, int n, const double *b, float scale)
 {
     for (int t = 0; t < n; t++) {
-        float *At = A + (size_t)t * n;
-        if (!ad) {
+        float *restrict At = A + (size_t)t * n;
+        if (!b) {
             for (int s = 0; s <= t; s++)
                 At[s] *= scale;
         } else {
-            double d = 1.0;
-            int s = t;
-            for (; s >= 0; s--) {
-                if (s < t)
-                    d *= ad[s + 1];
-                if (d < 1e-46)
-                    break;
-                At[s] *= (float)(scale * d);
-            }
-            for (; s >= 0; s--)
-                At[s] = 0.0f;
+            const double bt = b[t];
+            for (int s = 0; s <= t; s++)
+                At[s] *= scale * exp_nonpos((float)(bt - b[s]));
         }
         for (int s = t + 1; s < n; s++)
             At[s] = 0.0f;
@@ -278,14 +349,14 @@ static void scores_per_key(gl_work *w, int n, int K, float scale)
                 const float *qt = w->Qr + (size_t)t * K;
                 float *dst = w->Qj + (size_t)(t - J0) * K;
                 for (int i = 0; i < K; i++)
-                    dst[i] = qt[i] * expf((float)(bt[i] - br[i]));
+                    dst[i] = qt[i] * exp_nonpos((float)(bt[i] - br[i]));
             }
             for (int s = 0; s < J0; s++) {
                 const double *bs = b + (size_t)s * K;
                 const float *ks = w->Kr + (size_t)s * K;
                 float *dst = w->Kj + (size_t)s * K;
                 for (int i = 0; i < K; i++)
-                    dst[i] = ks[i] * expf((float)(br[i] - bs[i]));
+                    dst[i] = ks[i] * exp_nonpos((float)(br[i] - bs[i]));
             }
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, J0, K, scale, w->Qj, K, w->Kj,
                         K, 0.0f, A + (size_t)J0 * n, n);
@@ -302,11 +373,7 @@ static void scores_per_key(gl_work *w, int n, int K, float scale)
                     for (int i = 0; i < K; i++)
                         wq[i] *= at[i];
                 }
-                const float *qt = w->Qr + (size_t)t * K;
-                float acc = 0.0f;
-                for (int i = 0; i < K; i++)
-                    acc += qt[i] * wq[i];
-                A[(size_t)t * n + s] = scale * acc;
+                A[(size_t)t * n + s] = scale * dot(w->Qr + (size_t)t * K, wq, K);
             }
         }
         for (int t = J0; t < J1; t++)
@@ -334,7 +401,7 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
 
     /* b_t = sum_{j<=t} g_j (double); Qt = q_t exp(b_t); Kt = k_s exp(b_last - b_s); edec = exp(b_last) */
     const float *Qt = w->Qr, *Kt = w->Kr;
-    const double *ad = NULL;
+    const double *bs = NULL; /* scalar b for the mask */
     switch (p->gate) {
     case GL_GATE_NONE:
         for (int i = 0; i < K; i++)
@@ -345,46 +412,48 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
         const double lg = p->gate == GL_GATE_HEAD ? log((double)p->gamma[h]) : 0.0;
         double acc = 0.0;
         for (int t = 0; t < n; t++) {
-            const double gt = p->gate == GL_GATE_HEAD ? lg : (double)p->g[row0 + (size_t)t * H];
-            acc = p->gate == GL_GATE_HEAD ? lg * (t + 1) : acc + gt;
+            acc = p->gate == GL_GATE_HEAD ? lg * (t + 1) : acc + (double)p->g[row0 + (size_t)t * H];
             w->b[t] = acc;
-            w->ad[t] = p->gate == GL_GATE_HEAD ? (double)p->gamma[h] : exp(gt);
         }
         const double bl = w->b[n - 1];
         for (int t = 0; t < n; t++) {
-            const float eq = (float)exp(w->b[t]), ek = (float)exp(bl - w->b[t]);
+            const float eq = exp_nonpos((float)w->b[t]), ek = exp_nonpos((float)(bl - w->b[t]));
             for (int i = 0; i < K; i++) {
                 w->Qt[(size_t)t * K + i] = w->Qr[(size_t)t * K + i] * eq;
                 w->Kt[(size_t)t * K + i] = w->Kr[(size_t)t * K + i] * ek;
             }
         }
+        const float el = exp_nonpos((float)bl);
         for (int i = 0; i < K; i++)
-            w->edec[i] = (float)exp(bl);
+            w->edec[i] = el;
         Qt = w->Qt;
         Kt = w->Kt;
-        ad = w->ad;
+        bs = w->b;
         break;
     }
     case GL_GATE_KEY: {
         for (int t = 0; t < n; t++) {
             const float *gt = p->g + (row0 + (size_t)t * H) * K;
-            double *bt = w->b + (size_t)t * K;
-            const double *bp = t ? bt - K : NULL;
+            double *restrict bt = w->b + (size_t)t * K;
+            const double *restrict bp = t ? bt - K : NULL;
+            float *restrict at = w->ag + (size_t)t * K;
             for (int i = 0; i < K; i++) {
                 bt[i] = (bp ? bp[i] : 0.0) + (double)gt[i];
-                w->ag[(size_t)t * K + i] = expf(gt[i]);
+                at[i] = exp_nonpos(gt[i]);
             }
         }
         const double *bl = w->b + (size_t)(n - 1) * K;
         for (int t = 0; t < n; t++) {
-            const double *bt = w->b + (size_t)t * K;
+            const double *restrict bt = w->b + (size_t)t * K;
+            const float *restrict qr = w->Qr + (size_t)t * K, *restrict kr = w->Kr + (size_t)t * K;
+            float *restrict qt = w->Qt + (size_t)t * K, *restrict kt = w->Kt + (size_t)t * K;
             for (int i = 0; i < K; i++) {
-                w->Qt[(size_t)t * K + i] = w->Qr[(size_t)t * K + i] * (float)exp(bt[i]);
-                w->Kt[(size_t)t * K + i] = w->Kr[(size_t)t * K + i] * expf((float)(bl[i] - bt[i]));
+                qt[i] = qr[i] * exp_nonpos((float)bt[i]);
+                kt[i] = kr[i] * exp_nonpos((float)(bl[i] - bt[i]));
             }
         }
         for (int i = 0; i < K; i++)
-            w->edec[i] = (float)exp(bl[i]);
+            w->edec[i] = exp_nonpos((float)bl[i]);
         Qt = w->Qt;
         Kt = w->Kt;
         break;
@@ -397,7 +466,7 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
     } else {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, K, 1.0f, w->Qr, K, w->Kr, K, 0.0f,
                     w->A, n);
-        mask_scalar(w->A, n, ad, scale);
+        mask_scalar(w->A, n, bs, scale);
     }
 
     /* o_t = scale (q_t ⊙ exp b_t)^T S_prev  +  sum_{s<=t} A[t,s] v_s */
@@ -407,13 +476,7 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
     if (z) {
         /* den_t = sum_{s<=t} A[t,s] + scale (q_t ⊙ exp b_t)^T z_prev */
         for (int t = 0; t < n; t++) {
-            const float *At = w->A + (size_t)t * n, *qt = Qt + (size_t)t * K;
-            float a = 0.0f, c = 0.0f;
-            for (int s = 0; s <= t; s++)
-                a += At[s];
-            for (int i = 0; i < K; i++)
-                c += qt[i] * z[i];
-            w->den[t] = a + scale * c;
+            w->den[t] = sum(w->A + (size_t)t * n, t + 1) + scale * dot(Qt + (size_t)t * K, z, K);
         }
         /* z = exp(b_last) ⊙ z + sum_s k_s ⊙ exp(b_last - b_s) */
         for (int i = 0; i < K; i++)

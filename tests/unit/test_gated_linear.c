@@ -236,6 +236,19 @@ Test(gated_linear, every_mixer_and_form_matches_float64)
         }
 }
 
+Test(gated_linear, head_dims_of_the_issue)
+{
+    /* K, V in {16, 60, 64, 100}: vector blocks, their tails, V != K */
+    const int dims[4][2] = {{64, 64}, {60, 100}, {100, 60}, {16, 128}};
+    for (int m = 0; m < 4; m++)
+        for (int di = 0; di < 4; di++) {
+            problem p = make(m, 70, 2, dims[di][0], dims[di][1], -0.5, 0.0);
+            for (int f = 0; f < 3; f++)
+                check_vs_ref(&p, forms[f], 32, mixer_names[m]);
+            drop(&p);
+        }
+}
+
 Test(gated_linear, linear_attention_feature_maps_and_unnormalised)
 {
     const recur_feature_map maps[3] = {RECUR_FMAP_ELU1, RECUR_FMAP_RELU, RECUR_FMAP_IDENTITY};
