@@ -671,7 +671,7 @@ static void usage(FILE *f)
             "  --keep-sessions        do not delete the sessions at the end\n"
             "  --json FILE            write the report as JSON\n"
             "  --metrics-interval MS  sample GET /metrics every MS ms (default 500; 0: off)\n"
-            "  --rss-metric NAME      RSS metric name (default recurd_resident_memory_bytes)\n"
+            "  --rss-metric NAME      RSS metric name (default process_resident_memory_bytes)\n"
             "  --state-metric NAME    state-bytes metric name (default recurd_state_bytes)\n"
             "  --sessions-metric NAME sessions metric name (default recurd_sessions)\n"
             "  --server-pid PID       also sample VmRSS and CPU time of PID from /proc\n"
@@ -734,7 +734,7 @@ static int parse_args(int argc, char **argv, lg_opts *o)
     o->seed = 1;
     o->metrics_interval_ms = 500;
     o->request_timeout = 30;
-    o->rss_metric = "recurd_resident_memory_bytes";
+    o->rss_metric = "process_resident_memory_bytes";
     o->state_metric = "recurd_state_bytes";
     o->sessions_metric = "recurd_sessions";
     int have_duration = 0;

@@ -176,7 +176,7 @@ class FakeHandler(BaseHTTPRequestHandler):
         if self.path == "/v1/model":
             self._json(200, {"name": "fake", "vocab_size": 256, "state_bytes": 1024, "n_layers": 1})
         elif self.path == "/metrics":
-            body = b"recurd_resident_memory_bytes 1048576\nrecurd_state_bytes 4096\n"
+            body = b"process_resident_memory_bytes 1048576\nrecurd_state_bytes 4096\n"
             self.send_response(200)
             self.send_header("Content-Type", "text/plain")
             self.send_header("Content-Length", str(len(body)))
