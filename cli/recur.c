@@ -1,0 +1,402 @@
+/* recur.c — the command-line front end of librecur's model API (build/recur).
+ *
+ *   recur info     [MODEL]                     architecture, parameters, state bytes per session
+ *   recur generate [MODEL] --prompt TEXT -n N [--temperature T] [--top-k K] [--top-p P] [--seed S]
+ *   recur score    [MODEL] FILE                bits per byte of FILE (chunkwise prefill, in pieces)
+ *   recur bench    [MODEL] [--batch B,...] [--steps N] [--prefill N]   decode and prefill tokens/s
+ *
+ * MODEL is a directory holding config.json and model.safetensors (default models/default), or
+ * `--config CFG.json --seed N` for a seeded model of any size (tests, benchmarks).
+ * Tokens are bytes (the model's vocabulary must cover them). Exit codes: 0 ok, 1 runtime error,
+ * 2 usage error. */
+#include <cblas.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "recur.h"
+
+#define DEFAULT_MODEL "models/default"
+#define SCORE_PIECE 4096            /* tokens per prefill call when scoring */
+#define MAX_SCORE_BYTES (1L << 30)  /* a text file above 1 GiB is refused */
+
+typedef struct {
+    const char *model_dir;
+    const char *config;
+    uint64_t seed;
+    int have_seed, have_sample_seed;
+    const char *prompt;
+    long n;
+    float temperature, top_p;
+    int top_k;
+    uint64_t sample_seed;
+    const char *batches;
+    long steps, prefill;
+    const char *pos[4];
+    int npos;
+} opts;
+
+static const char *prog = "recur";
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: %s info     [MODEL]\n"
+            "       %s generate [MODEL] --prompt TEXT -n N [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
+            "       %s score    [MODEL] FILE\n"
+            "       %s bench    [MODEL] [--batch 1,8,64] [--steps N] [--prefill N]\n"
+            "MODEL: a directory with config.json + model.safetensors (default %s),\n"
+            "       or --config CFG.json --init-seed N for seeded random weights\n"
+            "       (outside generate, --seed N is the init seed).\n",
+            prog, prog, prog, prog, DEFAULT_MODEL);
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int parse_num(const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, opts *o)
+{
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        double v;
+#define NEED_VALUE() do { if (i + 1 >= argc) { fprintf(stderr, "%s: %s needs a value\n", prog, a); return -1; } } while (0)
+#define NUM(lo, hi) do { NEED_VALUE(); if (parse_num(argv[++i], lo, hi, &v)) { \
+            fprintf(stderr, "%s: bad value for %s: %s\n", prog, a, argv[i]); return -1; } } while (0)
+        if (!strcmp(a, "--prompt")) { NEED_VALUE(); o->prompt = argv[++i]; }
+        else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) { NUM(0, 1e9); o->n = (long)v; }
+        else if (!strcmp(a, "--temperature")) { NUM(0, 1e6); o->temperature = (float)v; }
+        else if (!strcmp(a, "--top-k")) { NUM(0, 1e9); o->top_k = (int)v; }
+        else if (!strcmp(a, "--top-p")) { NUM(0, 1); o->top_p = (float)v; }
+        else if (!strcmp(a, "--seed")) { NUM(0, 9007199254740992.0); o->sample_seed = (uint64_t)v; o->have_sample_seed = 1; }
+        else if (!strcmp(a, "--config")) { NEED_VALUE(); o->config = argv[++i]; }
+        else if (!strcmp(a, "--init-seed")) { NUM(0, 9007199254740992.0); o->seed = (uint64_t)v; o->have_seed = 1; }
+        else if (!strcmp(a, "--batch")) { NEED_VALUE(); o->batches = argv[++i]; }
+        else if (!strcmp(a, "--steps")) { NUM(1, 1e9); o->steps = (long)v; }
+        else if (!strcmp(a, "--prefill")) { NUM(0, 1e9); o->prefill = (long)v; }
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); exit(0); }
+        else if (a[0] == '-' && a[1]) { fprintf(stderr, "%s: unknown option %s\n", prog, a); return -1; }
+        else if (o->npos < 4) o->pos[o->npos++] = a;
+        else { fprintf(stderr, "%s: too many arguments\n", prog); return -1; }
+#undef NUM
+#undef NEED_VALUE
+    }
+    return 0;
+}
+
+static char *read_file(const char *path, long limit, long *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) { fprintf(stderr, "%s: cannot open %s: %s\n", prog, path, strerror(errno)); return NULL; }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (n == cap) {
+            if ((long)cap >= limit) {
+                fprintf(stderr, "%s: %s is larger than %ld bytes\n", prog, path, limit);
+                free(buf); fclose(f); return NULL;
+            }
+            cap *= 2;
+            buf = realloc(buf, cap);
+        }
+        size_t r = fread(buf + n, 1, cap - n, f);
+        n += r;
+        if (r == 0) break;
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (err) { fprintf(stderr, "%s: cannot read %s\n", prog, path); free(buf); return NULL; }
+    *len = (long)n;
+    return buf;
+}
+
+/* The model named by the options: --config/--init-seed, else the positional directory. */
+static recur_model *open_model(const opts *o, const char *dir)
+{
+    recur_model *m = NULL;
+    int rc;
+    const char *what;
+    if (o->config) {
+        long len;
+        char *text = read_file(o->config, 1 << 20, &len);
+        if (!text) return NULL;
+        text = realloc(text, (size_t)len + 1);
+        text[len] = '\0';
+        rc = recur_model_init_seed(text, o->seed, &m);
+        free(text);
+        what = o->config;
+    } else {
+        rc = recur_model_load(dir, &m);
+        what = dir;
+    }
+    if (rc) {
+        fprintf(stderr, "%s: cannot load model %s: %s\n", prog, what, recur_strerror(rc));
+        if (rc == RECUR_EIO && !o->config)
+            fprintf(stderr, "%s: (a model is a directory with config.json and model.safetensors)\n", prog);
+        return NULL;
+    }
+    return m;
+}
+
+/* ---------------------------------------------------------------- info */
+
+static int cmd_info(const opts *o)
+{
+    if (o->npos > 1 || (o->config && o->npos)) { usage(stderr); return 2; }
+    recur_model *m = open_model(o, o->npos ? o->pos[0] : DEFAULT_MODEL);
+    if (!m) return 1;
+    const recur_model_info *i = recur_model_get_info(m);
+    printf("name            %s\n", i->name);
+    printf("vocab_size      %d\n", i->vocab_size);
+    printf("d_model         %d\n", i->d_model);
+    printf("layers          %d\n", i->n_layers);
+    printf("heads           %d x (K %d, V %d)\n", i->n_heads, i->head_k, i->head_v);
+    printf("d_ff            %d\n", i->d_ff);
+    printf("mixers         ");
+    for (int l = 0; l < i->n_layers; l++) printf(" %s", recur_mixer_name(i->mixers[l]));
+    printf("\n");
+    printf("tied_embeddings %s\n", i->tied_embeddings ? "yes" : "no");
+    int soft = 0;
+    for (int l = 0; l < i->n_layers; l++) soft |= i->mixers[l] == RECUR_MIXER_SOFTMAX;
+    if (soft) printf("max_context     %lld tokens\n", (long long)i->max_context);
+    printf("parameters      %lld (%.2f M)\n", (long long)i->n_params, i->n_params / 1e6);
+    printf("state_bytes     %zu per session (%.1f KiB)%s\n", i->state_bytes, i->state_bytes / 1024.0,
+           soft ? ", softmax KV cache at max_context" : ", fixed for any context length");
+    printf("fingerprint     %016llx\n", (unsigned long long)i->fingerprint);
+    recur_model_free(m);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- generate */
+
+static int cmd_generate(const opts *o)
+{
+    if (o->npos > 1 || (o->config && o->npos)) { usage(stderr); return 2; }
+    if (o->n < 0) { fprintf(stderr, "%s: generate needs -n N\n", prog); return 2; }
+    recur_model *m = open_model(o, o->npos ? o->pos[0] : DEFAULT_MODEL);
+    if (!m) return 1;
+    const recur_model_info *info = recur_model_get_info(m);
+    int vocab = info->vocab_size, rc = 0, ret = 1;
+    /* an empty prompt starts from a newline, the separator the byte models are trained on */
+    const char *prompt = o->prompt && *o->prompt ? o->prompt : "\n";
+    size_t plen = strlen(prompt);
+    int32_t *tokens = malloc(sizeof(int32_t) * plen);
+    float *logits = malloc(sizeof(float) * (size_t)vocab), *scratch = malloc(sizeof(float) * 2 * (size_t)vocab);
+    recur_workspace *ws = NULL;
+    recur_state *s = NULL;
+    for (size_t i = 0; i < plen; i++) {
+        tokens[i] = (unsigned char)prompt[i];
+        if (tokens[i] >= vocab) {
+            fprintf(stderr, "%s: prompt byte %d at %zu is outside the vocabulary (%d)\n", prog, tokens[i], i, vocab);
+            goto out;
+        }
+    }
+    if ((rc = recur_workspace_create(m, 1, &ws)) || (rc = recur_state_create(m, &s))) goto fail;
+    /* fold the prompt: all but the last byte with the chunkwise prefill, the last one stepped */
+    if ((rc = recur_model_prefill(m, ws, s, tokens, (int64_t)plen - 1, NULL))) goto fail;
+    if ((rc = recur_model_step(m, ws, s, tokens[plen - 1], logits))) goto fail;
+    recur_sampler_params sp = {.temperature = o->temperature, .top_k = o->top_k, .top_p = o->top_p};
+    uint64_t rng = o->sample_seed;
+    if (o->prompt) { fputs(o->prompt, stdout); fflush(stdout); }
+    for (long t = 0; t < o->n; t++) {
+        int tok = recur_sample(logits, vocab, &sp, &rng, scratch);
+        if (tok < 0) { rc = tok; goto fail; }
+        if (tok < 256) putchar(tok);
+        fflush(stdout);
+        if (t + 1 < o->n && (rc = recur_model_step(m, ws, s, tok, logits))) {
+            if (rc == RECUR_ECONTEXT) {
+                fprintf(stderr, "\n%s: stopped at max_context (%lld tokens)\n", prog, (long long)info->max_context);
+                rc = 0;
+                break;
+            }
+            goto fail;
+        }
+    }
+    putchar('\n');
+    ret = 0;
+    goto out;
+fail:
+    fprintf(stderr, "%s: generate: %s\n", prog, recur_strerror(rc));
+out:
+    recur_state_destroy(s);
+    recur_workspace_free(ws);
+    free(tokens);
+    free(logits);
+    free(scratch);
+    recur_model_free(m);
+    return ret;
+}
+
+/* ---------------------------------------------------------------- score */
+
+static int cmd_score(const opts *o)
+{
+    const char *dir = DEFAULT_MODEL, *file;
+    if (o->npos == 2 && !o->config) { dir = o->pos[0]; file = o->pos[1]; }
+    else if (o->npos == 1) file = o->pos[0];
+    else { usage(stderr); return 2; }
+    long len;
+    char *text = read_file(file, MAX_SCORE_BYTES, &len);
+    if (!text) return 1;
+    recur_model *m = open_model(o, dir);
+    if (!m) { free(text); return 1; }
+    const recur_model_info *info = recur_model_get_info(m);
+    int vocab = info->vocab_size, rc = 0, ret = 1, soft = 0;
+    for (int l = 0; l < info->n_layers; l++) soft |= info->mixers[l] == RECUR_MIXER_SOFTMAX;
+    /* a softmax layer bounds the context: the text is then scored in windows of max_context */
+    int64_t window = soft ? info->max_context : INT64_MAX;
+    int64_t piece_max = SCORE_PIECE < window ? SCORE_PIECE : window;
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)piece_max);
+    float *logits = malloc(sizeof(float) * (size_t)piece_max * (size_t)vocab);
+    float *lsm = malloc(sizeof(float) * (size_t)vocab);
+    recur_workspace *ws = NULL;
+    recur_state *s = NULL;
+    if ((rc = recur_workspace_create(m, 1, &ws)) || (rc = recur_state_create(m, &s))) goto fail;
+    double nats = 0.0;
+    int64_t predicted = 0;
+    double t0 = now();
+    /* logits at position i predict byte i+1; the last byte predicts nothing */
+    for (int64_t off = 0; off + 1 < len;) {
+        if ((int64_t)recur_state_tokens_seen(s) >= window) recur_state_reset(s);
+        int64_t room = window - (int64_t)recur_state_tokens_seen(s);
+        int64_t n = len - 1 - off;
+        if (n > piece_max) n = piece_max;
+        if (n > room) n = room;
+        for (int64_t i = 0; i < n; i++) {
+            tok[i] = (unsigned char)text[off + i];
+            if (tok[i] >= vocab) { fprintf(stderr, "%s: byte %d at offset %lld is outside the vocabulary\n",
+                                           prog, tok[i], (long long)(off + i)); goto out; }
+        }
+        if ((rc = recur_model_prefill(m, ws, s, tok, n, logits))) goto fail;
+        for (int64_t i = 0; i < n; i++) {
+            int next = (unsigned char)text[off + i + 1];
+            if (next >= vocab) { fprintf(stderr, "%s: byte %d at offset %lld is outside the vocabulary\n",
+                                         prog, next, (long long)(off + i + 1)); goto out; }
+            recur_log_softmax(logits + (size_t)i * vocab, vocab, lsm);
+            nats -= lsm[next];
+        }
+        predicted += n;
+        off += n;
+    }
+    double dt = now() - t0;
+    if (predicted == 0) { fprintf(stderr, "%s: %s has fewer than 2 bytes\n", prog, file); goto out; }
+    printf("%.4f bits/byte over %lld bytes (%lld predicted)\n", nats / predicted / log(2.0), (long long)len,
+           (long long)predicted);
+    fprintf(stderr, "%s: %.0f tokens/s prefill with logits%s\n", prog, predicted / dt,
+            soft ? " (softmax: windows of max_context)" : "");
+    ret = 0;
+    goto out;
+fail:
+    fprintf(stderr, "%s: score: %s\n", prog, recur_strerror(rc));
+out:
+    recur_state_destroy(s);
+    recur_workspace_free(ws);
+    free(tok);
+    free(logits);
+    free(lsm);
+    free(text);
+    recur_model_free(m);
+    return ret;
+}
+
+/* ---------------------------------------------------------------- bench */
+
+static int cmd_bench(const opts *o)
+{
+    if (o->npos > 1 || (o->config && o->npos)) { usage(stderr); return 2; }
+    recur_model *m = open_model(o, o->npos ? o->pos[0] : DEFAULT_MODEL);
+    if (!m) return 1;
+    const recur_model_info *info = recur_model_get_info(m);
+    int vocab = info->vocab_size, ret = 1, rc = 0;
+    const char *list = o->batches ? o->batches : "1,8,64";
+    long steps = o->steps > 0 ? o->steps : 64;
+    printf("model %s: %lld params, d %d, %d layers\n", info->name, (long long)info->n_params, info->d_model,
+           info->n_layers);
+    char *copy = strdup(list), *save = NULL;
+    for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        int B = atoi(t);
+        if (B < 1 || B > 4096) { fprintf(stderr, "%s: bad batch %s\n", prog, t); free(copy); goto out; }
+        recur_workspace *ws;
+        if ((rc = recur_workspace_create(m, B, &ws))) break;
+        recur_state **st = calloc((size_t)B, sizeof *st);
+        int32_t *tok = calloc((size_t)B, sizeof *tok);
+        float *logits = malloc(sizeof(float) * (size_t)B * vocab);
+        for (int b = 0; b < B && !rc; b++) rc = recur_state_create(m, &st[b]);
+        long done = 0;
+        double t0 = 0;
+        for (long i = 0; i < steps + 4 && !rc; i++) { /* 4 warm-up steps */
+            if (i == 4) t0 = now();
+            for (int b = 0; b < B; b++) tok[b] = (int32_t)((i * 31 + b * 7) % vocab);
+            rc = recur_model_step_batch(m, ws, st, tok, B, logits);
+            if (i >= 4) done += B;
+        }
+        double dt = now() - t0;
+        if (!rc) printf("decode  batch %4d: %10.0f tokens/s  (%.1f us per step)\n", B, done / dt, dt / steps * 1e6);
+        for (int b = 0; b < B; b++) recur_state_destroy(st[b]);
+        free(st); free(tok); free(logits);
+        recur_workspace_free(ws);
+        if (rc == RECUR_ECONTEXT) { printf("decode  batch %4d: stopped at max_context\n", B); rc = 0; }
+        if (rc) break;
+    }
+    free(copy);
+    if (rc) goto fail;
+    long P = o->prefill > 0 ? o->prefill : 4096;
+    if (P > 0) {
+        recur_workspace *ws;
+        recur_state *s;
+        if ((rc = recur_workspace_create(m, 1, &ws))) goto fail;
+        if ((rc = recur_state_create(m, &s))) { recur_workspace_free(ws); goto fail; }
+        int32_t *tok = malloc(sizeof(int32_t) * (size_t)P);
+        for (long i = 0; i < P; i++) tok[i] = (int32_t)((i * 131 + 7) % vocab);
+        double t0 = now();
+        rc = recur_model_prefill(m, ws, s, tok, P, NULL);
+        double dt = now() - t0;
+        if (!rc) printf("prefill %ld tokens: %10.0f tokens/s  (%.1f ms)\n", P, P / dt, dt * 1e3);
+        free(tok);
+        recur_state_destroy(s);
+        recur_workspace_free(ws);
+        if (rc) goto fail;
+    }
+    ret = 0;
+    goto out;
+fail:
+    fprintf(stderr, "%s: bench: %s\n", prog, recur_strerror(rc));
+out:
+    recur_model_free(m);
+    return ret;
+}
+
+int main(int argc, char **argv)
+{
+    openblas_set_num_threads(1); /* parallelism, if any, belongs to the caller (LIBRARIES.md B.4) */
+    if (argc < 2) { usage(stderr); return 2; }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) { usage(stdout); return 0; }
+    opts o = {.n = -1, .temperature = 0.0f, .top_k = 0, .top_p = 1.0f};
+    if (parse_args(argc, argv, &o)) { usage(stderr); return 2; }
+    /* outside generate there is nothing to sample: --seed then names the model's init seed */
+    if (strcmp(cmd, "generate") != 0 && o.have_sample_seed && !o.have_seed) { o.seed = o.sample_seed; o.have_seed = 1; }
+    if (o.have_seed && !o.config) { fprintf(stderr, "%s: --init-seed needs --config\n", prog); return 2; }
+    if (!strcmp(cmd, "info")) return cmd_info(&o);
+    if (!strcmp(cmd, "generate")) return cmd_generate(&o);
+    if (!strcmp(cmd, "score")) return cmd_score(&o);
+    if (!strcmp(cmd, "bench")) return cmd_bench(&o);
+    fprintf(stderr, "%s: unknown command %s\n", prog, cmd);
+    usage(stderr);
+    return 2;
+}

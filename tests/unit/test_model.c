@@ -1,0 +1,575 @@
+/* test_model.c — the model stack: config rejection, safetensors validation (corrupt files built
+ * here), snapshot validation, sampling, and the forms agreeing (batch == single, prefill ==
+ * step) on seeded models. Numeric parity with the PyTorch twin is tests/python/test_model_parity.py. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "model_internal.h"
+
+#define TINY(mixers, n) \
+    "{\"name\":\"tiny\",\"vocab_size\":40,\"d_model\":24,\"n_layers\":" #n ",\"n_heads\":2," \
+    "\"head_k\":8,\"head_v\":6,\"d_ff\":20,\"mixers\":[" mixers "],\"tied_embeddings\":false," \
+    "\"max_context\":80,\"norm_eps\":1e-5}"
+
+static const char *hybrid_cfg =
+    TINY("\"linear\",\"retention\",\"gla\",\"deltanet\",\"gated_deltanet\",\"softmax\"", 6);
+
+static double rel_rms(const float *a, const float *b, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)b[i] * b[i];
+    }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+/* ---------------------------------------------------------------- config */
+
+static int init(const char *json)
+{
+    recur_model *m = NULL;
+    int rc = recur_model_init_seed(json, 1, &m);
+    recur_model_free(m);
+    return rc;
+}
+
+Test(config, accepts_minimal_and_defaults)
+{
+    recur_model *m;
+    cr_assert_eq(recur_model_init_seed("{\"vocab_size\":256,\"d_model\":16,\"n_layers\":1,\"n_heads\":1,"
+                                       "\"head_k\":4,\"head_v\":4,\"d_ff\":8,\"mixers\":[\"softmax\"]}", 1, &m), 0);
+    const recur_model_info *i = recur_model_get_info(m);
+    cr_assert_eq(i->tied_embeddings, 1);
+    cr_assert_eq(i->max_context, 4096);
+    cr_assert_eq(i->mixers[0], RECUR_MIXER_SOFTMAX);
+    cr_assert_eq(i->state_bytes, (size_t)4096 * (4 + 4) * 4);
+    recur_model_free(m);
+}
+
+Test(config, rejects_bad_configs)
+{
+    cr_assert_eq(init(TINY("\"gla\"", 1)), 0);
+    /* unknown key (a typo), duplicate key, missing key */
+    cr_assert_eq(init("{\"vocab_size\":40,\"d_model\":24,\"n_layers\":1,\"n_heads\":2,\"head_k\":8,"
+                      "\"head_v\":6,\"d_ff\":20,\"mixers\":[\"gla\"],\"tied_embedding\":true}"), RECUR_EFORMAT);
+    cr_assert_eq(init("{\"vocab_size\":40,\"vocab_size\":40,\"d_model\":24,\"n_layers\":1,\"n_heads\":2,"
+                      "\"head_k\":8,\"head_v\":6,\"d_ff\":20,\"mixers\":[\"gla\"]}"), RECUR_EFORMAT);
+    cr_assert_eq(init("{\"vocab_size\":40,\"n_layers\":1,\"n_heads\":2,\"head_k\":8,"
+                      "\"head_v\":6,\"d_ff\":20,\"mixers\":[\"gla\"]}"), RECUR_EFORMAT);
+    /* wrong types, non-integral, out of range */
+    cr_assert_eq(init("{\"vocab_size\":\"40\",\"d_model\":24,\"n_layers\":1,\"n_heads\":2,\"head_k\":8,"
+                      "\"head_v\":6,\"d_ff\":20,\"mixers\":[\"gla\"]}"), RECUR_EFORMAT);
+    cr_assert_eq(init("{\"vocab_size\":40.5,\"d_model\":24,\"n_layers\":1,\"n_heads\":2,\"head_k\":8,"
+                      "\"head_v\":6,\"d_ff\":20,\"mixers\":[\"gla\"]}"), RECUR_EFORMAT);
+    cr_assert_eq(init("{\"vocab_size\":1,\"d_model\":24,\"n_layers\":1,\"n_heads\":2,\"head_k\":8,"
+                      "\"head_v\":6,\"d_ff\":20,\"mixers\":[\"gla\"]}"), RECUR_ESHAPE);
+    cr_assert_eq(init("{\"vocab_size\":40,\"d_model\":24,\"n_layers\":1,\"n_heads\":2,\"head_k\":8,"
+                      "\"head_v\":6,\"d_ff\":3e9,\"mixers\":[\"gla\"]}"), RECUR_ESHAPE);
+    cr_assert_eq(init("{\"vocab_size\":40,\"d_model\":24,\"n_layers\":1,\"n_heads\":2,\"head_k\":8,"
+                      "\"head_v\":6,\"d_ff\":20,\"mixers\":[\"gla\"],\"norm_eps\":-1}"), RECUR_ERANGE);
+    cr_assert_eq(init("{\"vocab_size\":40,\"d_model\":24,\"n_layers\":1,\"n_heads\":2,\"head_k\":8,"
+                      "\"head_v\":6,\"d_ff\":20,\"mixers\":[\"gla\"],\"tied_embeddings\":1}"), RECUR_EFORMAT);
+    /* mixers: wrong count, unknown kind, not strings */
+    cr_assert_eq(init(TINY("\"gla\",\"gla\"", 1)), RECUR_ESHAPE);
+    cr_assert_eq(init(TINY("\"mamba\"", 1)), RECUR_EFORMAT);
+    cr_assert_eq(init(TINY("3", 1)), RECUR_EFORMAT);
+    /* not JSON, not an object, trailing garbage */
+    cr_assert_eq(init("{\"vocab_size\":"), RECUR_EFORMAT);
+    cr_assert_eq(init("[1,2]"), RECUR_EFORMAT);
+    cr_assert_eq(init(TINY("\"gla\"", 1) " x"), RECUR_EFORMAT);
+    cr_assert_eq(recur_model_init_seed(NULL, 1, NULL), RECUR_EINVAL);
+}
+
+/* ---------------------------------------------------------------- safetensors */
+
+typedef struct {
+    char name[64];
+    char dtype[8];
+    int64_t shape[2];
+    int ndim;
+    uint64_t begin, end;
+} st_spec;
+
+/* Write a safetensors file from specs[] (data bytes given); the header is built with snprintf. */
+static void write_st(const char *path, const st_spec *sp, int n, const void *data, size_t data_len,
+                     const char *extra_header_entry)
+{
+    size_t cap = 1 << 20;
+    char *hdr = malloc(cap);
+    size_t o = (size_t)snprintf(hdr, cap, "{");
+    for (int i = 0; i < n; i++) {
+        o += (size_t)snprintf(hdr + o, cap - o, "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[%lld", i ? "," : "",
+                              sp[i].name, sp[i].dtype, (long long)sp[i].shape[0]);
+        if (sp[i].ndim == 2) o += (size_t)snprintf(hdr + o, cap - o, ",%lld", (long long)sp[i].shape[1]);
+        o += (size_t)snprintf(hdr + o, cap - o, "],\"data_offsets\":[%llu,%llu]}",
+                              (unsigned long long)sp[i].begin, (unsigned long long)sp[i].end);
+    }
+    if (extra_header_entry) o += (size_t)snprintf(hdr + o, cap - o, ",%s", extra_header_entry);
+    o += (size_t)snprintf(hdr + o, cap - o, "}");
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    uint64_t hl = o;
+    unsigned char le[8];
+    for (int i = 0; i < 8; i++) le[i] = (unsigned char)(hl >> (8 * i));
+    fwrite(le, 1, 8, f);
+    fwrite(hdr, 1, o, f);
+    fwrite(data, 1, data_len, f);
+    fclose(f);
+    free(hdr);
+}
+
+static const char *cfg_text = TINY("\"gated_deltanet\",\"softmax\"", 2);
+
+/* Specs and fp32 data of a seeded model: the golden file every corruption starts from. */
+static int golden(recur_model **mout, st_spec **specs, unsigned char **data, size_t *len)
+{
+    recur_model *m;
+    cr_assert_eq(recur_model_init_seed(cfg_text, 7, &m), 0);
+    st_spec *sp = calloc(256, sizeof *sp);
+    unsigned char *d = malloc(1 << 22);
+    size_t off = 0;
+    int n = 0;
+    recur_weight_ref ref;
+    for (int l = -1; l < m->cfg.n_layers; l++)
+        for (int t = 0; t < T_N_LAYER_TENSORS; t++)
+            if (recur__weight(m, l, t, &ref)) {
+                snprintf(sp[n].name, sizeof sp[n].name, "%s", ref.name);
+                snprintf(sp[n].dtype, sizeof sp[n].dtype, "F32");
+                sp[n].ndim = ref.ndim;
+                sp[n].shape[0] = ref.shape[0];
+                sp[n].shape[1] = ref.shape[1];
+                sp[n].begin = off;
+                memcpy(d + off, ref.ptr, ref.n * 4);
+                off += ref.n * 4;
+                sp[n].end = off;
+                n++;
+            }
+    *mout = m;
+    *specs = sp;
+    *data = d;
+    *len = off;
+    return n;
+}
+
+static char tmpdir[64];
+static char cfg_path[128], st_path[128];
+
+static void setup_dir(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/recur_test_model_XXXXXX");
+    cr_assert_not_null(mkdtemp(tmpdir));
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", tmpdir);
+    snprintf(st_path, sizeof st_path, "%s/model.safetensors", tmpdir);
+    FILE *f = fopen(cfg_path, "w");
+    fputs(cfg_text, f);
+    fclose(f);
+}
+
+static void teardown_dir(void)
+{
+    unlink(cfg_path);
+    unlink(st_path);
+    rmdir(tmpdir);
+}
+
+static int load_rc(void)
+{
+    recur_model *m = NULL;
+    int rc = recur_model_load(tmpdir, &m);
+    recur_model_free(m);
+    return rc;
+}
+
+TestSuite(safetensors, .init = setup_dir, .fini = teardown_dir);
+
+Test(safetensors, golden_file_loads_with_same_fingerprint)
+{
+    recur_model *seeded, *loaded;
+    st_spec *sp;
+    unsigned char *d;
+    size_t len;
+    int n = golden(&seeded, &sp, &d, &len);
+    write_st(st_path, sp, n, d, len, "\"__metadata__\":{\"format\":\"pt\"}");
+    cr_assert_eq(recur_model_load(tmpdir, &loaded), 0);
+    cr_assert_eq(recur_model_get_info(loaded)->fingerprint, recur_model_get_info(seeded)->fingerprint);
+    cr_assert_eq(recur_model_get_info(loaded)->n_params, recur_model_get_info(seeded)->n_params);
+    recur_model_free(loaded);
+    recur_model_free(seeded);
+    free(sp);
+    free(d);
+}
+
+Test(safetensors, corruptions_are_rejected)
+{
+    recur_model *seeded;
+    st_spec *sp;
+    unsigned char *d;
+    size_t len;
+    int n = golden(&seeded, &sp, &d, &len);
+    st_spec save;
+
+    /* missing tensor, extra tensor, duplicate tensor */
+    write_st(st_path, sp, n - 1, d, len, NULL);
+    cr_assert_eq(load_rc(), RECUR_EFORMAT);
+    write_st(st_path, sp, n, d, len, "\"bogus.weight\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}");
+    cr_assert_eq(load_rc(), RECUR_EFORMAT);
+    char dup[256];
+    snprintf(dup, sizeof dup, "\"%s\":{\"dtype\":\"F32\",\"shape\":[24],\"data_offsets\":[%llu,%llu]}",
+             sp[1].name, (unsigned long long)sp[1].begin, (unsigned long long)sp[1].end);
+    write_st(st_path, sp, n, d, len, dup);
+    cr_assert_eq(load_rc(), RECUR_EFORMAT);
+
+    /* wrong shape (same element count), wrong dtype */
+    save = sp[0];
+    sp[0].shape[0] = save.shape[1];
+    sp[0].shape[1] = save.shape[0];
+    write_st(st_path, sp, n, d, len, NULL);
+    cr_assert_eq(load_rc(), RECUR_EFORMAT);
+    sp[0] = save;
+    snprintf(sp[0].dtype, sizeof sp[0].dtype, "F64");
+    write_st(st_path, sp, n, d, len, NULL);
+    cr_assert_eq(load_rc(), RECUR_EFORMAT);
+    snprintf(sp[0].dtype, sizeof sp[0].dtype, "I32");
+    write_st(st_path, sp, n, d, len, NULL);
+    cr_assert_eq(load_rc(), RECUR_EFORMAT);
+    sp[0] = save;
+
+    /* overlapping ranges: tensor 1 (norm_f, 24 floats) moved into tensor 0's bytes */
+    save = sp[1];
+    sp[1].begin = 8;
+    sp[1].end = 8 + (save.end - save.begin);
+    write_st(st_path, sp, n, d, len, NULL);
+    cr_assert_eq(load_rc(), RECUR_EFORMAT);
+    /* byte range that does not match the shape */
+    sp[1] = save;
+    sp[1].end -= 4;
+    write_st(st_path, sp, n, d, len, NULL);
+    cr_assert_eq(load_rc(), RECUR_EFORMAT);
+    sp[1] = save;
+
+    /* out of the file / truncated file */
+    write_st(st_path, sp, n, d, len - 1, NULL);
+    cr_assert_eq(load_rc(), RECUR_ETRUNCATED);
+    sp[n - 1].begin += 1u << 30;
+    sp[n - 1].end += 1u << 30;
+    write_st(st_path, sp, n, d, len, NULL);
+    cr_assert_eq(load_rc(), RECUR_ETRUNCATED);
+
+    /* non-finite weight */
+    recur_model_free(seeded);
+    free(sp);
+    free(d);
+    golden(&seeded, &sp, &d, &len);
+    float nan = NAN;
+    memcpy(d + 4, &nan, 4);
+    write_st(st_path, sp, n, d, len, NULL);
+    cr_assert_eq(load_rc(), RECUR_EFORMAT);
+
+    /* header length: absurd, past the end, tiny file, garbage JSON, missing file */
+    FILE *f = fopen(st_path, "wb");
+    unsigned char huge[16] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, '{', '}'};
+    fwrite(huge, 1, 16, f);
+    fclose(f);
+    cr_assert_eq(load_rc(), RECUR_EFORMAT);
+    f = fopen(st_path, "wb");
+    unsigned char past[12] = {100, 0, 0, 0, 0, 0, 0, 0, '{', '}', ' ', ' '};
+    fwrite(past, 1, 12, f);
+    fclose(f);
+    cr_assert_eq(load_rc(), RECUR_ETRUNCATED);
+    f = fopen(st_path, "wb");
+    fwrite(past, 1, 5, f);
+    fclose(f);
+    cr_assert_eq(load_rc(), RECUR_ETRUNCATED);
+    f = fopen(st_path, "wb");
+    unsigned char junk[14] = {6, 0, 0, 0, 0, 0, 0, 0, '{', '"', 'a', '"', ':', '['};
+    fwrite(junk, 1, 14, f);
+    fclose(f);
+    cr_assert_eq(load_rc(), RECUR_EFORMAT);
+    unlink(st_path);
+    cr_assert_eq(load_rc(), RECUR_EIO);
+    recur_model_free(seeded);
+    free(sp);
+    free(d);
+}
+
+Test(safetensors, f16_and_bf16_convert)
+{
+    recur_model *seeded, *loaded;
+    st_spec *sp;
+    unsigned char *d;
+    size_t len;
+    int n = golden(&seeded, &sp, &d, &len);
+    /* embed (tensor 0) as F16 and norm_f (tensor 1) as BF16: halve their byte ranges */
+    unsigned char *d2 = malloc(len);
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        size_t count = (sp[i].end - sp[i].begin) / 4;
+        const float *src = (const float *)(d + sp[i].begin);
+        sp[i].begin = off;
+        if (i == 0 || i == 1) {
+            snprintf(sp[i].dtype, sizeof sp[i].dtype, i == 0 ? "F16" : "BF16");
+            for (size_t j = 0; j < count; j++) {
+                uint16_t h;
+                if (i == 0) { _Float16 x = (_Float16)src[j]; memcpy(&h, &x, 2); }
+                else { uint32_t b; memcpy(&b, &src[j], 4); h = (uint16_t)(b >> 16); }
+                memcpy(d2 + off + 2 * j, &h, 2);
+            }
+            off += count * 2;
+        } else {
+            memcpy(d2 + off, src, count * 4);
+            off += count * 4;
+        }
+        sp[i].end = off;
+    }
+    write_st(st_path, sp, n, d2, off, NULL);
+    cr_assert_eq(recur_model_load(tmpdir, &loaded), 0);
+    for (size_t j = 0; j < (size_t)40 * 24; j++)
+        cr_assert_float_eq(loaded->embed[j], seeded->embed[j], 1e-4f + 1e-3f * fabsf(seeded->embed[j]));
+    for (int j = 0; j < 24; j++) cr_assert_float_eq(loaded->norm_f[j], 1.0f, 0.0f); /* 1.0 is exact in bf16 */
+    cr_assert_neq(recur_model_get_info(loaded)->fingerprint, recur_model_get_info(seeded)->fingerprint);
+    recur_model_free(loaded);
+    recur_model_free(seeded);
+    free(sp);
+    free(d);
+    free(d2);
+}
+
+/* ---------------------------------------------------------------- forms agree */
+
+static void batch_equals_single(const char *cfg)
+{
+    enum { B = 5, STEPS = 12 };
+    recur_model *m;
+    recur_workspace *ws;
+    cr_assert_eq(recur_model_init_seed(cfg, 11, &m), 0);
+    cr_assert_eq(recur_workspace_create(m, 8, &ws), 0);
+    int vocab = m->cfg.vocab_size;
+    recur_state *a[B], *b[B];
+    for (int i = 0; i < B; i++) {
+        cr_assert_eq(recur_state_create(m, &a[i]), 0);
+        cr_assert_eq(recur_state_create(m, &b[i]), 0);
+    }
+    float *lb = malloc(sizeof(float) * B * vocab), *ls = malloc(sizeof(float) * vocab);
+    /* sessions at different positions: session i starts after i prefilled tokens */
+    for (int i = 0; i < B; i++) {
+        int32_t pre[8];
+        for (int j = 0; j < i; j++) pre[j] = (7 * i + 3 * j) % vocab;
+        cr_assert_eq(recur_model_prefill(m, ws, a[i], pre, i, NULL), 0);
+        cr_assert_eq(recur_state_copy(b[i], a[i]), 0);
+    }
+    double worst = 0;
+    for (int t = 0; t < STEPS; t++) {
+        int32_t tok[B];
+        for (int i = 0; i < B; i++) tok[i] = (5 * t + 11 * i + 1) % vocab;
+        cr_assert_eq(recur_model_step_batch(m, ws, a, tok, B, lb), 0);
+        for (int i = 0; i < B; i++) {
+            cr_assert_eq(recur_model_step(m, ws, b[i], tok[i], ls), 0);
+            double e = rel_rms(lb + (size_t)i * vocab, ls, (size_t)vocab);
+            if (e > worst) worst = e;
+            cr_assert_eq(recur_state_tokens_seen(a[i]), recur_state_tokens_seen(b[i]));
+        }
+    }
+    cr_assert_lt(worst, 1e-5, "batch vs single rel rms %g", worst);
+    /* a batch with a bad token or a repeated state changes nothing */
+    int32_t bad[B] = {0, 1, vocab, 2, 3};
+    uint64_t seen = recur_state_tokens_seen(a[0]);
+    cr_assert_eq(recur_model_step_batch(m, ws, a, bad, B, lb), RECUR_ETOKEN);
+    recur_state *dup[2] = {a[0], a[0]};
+    cr_assert_eq(recur_model_step_batch(m, ws, dup, bad, 2, lb), RECUR_EINVAL);
+    cr_assert_eq(recur_model_step_batch(m, ws, a, bad, 9, lb), RECUR_ESHAPE);
+    cr_assert_eq(recur_state_tokens_seen(a[0]), seen);
+    for (int i = 0; i < B; i++) {
+        recur_state_destroy(a[i]);
+        recur_state_destroy(b[i]);
+    }
+    free(lb);
+    free(ls);
+    recur_workspace_free(ws);
+    recur_model_free(m);
+}
+
+Test(forms, batch_equals_single_every_mixer) { batch_equals_single(hybrid_cfg); }
+
+Test(forms, prefill_then_step_equals_steps)
+{
+    recur_model *m;
+    recur_workspace *ws;
+    recur_state *a, *b;
+    cr_assert_eq(recur_model_init_seed(hybrid_cfg, 5, &m), 0);
+    cr_assert_eq(recur_workspace_create(m, 1, &ws), 0);
+    cr_assert_eq(recur_state_create(m, &a), 0);
+    cr_assert_eq(recur_state_create(m, &b), 0);
+    int vocab = m->cfg.vocab_size;
+    enum { N = 70 };
+    int32_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = (i * 13 + 5) % vocab;
+    float *lp = malloc(sizeof(float) * N * vocab), *ls = malloc(sizeof(float) * N * vocab);
+    cr_assert_eq(recur_model_prefill(m, ws, a, tok, 30, lp), 0);
+    cr_assert_eq(recur_model_prefill(m, ws, a, tok + 30, N - 31, lp + 30 * vocab), 0);
+    cr_assert_eq(recur_model_step(m, ws, a, tok[N - 1], lp + (N - 1) * vocab), 0);
+    for (int i = 0; i < N; i++) cr_assert_eq(recur_model_step(m, ws, b, tok[i], ls + (size_t)i * vocab), 0);
+    double e = rel_rms(lp, ls, (size_t)N * vocab);
+    cr_assert_lt(e, 1e-5, "prefill vs steps rel rms %g", e);
+    cr_assert_eq(recur_state_tokens_seen(a), N);
+    /* context bound of the softmax layer: 80 tokens */
+    int32_t more[20] = {0};
+    cr_assert_eq(recur_model_prefill(m, ws, a, more, 11, NULL), RECUR_ECONTEXT);
+    cr_assert_eq(recur_model_prefill(m, ws, a, more, 10, NULL), 0);
+    cr_assert_eq(recur_model_step(m, ws, a, 0, ls), RECUR_ECONTEXT);
+    int32_t badtok[3] = {1, -1, 2};
+    cr_assert_eq(recur_model_prefill(m, ws, b, badtok, 3, NULL), RECUR_ETOKEN);
+    cr_assert_eq(recur_state_tokens_seen(b), N);
+    recur_state_destroy(a);
+    recur_state_destroy(b);
+    free(lp);
+    free(ls);
+    recur_workspace_free(ws);
+    recur_model_free(m);
+}
+
+/* ---------------------------------------------------------------- snapshots */
+
+Test(snapshot, round_trip_and_corruption)
+{
+    recur_model *m, *other;
+    recur_workspace *ws;
+    recur_state *s, *t, *o;
+    cr_assert_eq(recur_model_init_seed(hybrid_cfg, 5, &m), 0);
+    cr_assert_eq(recur_model_init_seed(hybrid_cfg, 6, &other), 0);
+    cr_assert_eq(recur_workspace_create(m, 1, &ws), 0);
+    cr_assert_eq(recur_state_create(m, &s), 0);
+    cr_assert_eq(recur_state_create(m, &t), 0);
+    cr_assert_eq(recur_state_create(other, &o), 0);
+    int32_t tok[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    cr_assert_eq(recur_model_prefill(m, ws, s, tok, 9, NULL), 0);
+    size_t n = recur_snapshot_size(s), w;
+    uint8_t *buf = malloc(n + 8), *buf2 = malloc(n + 8);
+    cr_assert_eq(recur_snapshot_write(s, buf, n - 1, &w), RECUR_ESHAPE);
+    cr_assert_eq(recur_snapshot_write(s, buf, n, &w), 0);
+    cr_assert_eq(w, n);
+    cr_assert_eq(memcmp(buf, "RECURST1", 8), 0);
+
+    /* t holds a different state; every bad snapshot leaves it exactly as it was */
+    cr_assert_eq(recur_model_prefill(m, ws, t, tok, 4, NULL), 0);
+    size_t tn = recur_snapshot_size(t);
+    uint8_t *before = malloc(tn), *after = malloc(tn);
+    cr_assert_eq(recur_snapshot_write(t, before, tn, &w), 0);
+    struct { size_t at; uint8_t x; int want; } flips[] = {
+        {0, 1, RECUR_EFORMAT},           /* magic */
+        {8, 1, RECUR_EFORMAT},           /* version */
+        {12, 1, RECUR_EMISMATCH},        /* n_layers */
+        {16, 1, RECUR_EMISMATCH},        /* fingerprint */
+        {24, 1, RECUR_EFORMAT},          /* tokens_seen disagrees with the payload length */
+        {32, 4, RECUR_EFORMAT},          /* payload length */
+        {45, 0x40, RECUR_ECHECKSUM},     /* payload */
+        {n - 1, 1, RECUR_ECHECKSUM},     /* checksum */
+    };
+    for (size_t i = 0; i < sizeof flips / sizeof flips[0]; i++) {
+        memcpy(buf2, buf, n);
+        buf2[flips[i].at] ^= flips[i].x;
+        cr_assert_eq(recur_snapshot_read(t, buf2, n), flips[i].want, "flip at %zu", flips[i].at);
+    }
+    cr_assert_eq(recur_snapshot_read(t, buf, n - 1), RECUR_ETRUNCATED);
+    cr_assert_eq(recur_snapshot_read(t, buf, 20), RECUR_ETRUNCATED);
+    memcpy(buf2, buf, n);
+    buf2[n] = 0;
+    cr_assert_eq(recur_snapshot_read(t, buf2, n + 1), RECUR_EFORMAT);
+    cr_assert_eq(recur_snapshot_read(o, buf, n), RECUR_EMISMATCH); /* foreign model */
+    cr_assert_eq(recur_snapshot_write(t, after, tn, &w), 0);
+    cr_assert_eq(memcmp(before, after, tn), 0, "a rejected snapshot changed the state");
+    cr_assert_eq(recur_state_tokens_seen(t), 4);
+
+    /* round trip: same bytes, same next logits */
+    cr_assert_eq(recur_snapshot_read(t, buf, n), 0);
+    cr_assert_eq(recur_state_tokens_seen(t), 9);
+    cr_assert_eq(recur_snapshot_write(t, buf2, n, &w), 0);
+    cr_assert_eq(memcmp(buf, buf2, n), 0);
+    float l1[40], l2[40];
+    cr_assert_eq(recur_model_step(m, ws, s, 3, l1), 0);
+    cr_assert_eq(recur_model_step(m, ws, t, 3, l2), 0);
+    cr_assert_eq(memcmp(l1, l2, sizeof l1), 0);
+    /* reset and copy */
+    recur_state_reset(t);
+    cr_assert_eq(recur_state_tokens_seen(t), 0);
+    cr_assert_eq(recur_snapshot_size(t), 40 + m->rec_floats * 4 + 8);
+    cr_assert_eq(recur_state_copy(o, s), RECUR_EMISMATCH);
+    free(buf); free(buf2); free(before); free(after);
+    recur_state_destroy(s);
+    recur_state_destroy(t);
+    recur_state_destroy(o);
+    recur_workspace_free(ws);
+    recur_model_free(m);
+    recur_model_free(other);
+}
+
+/* ---------------------------------------------------------------- sampling */
+
+Test(sampling, greedy_ties_and_errors)
+{
+    float l[5] = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f}, scratch[10];
+    recur_sampler_params p = {.temperature = 0.0f};
+    uint64_t rng = 1;
+    cr_assert_eq(recur_sample(l, 5, &p, &rng, scratch), 1);
+    cr_assert_neq(rng, 1u, "one draw per call, also when greedy");
+    l[2] = NAN;
+    cr_assert_eq(recur_sample(l, 5, &p, &rng, scratch), RECUR_ENONFINITE);
+    cr_assert_eq(recur_sample(l, 0, &p, &rng, scratch), RECUR_EINVAL);
+    cr_assert_eq(recur_sample(NULL, 5, &p, &rng, scratch), RECUR_EINVAL);
+}
+
+Test(sampling, seeded_top_k_top_p)
+{
+    enum { NV = 8, DRAWS = 4000 };
+    float l[NV], scratch[2 * NV];
+    for (int i = 0; i < NV; i++) l[i] = (float)(NV - i) * 0.5f; /* token 0 most likely */
+    recur_sampler_params p = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f};
+    /* same seed, same sequence; a different seed differs */
+    uint64_t r1 = 42, r2 = 42, r3 = 43;
+    int same = 1, diff = 0;
+    for (int i = 0; i < 200; i++) {
+        int a = recur_sample(l, NV, &p, &r1, scratch), b = recur_sample(l, NV, &p, &r2, scratch);
+        int c = recur_sample(l, NV, &p, &r3, scratch);
+        same &= a == b;
+        diff |= a != c;
+    }
+    cr_assert(same);
+    cr_assert(diff);
+    /* plain temperature: frequencies follow softmax(l) */
+    int count[NV] = {0};
+    uint64_t r = 7;
+    for (int i = 0; i < DRAWS; i++) count[recur_sample(l, NV, &p, &r, scratch)]++;
+    double z = 0;
+    for (int i = 0; i < NV; i++) z += exp(l[i]);
+    for (int i = 0; i < NV; i++) {
+        double want = exp(l[i]) / z * DRAWS;
+        cr_assert(fabs(count[i] - want) < 5 * sqrt(want) + 5, "token %d: %d vs %.1f", i, count[i], want);
+    }
+    /* top-k 3: only the three most likely */
+    p.top_k = 3;
+    for (int i = 0; i < DRAWS; i++) cr_assert_lt(recur_sample(l, NV, &p, &r, scratch), 3);
+    /* top-p: mass of token 0 is ~0.39 and 0+1 ~0.63, so p=0.5 keeps exactly tokens 0 and 1 */
+    p.top_k = 0;
+    p.top_p = 0.5f;
+    int seen[NV] = {0};
+    for (int i = 0; i < DRAWS; i++) seen[recur_sample(l, NV, &p, &r, scratch)]++;
+    cr_assert(seen[0] > 0 && seen[1] > 0);
+    for (int i = 2; i < NV; i++) cr_assert_eq(seen[i], 0);
+    /* top_k 1 is greedy at any temperature */
+    p.top_k = 1;
+    p.top_p = 1.0f;
+    p.temperature = 5.0f;
+    for (int i = 0; i < 100; i++) cr_assert_eq(recur_sample(l, NV, &p, &r, scratch), 0);
+}
+
+Test(sampling, log_softmax_normalises)
+{
+    float l[4] = {1000.0f, 1000.0f, -1000.0f, 0.0f}, o[4];
+    recur_log_softmax(l, 4, o);
+    cr_assert_float_eq(o[0], -logf(2.0f), 1e-6f);
+    cr_assert_float_eq(o[1], -logf(2.0f), 1e-6f);
+    cr_assert(o[2] < -1000.0f && isfinite(o[2]));
+}
