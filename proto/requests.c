@@ -75,9 +75,46 @@ static int has_duplicate_keys(const cJSON *node, const char **dup)
     return 0;
 }
 
+/* 1 if the n bytes are well-formed UTF-8 (RFC 3629: no overlongs, surrogates, > U+10FFFF). */
+static int valid_utf8(const uint8_t *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t len;
+        unsigned lo = 0x80, hi = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF) len = 2;
+        else if (c >= 0xE0 && c <= 0xEF) {
+            len = 3;
+            if (c == 0xE0) lo = 0xA0;
+            if (c == 0xED) hi = 0x9F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            len = 4;
+            if (c == 0xF0) lo = 0x90;
+            if (c == 0xF4) hi = 0x8F;
+        } else
+            return 0;
+        if (n - i < len || s[i + 1] < lo || s[i + 1] > hi)
+            return 0;
+        for (size_t k = 2; k < len; k++)
+            if ((s[i + k] & 0xC0) != 0x80)
+                return 0;
+        i += len;
+    }
+    return 1;
+}
+
 /* Parse a whole body as one JSON object. Returns the tree (caller deletes) or NULL with *err. */
 static cJSON *parse_object(const uint8_t *body, size_t len, proto_error *err)
 {
+    if (!valid_utf8(body, len)) {
+        fail(err, 400, "invalid_json", "request body is not valid UTF-8");
+        return NULL;
+    }
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts((const char *)body, len, &end, 0);
     if (!root) {

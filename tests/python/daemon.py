@@ -1,0 +1,108 @@
+"""Start build/recurd for end-to-end tests: a free loopback port (--port 0, read back from the
+JSON log line), a small seeded model (tests/fixtures/tiny_model.json), bounded in time, and
+killed at teardown. Not a test module itself."""
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BUILD = os.environ.get("RECUR_BUILD", os.path.join(ROOT, "build"))
+RECURD = os.path.join(BUILD, "recurd")
+TINY_MODEL = os.path.join(ROOT, "tests", "fixtures", "tiny_model.json")
+
+
+class Daemon:
+    """One recurd process. Use as a context manager, or call start() / stop()."""
+
+    def __init__(self, *args, model_config=TINY_MODEL, seed=7, start_timeout=20.0):
+        self.args = list(args)
+        self.model_config = model_config
+        self.seed = seed
+        self.start_timeout = start_timeout
+        self.proc = None
+        self.port = None
+        self.log_lines = []
+        self._lock = threading.Lock()
+        self._port_event = threading.Event()
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self):
+        cmd = [RECURD, "--config", "", "--host", "127.0.0.1", "--port", "0"]
+        if self.model_config:
+            cmd += ["--model-config", self.model_config, "--model-seed", str(self.seed)]
+        cmd += self.args
+        env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self._reader = threading.Thread(target=self._read_stderr, daemon=True)
+        self._reader.start()
+        if not self._port_event.wait(self.start_timeout):
+            self.kill()
+            raise RuntimeError("recurd did not log its port; log:\n" + "\n".join(self.log_lines))
+        if self.port is None:
+            raise RuntimeError("recurd exited at start; log:\n" + "\n".join(self.log_lines))
+        return self
+
+    def _read_stderr(self):
+        for raw in self.proc.stderr:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            with self._lock:
+                self.log_lines.append(line)
+            if self.port is None:
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    continue
+                if obj.get("event") == "listening" and "port" in obj:
+                    self.port = int(obj["port"])
+                    self._port_event.set()
+        self._port_event.set()  # exited
+
+    def url(self, path):
+        return "http://127.0.0.1:%d%s" % (self.port, path)
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def terminate(self, timeout=30.0):
+        """SIGTERM and wait; returns the exit code."""
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            try:
+                self.terminate(10.0)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+
+    def logs(self):
+        with self._lock:
+            return list(self.log_lines)
+
+    def rss_kib(self):
+        with open("/proc/%d/status" % self.proc.pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        raise RuntimeError("no VmRSS")
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
