@@ -13,6 +13,7 @@
  * dropped when the last handle's close callback has run; srv_conn_ref/unref add the application's.
  * on_close is delivered from the tcp close callback (never re-entrantly from an srv_* call).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -105,7 +106,7 @@ static int on_header_field_complete(llhttp_t *p)
     static const struct { const char *name; int slot; } known[] = {
         {"host", HDR_HOST},           {"content-type", HDR_CONTENT_TYPE},
         {"accept", HDR_ACCEPT},       {"authorization", HDR_AUTHORIZATION},
-        {"transfer-encoding", HDR_TE},
+        {"transfer-encoding", HDR_TE}, {"expect", HDR_EXPECT},
     };
     size_t n = c->field_len;
     c->field_len = 0;
@@ -132,6 +133,9 @@ static int on_header_field_complete(llhttp_t *p)
                     return -1;
                 case HDR_CONTENT_TYPE:
                     cb_fail(c, 400, "duplicate_content_type", "more than one Content-Type header");
+                    return -1;
+                case HDR_EXPECT:
+                    cb_fail(c, 400, "duplicate_expect", "more than one Expect header");
                     return -1;
                 case HDR_AUTHORIZATION:
                     cb_fail(c, 400, "duplicate_authorization",
@@ -216,6 +220,19 @@ static int on_headers_complete(llhttp_t *p)
             c->body.cap = want;
         }
         c->phase = PH_BODY;
+    }
+    if (c->hdr_count[HDR_EXPECT] && p->http_minor == 1) { /* RFC 9110 §10.1.1; ignored in 1.0 */
+        const srv_buf *e = &c->hdr[HDR_EXPECT];
+        if (!e->p || strcasecmp(e->p, "100-continue") != 0) {
+            cb_fail(c, 417, "expectation_failed", "only Expect: 100-continue is supported");
+            return -1;
+        }
+        if (c->phase == PH_BODY) { /* curl waits up to 1 s for this before sending a body */
+            srv_buf b = {0};
+            if (srv_buf_append(&b, "HTTP/1.1 100 Continue\r\n\r\n", 25) == 0)
+                srv_write(c, &b);
+            srv_buf_free(&b);
+        }
     }
     return 0;
 }
@@ -536,6 +553,7 @@ static void conn_dispatch(srv_conn *c)
     }
     uv_timer_stop(&c->timer);
     c->requests++;
+    c->is_head = c->parser.method == HTTP_HEAD;
     c->resp_started = 0;
     c->streaming = 0;
     s->stats.requests_total++;
@@ -808,6 +826,34 @@ static void conn_close_graceful(srv_conn *c)
         srv_conn_close_now(c);
 }
 
+/* The message names the limit; add its configured value. */
+static const char *error_message(srv_conn *c, const srv_http_error *e)
+{
+    const srv_http_limits *l = lim(c);
+    unsigned long long v;
+    const char *unit = "";
+    if (!strcmp(e->code, "header_too_large"))
+        v = l->max_header_bytes, unit = " bytes";
+    else if (!strcmp(e->code, "too_many_headers"))
+        v = (unsigned long long)l->max_headers;
+    else if (!strcmp(e->code, "request_line_too_long"))
+        v = l->max_request_line, unit = " bytes";
+    else if (!strcmp(e->code, "body_too_large"))
+        v = l->max_body, unit = " bytes";
+    else if (!strcmp(e->code, "chunk_extension_too_large"))
+        v = l->max_chunk_ext_bytes, unit = " bytes";
+    else if (!strcmp(e->code, "header_timeout"))
+        v = l->header_timeout, unit = " ms";
+    else if (!strcmp(e->code, "body_timeout"))
+        v = l->body_idle_timeout, unit = " ms";
+    else if (!strcmp(e->code, "request_timeout"))
+        v = l->request_timeout, unit = " ms";
+    else
+        return e->message;
+    snprintf(c->errmsg, sizeof c->errmsg, "%s (%llu%s)", e->message, v, unit);
+    return c->errmsg;
+}
+
 void srv_conn_send_error(srv_conn *c, const srv_http_error *e)
 {
     if (c->closing || c->shutting)
@@ -819,7 +865,8 @@ void srv_conn_send_error(srv_conn *c, const srv_http_error *e)
     uv_timer_stop(&c->timer);
     c->keep_alive = 0;
     c->srv->stats.requests_total++;
-    srv_send_error_json(c, e->status, e->code, e->message, NULL);
+    c->is_head = 0;
+    srv_send_error_json(c, e->status, e->code, error_message(c, e), NULL);
     conn_close_graceful(c);
 }
 

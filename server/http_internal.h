@@ -94,7 +94,8 @@ typedef enum {
 } srv_phase;
 
 /* Named header slots we keep the values of. */
-enum { HDR_OTHER = 0, HDR_HOST, HDR_CONTENT_TYPE, HDR_ACCEPT, HDR_AUTHORIZATION, HDR_TE, HDR_COUNT };
+enum { HDR_OTHER = 0, HDR_HOST, HDR_CONTENT_TYPE, HDR_ACCEPT, HDR_AUTHORIZATION, HDR_TE, HDR_EXPECT,
+       HDR_COUNT };
 
 struct srv_conn {
     uv_tcp_t tcp;
@@ -153,6 +154,8 @@ struct srv_conn {
     /* ---- response state */
     int keep_alive;          /* for the response in progress */
     int http10;              /* request was HTTP/1.0 */
+    int is_head;             /* HEAD: headers only, no body bytes */
+    char errmsg[192];        /* error message naming the limit and its value */
     int resp_started;        /* status line queued */
     int streaming;           /* chunked stream begun */
     int stream_raw;          /* HTTP/1.0 stream: no chunk framing, ends by close */

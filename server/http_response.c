@@ -166,7 +166,7 @@ void srv_send_response(srv_conn *c, int status, const char *content_type, const 
     if (has_no_body(status))
         len = 0;
     if (build_head(c, &b, status, content_type, 0, len, extra_headers) ||
-        (len && srv_buf_append(&b, body, len))) {
+        (len && !c->is_head && srv_buf_append(&b, body, len))) {
         srv_buf_free(&b);
         srv_conn_close_now(c);
         return;
@@ -242,7 +242,7 @@ void srv_stream_begin(srv_conn *c, int status, const char *content_type)
 
 void srv_stream_write(srv_conn *c, const void *data, size_t len)
 {
-    if (!c || !c->streaming || c->closing || c->shutting || len == 0)
+    if (!c || !c->streaming || c->closing || c->shutting || len == 0 || c->is_head)
         return;
     srv_buf b = {0};
     int r = 0;
@@ -273,7 +273,7 @@ void srv_stream_end(srv_conn *c)
     c->streaming = 0;
     if (c->closing || c->shutting)
         return;
-    if (!c->stream_raw) {
+    if (!c->stream_raw && !c->is_head) {
         srv_buf b = {0};
         if (srv_buf_append(&b, "0\r\n\r\n", 5)) {
             srv_conn_close_now(c);

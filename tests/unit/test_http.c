@@ -38,7 +38,8 @@
 static srv_http_limits g_limits;
 static pthread_t g_thread;
 static uv_loop_t g_loop;
-static uv_async_t g_stop;
+static uv_async_t g_cmd;
+static atomic_int g_cmd_code, g_drained;
 static srv_server *g_srv;
 static atomic_int g_port;
 static atomic_int g_backpressured, g_drains, g_closed, g_stalls_at_close, g_flood_ended;
@@ -138,9 +139,18 @@ static void app_on_drain(srv_conn *c, void *app)
         flood_pump(c);
 }
 
-static void on_stop(uv_async_t *a)
+static void on_drained(srv_server *srv, void *app)
 {
-    srv_server_close_all(g_srv);
+    atomic_store(&g_drained, 1);
+}
+
+static void on_cmd(uv_async_t *a)
+{
+    if (atomic_load(&g_cmd_code) == 2) {
+        srv_server_drain(g_srv, on_drained);
+    } else {
+        srv_server_close_all(g_srv);
+    }
     uv_close((uv_handle_t *)a, NULL);
 }
 
@@ -149,7 +159,7 @@ static void *server_main(void *arg)
     srv_http_callbacks cb = {.on_request = app_on_request, .on_close = app_on_close,
                              .on_drain = app_on_drain};
     uv_loop_init(&g_loop);
-    uv_async_init(&g_loop, &g_stop, on_stop);
+    uv_async_init(&g_loop, &g_cmd, on_cmd);
     int r = srv_server_start(&g_loop, "127.0.0.1", 0, &g_limits, &cb, NULL, &g_srv);
     if (r) {
         atomic_store(&g_port, -1);
@@ -192,7 +202,10 @@ static void start_server(void)
 
 static void stop_server(void)
 {
-    uv_async_send(&g_stop);
+    if (atomic_load(&g_cmd_code) == 0) {
+        atomic_store(&g_cmd_code, 1);
+        uv_async_send(&g_cmd);
+    }
     pthread_join(g_thread, NULL);
     cr_expect_eq(atomic_load(&g_loop_close_rc), 0, "uv_loop_close: handles left open");
 }
@@ -204,6 +217,15 @@ static void setup(void)
 }
 
 /* ------------------------------------------------------------------ a raw client */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+
 
 typedef struct {
     int fd;
@@ -726,7 +748,8 @@ Test(http, single_huge_header_value_431_without_buffering_it)
     response r;
     cr_assert_eq(cl_response(c, &r), 0);
     cr_expect_eq(r.status, 431);
-    cr_expect(strstr(r.body, "\"header_too_large\"") && strstr(r.body, "max_header_bytes"), "%s", r.body);
+    cr_expect(strstr(r.body, "\"header_too_large\"") && strstr(r.body, "max_header_bytes (4096 bytes)"), "%s",
+              r.body);
     cl_close(c);
     free(req);
 }
@@ -806,6 +829,131 @@ Test(http, max_requests_per_conn_closes)
     cl_close(c);
 }
 
+Test(http, expect_100_continue)
+{
+    client *c = cl_connect();
+    cl_send(c, "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n");
+    response r;
+    cr_assert_eq(cl_response(c, &r), 0);
+    cr_expect_eq(r.status, 100, "no 100 Continue before the body");
+    cl_send(c, "hello");
+    cr_assert_eq(cl_response(c, &r), 0);
+    cr_expect_eq(r.status, 200);
+    cr_expect(strstr(r.body, "\"body_len\":5") != NULL, "%s", r.body);
+    cl_close(c);
+}
+
+Test(http, unknown_expectation_417)
+{
+    expect_error("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\nExpect: teapot\r\n\r\nx", 417,
+                 "expectation_failed");
+}
+
+Test(http, head_has_no_body_bytes)
+{
+    client *c = cl_connect();
+    cl_send(c, "HEAD /echo HTTP/1.1\r\nHost: t\r\n\r\nGET /echo HTTP/1.1\r\nHost: t\r\n\r\n");
+    char *end;
+    while (!(end = find(c, "\r\n\r\n")))
+        cr_assert(cl_fill(c) > 0);
+    cr_expect(memmem(c->buf, (size_t)(end - c->buf), "Content-Length: ", 16) != NULL);
+    cl_consume(c, (size_t)(end - c->buf) + 4);
+    response r; /* the next bytes must be the GET's response, not a HEAD body */
+    cr_assert_eq(cl_response(c, &r), 0);
+    cr_expect_eq(r.status, 200);
+    cr_expect(strstr(r.body, "\"method\":\"GET\"") != NULL, "%s", r.body);
+    cl_close(c);
+}
+
+Test(http, upgrade_is_answered_then_closed)
+{
+    client *c = cl_connect();
+    cl_send(c, "GET /echo HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n");
+    response r;
+    cr_assert_eq(cl_response(c, &r), 0);
+    cr_expect_eq(r.status, 200);
+    cr_expect(has_header(&r, "\r\nConnection: close\r\n"));
+    cr_expect(cl_sees_close(c));
+    cl_close(c);
+}
+
+Test(http, client_leaving_mid_stream_fires_on_close)
+{
+    client *c = cl_connect_rcvbuf(4096);
+    cl_send(c, "GET /flood HTTP/1.1\r\nHost: t\r\n\r\n");
+    char buf[16384];
+    size_t total = 0;
+    while (total < 100000) {
+        ssize_t r = recv(c->fd, buf, sizeof buf, 0);
+        cr_assert(r > 0);
+        total += (size_t)r;
+    }
+    cl_close(c);
+    double t0 = now_s();
+    while (atomic_load(&g_closed) == 0 && now_s() - t0 < 1.5) /* well under the 2 s stall */
+        usleep(5000);
+    cr_expect_eq(atomic_load(&g_closed), 1, "on_close did not fire after the peer left");
+    cr_expect_eq(atomic_load(&g_stalls_at_close), 0, "peer close was taken for a stall");
+}
+
+Test(http, drain_closes_idle_finishes_in_flight)
+{
+    client *idle = cl_connect(), *busy = cl_connect();
+    response r;
+    cl_send(idle, "GET /echo HTTP/1.1\r\nHost: t\r\n\r\n");
+    cr_assert_eq(cl_response(idle, &r), 0);
+    cl_send(busy, "GET /slow HTTP/1.1\r\nHost: t\r\n\r\n"); /* answered 60 ms later */
+    usleep(10000);
+    atomic_store(&g_cmd_code, 2);
+    uv_async_send(&g_cmd);
+    cr_expect(cl_sees_close(idle), "idle keep-alive connection not closed by drain");
+    cr_assert_eq(cl_response(busy, &r), 0, "in-flight request not finished by drain");
+    cr_expect_eq(r.status, 200);
+    cr_expect(has_header(&r, "\r\nConnection: close\r\n"));
+    cr_expect(cl_sees_close(busy));
+    cl_close(idle);
+    cl_close(busy);
+    double t0 = now_s();
+    while (!atomic_load(&g_drained) && now_s() - t0 < 3)
+        usleep(5000);
+    cr_expect(atomic_load(&g_drained), "drain done() not called");
+    /* the listener is gone */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atomic_load(&g_port))};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    cr_expect(connect(fd, (struct sockaddr *)&a, sizeof a) != 0, "still accepting after drain");
+    close(fd);
+}
+
+static void setup_two_conns(void)
+{
+    test_limits(&g_limits);
+    g_limits.max_connections = 2;
+    start_server();
+}
+
+Test(http_conns, max_connections_rejects_the_third, .init = setup_two_conns, .fini = stop_server,
+     .timeout = 10)
+{
+    client *a = cl_connect(), *b = cl_connect();
+    response r;
+    cl_send(a, "GET /echo HTTP/1.1\r\nHost: t\r\n\r\n");
+    cr_assert_eq(cl_response(a, &r), 0);
+    cl_send(b, "GET /echo HTTP/1.1\r\nHost: t\r\n\r\n");
+    cr_assert_eq(cl_response(b, &r), 0);
+    client *c = cl_connect();
+    cl_send(c, "GET /echo HTTP/1.1\r\nHost: t\r\n\r\n");
+    cr_expect(cl_sees_close(c), "third connection served past max_connections");
+    cl_close(c);
+    cl_close(b); /* a slot frees up */
+    usleep(50000);
+    client *d = cl_connect();
+    cl_send(d, "GET /echo HTTP/1.1\r\nHost: t\r\n\r\n");
+    cr_expect_eq(cl_response(d, &r), 0, "no slot after a connection closed");
+    cl_close(d);
+    cl_close(a);
+}
+
 /* ------------------------------------------------------------------ timeouts (tiny values) */
 
 static void setup_fast_timeouts(void)
@@ -816,13 +964,6 @@ static void setup_fast_timeouts(void)
     g_limits.request_timeout = 600;
     g_limits.keepalive_idle = 200;
     start_server();
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 Test(http_timeouts, slow_headers_408, .init = setup_fast_timeouts, .fini = stop_server, .timeout = 10)
