@@ -50,27 +50,26 @@ static int dr_check(const recur_dims *d, const float *q, const float *k, const f
         d->K > RECUR_MAX_DIM || d->V > RECUR_MAX_DIM)
         return RECUR_ESHAPE;
     if (form == RECUR_FORM_CHUNKWISE && chunk_size < 1)
-        return RECUR_EINVAL;
-    int64_t row = (int64_t)d->H * (d->K > d->V ? d->K : d->V); /* <= 2^36 */
+        return RECUR_ESHAPE; /* as the other mixers (gated_linear.c) */
+    int64_t row = (int64_t)d->H * (d->K > d->V ? d->K : d->V); /* <= 2^24 */
     if (d->T > INT64_MAX / row || (uint64_t)(d->T * row) > SIZE_MAX / sizeof(float))
         return RECUR_ESHAPE;
-    if (!isfinite(scale))
-        return RECUR_ENONFINITE;
-    int64_t n = d->T * d->H;
+    /* Non-finite anywhere wins over out-of-range anywhere, whatever their order. */
+    const int64_t n = d->T * d->H;
+    int nonfinite = !isfinite(scale), range = 0;
     for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(beta[i]))
-            return RECUR_ENONFINITE;
-        if (!(beta[i] > 0.0f && beta[i] <= 1.0f))
-            return RECUR_ERANGE;
+        nonfinite |= !isfinite(beta[i]);
+        range |= !(beta[i] > 0.0f && beta[i] <= 1.0f);
     }
-    if (g) {
+    if (g)
         for (int64_t i = 0; i < n; i++) {
-            if (!isfinite(g[i]))
-                return RECUR_ENONFINITE;
-            if (g[i] > 0.0f)
-                return RECUR_ERANGE;
+            nonfinite |= !isfinite(g[i]);
+            range |= g[i] > 0.0f;
         }
-    }
+    if (nonfinite)
+        return RECUR_ENONFINITE;
+    if (range)
+        return RECUR_ERANGE;
     return RECUR_OK;
 }
 
