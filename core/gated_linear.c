@@ -26,6 +26,14 @@
 /* Rows of a sub-block for per-key gates: off-diagonal sub-blocks go through sgemm with a
  * reference point between them, diagonal sub-blocks through a direct product loop. */
 #define GL_SUB 16
+/* Rows of the score matrix held at once: the parallel form (one chunk of T tokens) computes
+ * its T x T masked matmul in row panels of this many rows, so it needs O(GL_PANEL * T) memory.
+ * A multiple of GL_SUB. */
+#define GL_PANEL 256
+/* Log gates are floored here before they are summed: exp(-1000) is 0 even in double, so the
+ * floor changes no decay, but it keeps the cumulative sums small enough that differences of
+ * them (b_t - b_s) stay exact to ~1e-9 after a huge gate such as -3e38. */
+#define GL_LOG_FLOOR (-1000.0)
 
 /* ---------------------------------------------------------------- validation */
 
@@ -101,6 +109,18 @@ static inline float exp_nonpos(float x)
     memcpy(&sc, &sb, sizeof sc);
     const float e = p * sc;
     return x > -87.0f ? e : (x == x ? 0.0f : x);
+}
+
+/* A non-positive log decay held in double, as a float argument for exp_nonpos. Clamped first so
+ * the conversion never overflows (exp of anything below -1e4 is 0 anyway). */
+static inline float narrow(double x)
+{
+    return (float)(x > -1e4 ? x : -1e4);
+}
+
+static inline double floor_log(float g)
+{
+    return g > GL_LOG_FLOOR ? (double)g : GL_LOG_FLOOR;
 }
 
 /* sum_i a[i] b[i] with 16 partial sums, so it vectorises without reassociation flags */
@@ -257,7 +277,7 @@ typedef struct {
     int64_t C;                 /* chunk capacity */
     float *Qr, *Kr;            /* [C][K]  phi(q), phi(k) of the chunk */
     float *Qt, *Kt;            /* [C][K]  q_t exp(b_t), k_s exp(b_last - b_s) */
-    float *A;                  /* [C][C]  scale (Q K^T ⊙ D), lower triangular */
+    float *A;                  /* [P][C]  a row panel of scale (Q K^T ⊙ D), P = min(C, GL_PANEL) */
     float *den;                /* [C]     normaliser of each row */
     double *b;                 /* [C] or [C][K] cumulative log decay within the chunk */
     float *ag;                 /* [C][K]  exp(g_t) per key (per-key gates) */
@@ -272,13 +292,13 @@ static int work_alloc(gl_work *w, int64_t C, int K, gl_gate_kind gate)
 {
     memset(w, 0, sizeof *w);
     w->C = C;
-    if (C > INT32_MAX || (uint64_t)C > (uint64_t)(SIZE_MAX / sizeof(float)) / (uint64_t)C)
+    if (C > INT32_MAX || (uint64_t)C > (uint64_t)(SIZE_MAX / sizeof(double)) / GL_PANEL / (uint64_t)K)
         return RECUR_ESHAPE;
     const size_t c = (size_t)C, k = (size_t)K;
     const int key = gate == GL_GATE_KEY;
     size_t sizes[12] = {
         c * k * sizeof(float), c * k * sizeof(float), c * k * sizeof(float), c * k * sizeof(float),
-        c * c * sizeof(float), c * sizeof(float),
+        c * (c < GL_PANEL ? c : GL_PANEL) * sizeof(float), c * sizeof(float),
         (key ? c * k : c) * sizeof(double), 0,
         key ? c * k * sizeof(float) : 0, key ? c * k * sizeof(float) : 0,
         key ? (size_t)GL_SUB * k * sizeof(float) : 0, k * sizeof(float),
@@ -309,57 +329,57 @@ static int work_alloc(gl_work *w, int64_t C, int K, gl_gate_kind gate)
     return RECUR_OK;
 }
 
-/* Scalar-gate mask, in place on A (n x n, row-major):
+/* Scalar-gate mask, in place on the row panel A (rows t in [r0, r1), row t at A + (t - r0) r1):
  *   A[t,s] = scale * (q_t.k_s) * D[t,s],  D[t,s] = exp(b_t - b_s)   (s <= t; b_t - b_s <= 0)
- *   A[t,s] = 0                                                     (s > t)
+ *   A[t,s] = 0                                                     (t < s < r1)
  * b == NULL means no gate (D = 1). */
-static void mask_scalar(float *A, int n, const double *b, float scale)
+static void mask_scalar(float *A, int r0, int r1, const double *b, float scale)
 {
-    for (int t = 0; t < n; t++) {
-        float *restrict At = A + (size_t)t * n;
+    for (int t = r0; t < r1; t++) {
+        float *restrict At = A + (size_t)(t - r0) * r1;
         if (!b) {
             for (int s = 0; s <= t; s++)
                 At[s] *= scale;
         } else {
             const double bt = b[t];
             for (int s = 0; s <= t; s++)
-                At[s] *= scale * exp_nonpos((float)(bt - b[s]));
+                At[s] *= scale * exp_nonpos(narrow(bt - b[s]));
         }
-        for (int s = t + 1; s < n; s++)
+        for (int s = t + 1; s < r1; s++)
             At[s] = 0.0f;
     }
 }
 
-/* Per-key-gate intra-chunk scores, A (n x n):
+/* Per-key-gate scores for the row panel [r0, r1) (layout as mask_scalar):
  *   A[t,s] = scale * sum_i q_t[i] k_s[i] exp(b_t[i] - b_s[i])   (s <= t), 0 above.
  * Rows are cut into sub-blocks J = [J0, J1). For s < J0 <= t, with r = J0 - 1:
  *   exp(b_t - b_s) = exp(b_t - b_r) * exp(b_r - b_s), both arguments <= 0, so
  *   A[J, 0:J0] = scale * (Q ⊙ exp(b_t - b_r)) (K ⊙ exp(b_r - b_s))^T     -- one sgemm.
  * Inside the diagonal sub-block the decay is a running product of exp(g) <= 1. */
-static void scores_per_key(gl_work *w, int n, int K, float scale)
+static void scores_per_key(gl_work *w, int r0, int r1, int K, float scale)
 {
-    float *A = w->A;
     const double *b = w->b;
-    for (int J0 = 0; J0 < n; J0 += GL_SUB) {
-        const int J1 = J0 + GL_SUB < n ? J0 + GL_SUB : n, m = J1 - J0;
+    for (int J0 = r0; J0 < r1; J0 += GL_SUB) {
+        const int J1 = J0 + GL_SUB < r1 ? J0 + GL_SUB : r1, m = J1 - J0;
+        float *AJ = w->A + (size_t)(J0 - r0) * r1; /* row J0 of the panel */
         if (J0 > 0) {
             const double *br = b + (size_t)(J0 - 1) * K;
             for (int t = J0; t < J1; t++) {
-                const double *bt = b + (size_t)t * K;
-                const float *qt = w->Qr + (size_t)t * K;
-                float *dst = w->Qj + (size_t)(t - J0) * K;
+                const double *restrict bt = b + (size_t)t * K;
+                const float *restrict qt = w->Qr + (size_t)t * K;
+                float *restrict dst = w->Qj + (size_t)(t - J0) * K;
                 for (int i = 0; i < K; i++)
-                    dst[i] = qt[i] * exp_nonpos((float)(bt[i] - br[i]));
+                    dst[i] = qt[i] * exp_nonpos(narrow(bt[i] - br[i]));
             }
             for (int s = 0; s < J0; s++) {
-                const double *bs = b + (size_t)s * K;
-                const float *ks = w->Kr + (size_t)s * K;
-                float *dst = w->Kj + (size_t)s * K;
+                const double *restrict bs = b + (size_t)s * K;
+                const float *restrict ks = w->Kr + (size_t)s * K;
+                float *restrict dst = w->Kj + (size_t)s * K;
                 for (int i = 0; i < K; i++)
-                    dst[i] = ks[i] * exp_nonpos((float)(br[i] - bs[i]));
+                    dst[i] = ks[i] * exp_nonpos(narrow(br[i] - bs[i]));
             }
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, J0, K, scale, w->Qj, K, w->Kj,
-                        K, 0.0f, A + (size_t)J0 * n, n);
+                        K, 0.0f, AJ, r1);
         }
         /* diagonal sub-block: wq[i] = k_s[i] prod_{j=s+1..t} exp(g_j[i]) */
         float wq[RECUR_MAX_DIM];
@@ -373,12 +393,12 @@ static void scores_per_key(gl_work *w, int n, int K, float scale)
                     for (int i = 0; i < K; i++)
                         wq[i] *= at[i];
                 }
-                A[(size_t)t * n + s] = scale * dot(w->Qr + (size_t)t * K, wq, K);
+                AJ[(size_t)(t - J0) * r1 + s] = scale * dot(w->Qr + (size_t)t * K, wq, K);
             }
         }
         for (int t = J0; t < J1; t++)
-            for (int s = t + 1; s < n; s++)
-                A[(size_t)t * n + s] = 0.0f;
+            for (int s = t + 1; s < r1; s++)
+                AJ[(size_t)(t - J0) * r1 + s] = 0.0f;
     }
 }
 
@@ -412,18 +432,18 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
         const double lg = p->gate == GL_GATE_HEAD ? log((double)p->gamma[h]) : 0.0;
         double acc = 0.0;
         for (int t = 0; t < n; t++) {
-            acc = p->gate == GL_GATE_HEAD ? lg * (t + 1) : acc + (double)p->g[row0 + (size_t)t * H];
+            acc = p->gate == GL_GATE_HEAD ? lg * (t + 1) : acc + floor_log(p->g[row0 + (size_t)t * H]);
             w->b[t] = acc;
         }
         const double bl = w->b[n - 1];
         for (int t = 0; t < n; t++) {
-            const float eq = exp_nonpos((float)w->b[t]), ek = exp_nonpos((float)(bl - w->b[t]));
+            const float eq = exp_nonpos(narrow(w->b[t])), ek = exp_nonpos(narrow(bl - w->b[t]));
             for (int i = 0; i < K; i++) {
                 w->Qt[(size_t)t * K + i] = w->Qr[(size_t)t * K + i] * eq;
                 w->Kt[(size_t)t * K + i] = w->Kr[(size_t)t * K + i] * ek;
             }
         }
-        const float el = exp_nonpos((float)bl);
+        const float el = exp_nonpos(narrow(bl));
         for (int i = 0; i < K; i++)
             w->edec[i] = el;
         Qt = w->Qt;
@@ -438,7 +458,7 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
             const double *restrict bp = t ? bt - K : NULL;
             float *restrict at = w->ag + (size_t)t * K;
             for (int i = 0; i < K; i++) {
-                bt[i] = (bp ? bp[i] : 0.0) + (double)gt[i];
+                bt[i] = (bp ? bp[i] : 0.0) + floor_log(gt[i]);
                 at[i] = exp_nonpos(gt[i]);
             }
         }
@@ -448,36 +468,41 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
             const float *restrict qr = w->Qr + (size_t)t * K, *restrict kr = w->Kr + (size_t)t * K;
             float *restrict qt = w->Qt + (size_t)t * K, *restrict kt = w->Kt + (size_t)t * K;
             for (int i = 0; i < K; i++) {
-                qt[i] = qr[i] * exp_nonpos((float)bt[i]);
-                kt[i] = kr[i] * exp_nonpos((float)(bl[i] - bt[i]));
+                qt[i] = qr[i] * exp_nonpos(narrow(bt[i]));
+                kt[i] = kr[i] * exp_nonpos(narrow(bl[i] - bt[i]));
             }
         }
         for (int i = 0; i < K; i++)
-            w->edec[i] = exp_nonpos((float)bl[i]);
+            w->edec[i] = exp_nonpos(narrow(bl[i]));
         Qt = w->Qt;
         Kt = w->Kt;
         break;
     }
     }
 
-    /* A = scale (Q K^T ⊙ D), causal */
-    if (p->gate == GL_GATE_KEY) {
-        scores_per_key(w, n, K, scale);
-    } else {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, K, 1.0f, w->Qr, K, w->Kr, K, 0.0f,
-                    w->A, n);
-        mask_scalar(w->A, n, bs, scale);
+    /* o_t = scale (q_t ⊙ exp b_t)^T S_prev */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, V, K, scale, Qt, K, S, V, 0.0f, o, ldv);
+
+    /* o_t += sum_{s<=t} A[t,s] v_s with A = scale (Q K^T ⊙ D), causal; a panel of rows at a time */
+    for (int r0 = 0; r0 < n; r0 += GL_PANEL) {
+        const int r1 = r0 + GL_PANEL < n ? r0 + GL_PANEL : n, m = r1 - r0;
+        if (p->gate == GL_GATE_KEY) {
+            scores_per_key(w, r0, r1, K, scale);
+        } else {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, K, 1.0f,
+                        w->Qr + (size_t)r0 * K, K, w->Kr, K, 0.0f, w->A, r1);
+            mask_scalar(w->A, r0, r1, bs, scale);
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, V, r1, 1.0f, w->A, r1, v, ldv,
+                    1.0f, o + (size_t)r0 * ldv, ldv);
+        /* den_t = sum_{s<=t} A[t,s] + scale (q_t ⊙ exp b_t)^T z_prev */
+        if (z)
+            for (int t = r0; t < r1; t++)
+                w->den[t] = sum(w->A + (size_t)(t - r0) * r1, t + 1) +
+                            scale * dot(Qt + (size_t)t * K, z, K);
     }
 
-    /* o_t = scale (q_t ⊙ exp b_t)^T S_prev  +  sum_{s<=t} A[t,s] v_s */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, V, K, scale, Qt, K, S, V, 0.0f, o, ldv);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, V, n, 1.0f, w->A, n, v, ldv, 1.0f, o, ldv);
-
     if (z) {
-        /* den_t = sum_{s<=t} A[t,s] + scale (q_t ⊙ exp b_t)^T z_prev */
-        for (int t = 0; t < n; t++) {
-            w->den[t] = sum(w->A + (size_t)t * n, t + 1) + scale * dot(Qt + (size_t)t * K, z, K);
-        }
         /* z = exp(b_last) ⊙ z + sum_s k_s ⊙ exp(b_last - b_s) */
         for (int i = 0; i < K; i++)
             z[i] *= w->edec[i];

@@ -288,6 +288,29 @@ Test(gated_linear, long_sequence_and_strong_gates, .timeout = 60)
     drop(&p);
 }
 
+Test(gated_linear, extreme_finite_gates_reset_the_state)
+{
+    /* g as low as -FLT_MAX is finite and legal: exp(g) = 0 wipes the state. Mixed with g = 0. */
+    for (int m = M_GLA_SCALAR; m <= M_GLA_KEY; m++) {
+        problem p = make(m, 90, 2, 16, 8, -1.0, 0.0);
+        const size_t ng = (size_t)90 * 2 * (m == M_GLA_KEY ? 16 : 1);
+        for (size_t i = 0; i < ng; i++)
+            p.g[i] = (i % 7 == 0) ? -3.4e38f : (i % 5 == 0) ? -1e30f : (i % 3 == 0) ? 0.0f : p.g[i];
+        for (int f = 0; f < 3; f++) {
+            check_vs_ref(&p, forms[f], 5, "extreme gates");
+            check_vs_ref(&p, forms[f], 64, "extreme gates");
+        }
+        drop(&p);
+    }
+    /* a tiny gamma */
+    problem p = make(M_RETENTION, 50, 2, 8, 8, 0, 0);
+    p.gamma[0] = 1e-30f;
+    p.gamma[1] = 1.0f;
+    for (int f = 0; f < 3; f++)
+        check_vs_ref(&p, forms[f], 7, "tiny gamma");
+    drop(&p);
+}
+
 Test(gated_linear, zero_gates_equal_unnormalised_identity_linear_attention)
 {
     /* GLA with g = 0 and retention with gamma = 1 are linear attention with phi = identity. */
