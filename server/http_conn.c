@@ -816,6 +816,7 @@ static void conn_close_graceful(srv_conn *c)
         return;
     c->shutting = 1;
     c->phase = PH_CLOSING;
+    c->resume_pending = 0; /* a saved tail is never parsed after this */
     if (c->reading) {
         uv_read_stop((uv_stream_t *)&c->tcp);
         c->reading = 0;

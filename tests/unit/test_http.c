@@ -489,6 +489,29 @@ Test(http, pipelined_requests_answered_in_order)
     cl_close(c);
 }
 
+Test(http, requests_fed_one_byte_per_segment)
+{
+    /* every split point of the scanner, the C8 check and llhttp: one byte per send */
+    client *c = cl_connect();
+    const char *req = "GET /echo?q=1 HTTP/1.1\r\nHost: t\r\n\r\n"
+                      "POST /echo?q=2 HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+                      "3;x=y\r\nabc\r\n2\r\nde\r\n0\r\nT: 1\r\n\r\n"
+                      "\r\nPOST /echo?q=3 HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\n\r\nwxyz";
+    for (size_t i = 0; req[i]; i++) {
+        cl_send_n(c, req + i, 1);
+        usleep(300);
+    }
+    response r;
+    const char *want[] = {"\"query\":\"q=1\",\"body_len\":0", "\"query\":\"q=2\",\"body_len\":5",
+                          "\"query\":\"q=3\",\"body_len\":4"};
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(cl_response(c, &r), 0, "response %d", i + 1);
+        cr_expect_eq(r.status, 200, "response %d: %d %s", i + 1, r.status, r.body);
+        cr_expect(strstr(r.body, want[i]) != NULL, "response %d: %s", i + 1, r.body);
+    }
+    cl_close(c);
+}
+
 Test(http, keep_alive_sequential_requests)
 {
     client *c = cl_connect();
