@@ -81,9 +81,10 @@ def retention(q, k, v, *, gamma=None, scale=None, initial_state=None):
     gam = multiscale_decays(H) if gamma is None else _f64(gamma)
     S = _state(initial_state, (H, K, V))
     o = np.zeros((T, H, V))
+    qr = q[:, :, None, :]
     for t in range(T):
         S = gam[:, None, None] * S + k[t][:, :, None] * v[t][:, None, :]
-        o[t] = s * np.einsum("hk,hkv->hv", q[t], S)
+        o[t] = s * (qr[t] @ S)[:, 0]                                    # s S_t^T q_t
     return o, S
 
 
@@ -111,12 +112,15 @@ def delta_rule(q, k, v, beta, *, g=None, scale=None, initial_state=None):
     s = _scale(scale, K)
     S = _state(initial_state, (H, K, V))
     o = np.zeros((T, H, V))
+    decay = None if g is None else np.exp(_f64(g))[:, :, None, None]   # [T,H,1,1]
+    qr, kr = q[:, :, None, :], k[:, :, None, :]                         # rows [T,H,1,K]
+    kc = k[:, :, :, None] * beta[:, :, None, None]                      # b_t k_t as columns
     for t in range(T):
-        if g is not None:
-            S = np.exp(_f64(g)[t])[:, None, None] * S
-        kS = np.einsum("hk,hkv->hv", k[t], S)                       # k_t^T S   [H,V]
-        S = S - beta[t][:, None, None] * k[t][:, :, None] * (kS - v[t])[:, None, :]
-        o[t] = s * np.einsum("hk,hkv->hv", q[t], S)
+        if decay is not None:
+            S = decay[t] * S                                            # A = e^g S_{t-1}
+        kS = kr[t] @ S                                                  # k_t^T A   [H,1,V]
+        S = S - kc[t] @ (kS - v[t][:, None, :])                         # A - b k (k^T A - v^T)
+        o[t] = s * (qr[t] @ S)[:, 0]
     return o, S
 
 

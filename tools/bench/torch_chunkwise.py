@@ -66,12 +66,32 @@ def gla(q, k, v, g, *, scale=None, chunk=64, S=None):
             bl = b[:, -1:]                                               # [H,1]
             S = torch.exp(bl).unsqueeze(2) * S + (Kc * torch.exp(bl - b).unsqueeze(2)).transpose(1, 2) @ Vc
         else:
-            diff = (b.unsqueeze(2) - b.unsqueeze(1)).masked_fill(~mask.unsqueeze(2), 0.0)  # [H,c,c,K]
-            A = torch.einsum("htk,hjk,htjk->htj", Qc, Kc, torch.exp(diff)) * mask
+            A = _gla_vector_scores(Qc, Kc, b, mask)
             o[:, a:e] = (Qc * torch.exp(b)) @ S + A @ Vc
             bl = b[:, -1:]                                               # [H,1,K]
             S = torch.exp(bl).transpose(1, 2) * S + (Kc * torch.exp(bl - b)).transpose(1, 2) @ Vc
     return o.transpose(0, 1), S
+
+
+def _gla_vector_scores(Qc, Kc, b, mask, sub=16):
+    """A_tj = sum_k q_tk k_jk exp(b_tk - b_jk) for j <= t, with per-key cumulative gates b [H,c,K].
+    Sub-chunks of `sub` rows (as FLA and librecur do): for a query sub-chunk starting at r and keys
+    j < r, exp(b_t - b_j) = exp(b_t - b_r) exp(b_r - b_j), both factors <= 1, so the off-diagonal
+    part is one matmul; diagonal sub-blocks use the explicit [s, s, K] form."""
+    H, c, K = Qc.shape
+    A = Qc.new_zeros(H, c, c)
+    for r in range(0, c, sub):
+        e = min(r + sub, c)
+        br = b[:, r:r + 1]                                                # [H,1,K]
+        if r > 0:
+            Qi = Qc[:, r:e] * torch.exp(b[:, r:e] - br)
+            Kj = Kc[:, :r] * torch.exp(br - b[:, :r])
+            A[:, r:e, :r] = Qi @ Kj.transpose(1, 2)
+        bi = b[:, r:e]
+        m = mask[r:e, r:e]
+        diff = (bi.unsqueeze(2) - bi.unsqueeze(1)).masked_fill(~m.unsqueeze(2), 0.0)  # [H,s,s,K]
+        A[:, r:e, r:e] = torch.einsum("htk,hjk,htjk->htj", Qc[:, r:e], Kc[:, r:e], torch.exp(diff)) * m
+    return A
 
 
 def retention(q, k, v, gamma, *, scale=None, chunk=64, S=None):

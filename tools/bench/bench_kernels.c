@@ -1,0 +1,329 @@
+/*
+ * bench_kernels.c — tokens/s of every librecur mixer in every form, and OpenBLAS sgemm's peak.
+ *
+ * Not built by the Makefile: tools/bench/run_all.py compiles it against build/librecur.a
+ *   cc -O2 -Icore $(pkg-config --cflags openblas) tools/bench/bench_kernels.c build/librecur.a \
+ *      $(pkg-config --libs openblas) -lcjson -lm -lpthread -o build/bench/bench_kernels
+ * and runs it with OPENBLAS_NUM_THREADS=1.
+ *
+ * Usage: bench_kernels [--reps N] [--budget SECONDS] [--mem-mb MB] [--T 1024,4096,16384]
+ *                      [--mixers linear,retention,...] [--forms recurrent,parallel,chunkwise]
+ *                      [--H 4] [--K 64] [--V 64] [--chunk 64]
+ * Prints one JSON object per line on stdout:
+ *   {"kind":"sgemm","m":..,"n":..,"k":..,"median_s":..,"gflops":..}
+ *   {"kind":"mixer","mixer":..,"form":..,"T":..,"H":..,"K":..,"V":..,"chunk":..,"reps":..,
+ *    "median_s":..,"min_s":..,"tokens_per_s":..,"flops":..,"gflops":..,"status":"ok"}
+ * A run that fails with RECUR_ENOMEM under the --mem-mb address-space cap (setrlimit RLIMIT_AS,
+ * on top of what the process already maps) is reported with "status":"skipped: ..." instead.
+ *
+ * FLOP counts are nominal (multiply-add = 2 flops, matmul work only, full c x c blocks even where
+ * only the lower triangle is needed), per head, for a chunk of c tokens:
+ *   gated-linear family  2c^2 K (Q K^T) + 2c^2 V (A V) + 2cKV (Q S) + 2cKV (K^T V)
+ *   delta rule           the above + 2c^2 K (K K^T) + c^2 (K + V) (two triangular solves)
+ *                        + 2cKV (W S)
+ * parallel uses c = T; recurrent counts 4KV per token (6KV for the delta rule).
+ */
+#define _GNU_SOURCE
+#include <cblas.h>
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "recur.h"
+
+/* ---------------------------------------------------------------- options */
+
+static int opt_reps = 5;            /* timed runs per configuration (at least 3 unless over budget) */
+static double opt_budget = 8.0;     /* seconds per configuration before stopping early */
+static long opt_mem_mb = 2048;      /* address-space allowance beyond the start-up mapping */
+static int opt_H = 4, opt_K = 64, opt_V = 64;
+static int64_t opt_chunk = 64;
+static char opt_T[256] = "1024,4096,16384";
+static char opt_mixers[256] = "linear,retention,gla_scalar,gla_vector,deltanet,gated_deltanet,softmax,block_topk";
+static char opt_forms[128] = "recurrent,parallel,chunkwise";
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int in_list(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0)
+            return 1;
+        if (!e)
+            break;
+        p = e + 1;
+    }
+    return 0;
+}
+
+/* Virtual memory the process maps now (bytes), from /proc/self/statm. */
+static long vm_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    long pages = 0;
+    if (f) {
+        if (fscanf(f, "%ld", &pages) != 1)
+            pages = 0;
+        fclose(f);
+    }
+    return pages * 4096L;
+}
+
+/* ---------------------------------------------------------------- data */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
+
+static float urand(void) /* uniform in [-1, 1) */
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 40) * (1.0 / 8388608.0)) - 1.0f;
+}
+
+typedef struct {
+    int64_t T;
+    int H, K, V;
+    float *q, *k, *v;   /* [T][H][K], [T][H][K] (unit rows), [T][H][V] */
+    float *gs, *gv;     /* [T][H], [T][H][K] log gates in [-0.1, 0) */
+    float *beta;        /* [T][H] in [0.25, 0.75] */
+    float *S, *z, *o;   /* [H][K][V], [H][K], [T][H][V] */
+} bench_data;
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "bench_kernels: out of memory (%zu bytes)\n", n);
+        exit(1);
+    }
+    return p;
+}
+
+static void data_init(bench_data *d, int64_t T, int H, int K, int V)
+{
+    d->T = T, d->H = H, d->K = K, d->V = V;
+    size_t nk = (size_t)T * H * K, nv = (size_t)T * H * V, nh = (size_t)T * H;
+    d->q = xmalloc(nk * 4), d->k = xmalloc(nk * 4), d->v = xmalloc(nv * 4);
+    d->gs = xmalloc(nh * 4), d->gv = xmalloc(nk * 4), d->beta = xmalloc(nh * 4);
+    d->S = xmalloc((size_t)H * K * V * 4), d->z = xmalloc((size_t)H * K * 4), d->o = xmalloc(nv * 4);
+    for (size_t i = 0; i < nk; i++) {
+        d->q[i] = urand();
+        d->k[i] = urand();
+        d->gv[i] = -0.05f * (urand() + 1.0f) - 1e-4f;
+    }
+    for (size_t r = 0; r < nh; r++) { /* keys L2-normalised (the delta rule expects it) */
+        float *kr = d->k + r * K, s = 0;
+        for (int i = 0; i < K; i++)
+            s += kr[i] * kr[i];
+        s = 1.0f / sqrtf(s);
+        for (int i = 0; i < K; i++)
+            kr[i] *= s;
+        d->gs[r] = -0.05f * (urand() + 1.0f) - 1e-4f;
+        d->beta[r] = 0.5f + 0.25f * urand();
+    }
+    for (size_t i = 0; i < nv; i++)
+        d->v[i] = urand();
+}
+
+static void data_free(bench_data *d)
+{
+    free(d->q), free(d->k), free(d->v), free(d->gs), free(d->gv), free(d->beta);
+    free(d->S), free(d->z), free(d->o);
+}
+
+/* ---------------------------------------------------------------- one call */
+
+static int run_mixer(const char *mixer, recur_form form, bench_data *d)
+{
+    recur_dims dims = {d->T, d->H, d->K, d->V};
+    memset(d->S, 0, (size_t)d->H * d->K * d->V * 4);
+    memset(d->z, 0, (size_t)d->H * d->K * 4);
+    if (!strcmp(mixer, "linear"))
+        return recur_linear_attention(&dims, d->q, d->k, d->v, 1, RECUR_FMAP_ELU1, 0.0f, form,
+                                      opt_chunk, d->S, d->z, d->o);
+    if (!strcmp(mixer, "retention"))
+        return recur_retention(&dims, d->q, d->k, d->v, NULL, 0.0f, form, opt_chunk, d->S, d->o);
+    if (!strcmp(mixer, "gla_scalar"))
+        return recur_gla(&dims, d->q, d->k, d->v, d->gs, 0, 0.0f, form, opt_chunk, d->S, d->o);
+    if (!strcmp(mixer, "gla_vector"))
+        return recur_gla(&dims, d->q, d->k, d->v, d->gv, 1, 0.0f, form, opt_chunk, d->S, d->o);
+    if (!strcmp(mixer, "deltanet"))
+        return recur_delta_rule(&dims, d->q, d->k, d->v, d->beta, NULL, 0.0f, form, opt_chunk,
+                                d->S, d->o);
+    if (!strcmp(mixer, "gated_deltanet"))
+        return recur_delta_rule(&dims, d->q, d->k, d->v, d->beta, d->gs, 0.0f, form, opt_chunk,
+                                d->S, d->o);
+    if (!strcmp(mixer, "softmax"))
+        return recur_softmax_attention(&dims, d->q, d->k, d->v, 0.0f, d->o);
+    if (!strcmp(mixer, "block_topk"))
+        return recur_block_topk_attention(&dims, d->q, d->k, d->v, 64, 2, 1, 0.0f, d->o, NULL);
+    return RECUR_EINVAL;
+}
+
+static double mixer_flops(const char *mixer, recur_form form, int64_t T, int H, int K, int V)
+{
+    int delta = !strncmp(mixer, "delta", 5) || !strncmp(mixer, "gated_delta", 11);
+    double t = (double)T, k = K, v = V;
+    if (!strcmp(mixer, "softmax")) /* causal: half of Q K^T and of P V */
+        return H * (t * t * (k + v));
+    if (!strcmp(mixer, "block_topk")) /* scores for all causal keys + 2 blocks of 64 for P V */
+        return H * (t * t * k + 2.0 * t * 128.0 * v);
+    if (form == RECUR_FORM_RECURRENT)
+        return H * t * (delta ? 6.0 : 4.0) * k * v;
+    double c = form == RECUR_FORM_PARALLEL ? t : (double)(opt_chunk < T ? opt_chunk : T);
+    double nchunks = ceil(t / c);
+    double per = 2 * c * c * k + 2 * c * c * v + 4 * c * k * v;
+    if (delta)
+        per += 2 * c * c * k + c * c * (k + v) + 2 * c * k * v;
+    return H * nchunks * per;
+}
+
+/* ---------------------------------------------------------------- sgemm peak */
+
+static void bench_sgemm(int m, int n, int k)
+{
+    float *A = xmalloc((size_t)m * k * 4), *B = xmalloc((size_t)k * n * 4), *C = xmalloc((size_t)m * n * 4);
+    for (size_t i = 0; i < (size_t)m * k; i++)
+        A[i] = urand();
+    for (size_t i = 0; i < (size_t)k * n; i++)
+        B[i] = urand();
+    double flop = 2.0 * m * n * k;
+    int inner = (int)fmax(1.0, 2e8 / flop); /* ~0.2 GFLOP per timed sample */
+    double t[7];
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, A, k, B, n, 0.0f, C, n);
+    for (int r = 0; r < 7; r++) {
+        double t0 = now();
+        for (int i = 0; i < inner; i++)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, A, k, B, n, 0.0f, C, n);
+        t[r] = (now() - t0) / inner;
+    }
+    qsort(t, 7, sizeof t[0], cmp_double);
+    printf("{\"kind\":\"sgemm\",\"m\":%d,\"n\":%d,\"k\":%d,\"median_s\":%.9g,\"gflops\":%.4g}\n", m, n, k,
+           t[3], flop / t[3] * 1e-9);
+    fflush(stdout);
+    free(A), free(B), free(C);
+}
+
+/* ---------------------------------------------------------------- main */
+
+int main(int argc, char **argv)
+{
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const char *a = argv[i], *b = argv[i + 1];
+        if (!strcmp(a, "--reps")) opt_reps = atoi(b);
+        else if (!strcmp(a, "--budget")) opt_budget = atof(b);
+        else if (!strcmp(a, "--mem-mb")) opt_mem_mb = atol(b);
+        else if (!strcmp(a, "--T")) snprintf(opt_T, sizeof opt_T, "%s", b);
+        else if (!strcmp(a, "--mixers")) snprintf(opt_mixers, sizeof opt_mixers, "%s", b);
+        else if (!strcmp(a, "--forms")) snprintf(opt_forms, sizeof opt_forms, "%s", b);
+        else if (!strcmp(a, "--H")) opt_H = atoi(b);
+        else if (!strcmp(a, "--K")) opt_K = atoi(b);
+        else if (!strcmp(a, "--V")) opt_V = atoi(b);
+        else if (!strcmp(a, "--chunk")) opt_chunk = atoll(b);
+        else { fprintf(stderr, "bench_kernels: unknown option %s\n", a); return 2; }
+    }
+    if (opt_reps < 1)
+        opt_reps = 1;
+
+    bench_sgemm(64, 64, 64);
+    bench_sgemm(64, 64, 256);
+    bench_sgemm(256, 256, 256);
+    bench_sgemm(1024, 1024, 1024);
+
+    static const char *mixers[] = {"linear", "retention", "gla_scalar", "gla_vector", "deltanet",
+                                   "gated_deltanet", "softmax", "block_topk"};
+    static const char *form_names[] = {"recurrent", "parallel", "chunkwise"};
+    int64_t Ts[16];
+    int nT = 0;
+    for (char *p = opt_T; *p && nT < 16;) {
+        Ts[nT++] = strtoll(p, &p, 10);
+        if (*p == ',') p++;
+    }
+
+    for (int ti = 0; ti < nT; ti++) {
+        int64_t T = Ts[ti];
+        bench_data d;
+        data_init(&d, T, opt_H, opt_K, opt_V);
+        /* cap the address space from here on: inputs are mapped, the kernels' workspaces count */
+        struct rlimit rl = {(rlim_t)(vm_bytes() + opt_mem_mb * 1024L * 1024L), RLIM_INFINITY};
+        struct rlimit old;
+        getrlimit(RLIMIT_AS, &old);
+        rl.rlim_max = old.rlim_max;
+        if (rl.rlim_cur > old.rlim_max) rl.rlim_cur = old.rlim_max;
+        setrlimit(RLIMIT_AS, &rl);
+        for (size_t mi = 0; mi < sizeof mixers / sizeof mixers[0]; mi++) {
+            const char *mx = mixers[mi];
+            if (!in_list(opt_mixers, mx))
+                continue;
+            int single = !strcmp(mx, "softmax") || !strcmp(mx, "block_topk");
+            for (int f = 0; f < 3; f++) {
+                if (!in_list(opt_forms, form_names[f]) || (single && f != RECUR_FORM_PARALLEL))
+                    continue;
+                double times[64];
+                int n = 0, rc = 0;
+                double t_start = now();
+                for (int r = 0; r <= opt_reps && n < 64; r++) { /* r == 0 is a warm-up */
+                    double t0 = now();
+                    rc = run_mixer(mx, (recur_form)f, &d);
+                    double dt = now() - t0;
+                    if (rc != RECUR_OK)
+                        break;
+                    if (r > 0)
+                        times[n++] = dt;
+                    if (r == 0 && dt > opt_budget / 2) /* one slow warm-up counts as a sample */
+                        times[n++] = dt;
+                    if (now() - t_start > opt_budget && n >= 1)
+                        break;
+                }
+                const char *fname = single ? "single" : form_names[f];
+                if (rc != RECUR_OK) {
+                    char why[160];
+                    if (rc == RECUR_ENOMEM)
+                        snprintf(why, sizeof why, "skipped: needs more than %ld MB (out of memory under the cap)",
+                                 opt_mem_mb);
+                    else
+                        snprintf(why, sizeof why, "error: %s", recur_strerror(rc));
+                    printf("{\"kind\":\"mixer\",\"mixer\":\"%s\",\"form\":\"%s\",\"T\":%lld,\"H\":%d,"
+                           "\"K\":%d,\"V\":%d,\"chunk\":%lld,\"status\":\"%s\"}\n",
+                           mx, fname, (long long)T, opt_H, opt_K, opt_V, (long long)opt_chunk, why);
+                    fflush(stdout);
+                    continue;
+                }
+                qsort(times, (size_t)n, sizeof times[0], cmp_double);
+                double med = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+                double fl = mixer_flops(mx, (recur_form)f, T, opt_H, opt_K, opt_V);
+                printf("{\"kind\":\"mixer\",\"mixer\":\"%s\",\"form\":\"%s\",\"T\":%lld,\"H\":%d,\"K\":%d,"
+                       "\"V\":%d,\"chunk\":%lld,\"reps\":%d,\"median_s\":%.9g,\"min_s\":%.9g,"
+                       "\"tokens_per_s\":%.6g,\"flops\":%.6g,\"gflops\":%.4g,\"checksum\":%.6g,"
+                       "\"status\":\"ok\"}\n",
+                       mx, fname, (long long)T, opt_H, opt_K, opt_V, (long long)opt_chunk, n, med,
+                       times[0], (double)T / med, fl, fl / med * 1e-9,
+                       (double)d.o[(size_t)(T - 1) * opt_H * opt_V]);
+                fflush(stdout);
+            }
+        }
+        setrlimit(RLIMIT_AS, &old);
+        data_free(&d);
+    }
+    return 0;
+}

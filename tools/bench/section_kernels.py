@@ -1,0 +1,189 @@
+"""Benchmark section "kernels" (issue 2): librecur's mixers in every form, OpenBLAS sgemm's peak,
+and the same chunkwise ops in PyTorch, in one run.
+
+Builds tools/bench/bench_kernels.c against build/librecur.a (the Makefile does not), runs it and
+tools/bench/bench_torch_kernels.py, and returns the markdown: tokens/s per mixer x form x T,
+chunkwise GFLOP/s against the sgemm peak, ratios, and issue 2's targets marked met / not met.
+"""
+import json
+import os
+import shlex
+import subprocess
+
+TITLE = "Kernels: every mixer in every form (librecur vs OpenBLAS peak vs PyTorch)"
+ORDER = 10
+
+H, K, V, CHUNK = 4, 64, 64, 64
+T_FULL = [1024, 4096, 16384]
+T_QUICK = [1024, 4096]
+MEM_MB = 2048          # parallel form: skipped when its workspace needs more than this
+MIXERS = [("linear", "linear attention (elu+1, normalised)"), ("retention", "retention (multi-scale γ)"),
+          ("gla_scalar", "GLA, scalar gate per head"), ("gla_vector", "GLA, per-key gate"),
+          ("deltanet", "DeltaNet"), ("gated_deltanet", "gated DeltaNet")]
+BASELINES = [("softmax", "causal softmax attention"), ("block_topk", "block top-k (block 64, top 2, causal)")]
+TARGET_T = 16384
+
+
+def _pkg(flag):
+    try:
+        out = subprocess.run(["pkg-config", flag, "openblas"], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True).stdout.split()
+    except OSError:
+        out = []
+    return out or (["-lopenblas"] if flag == "--libs" else [])
+
+
+def _jsonl(text):
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def _fmt_rate(x):
+    if x is None:
+        return "–"
+    return f"{x / 1e6:.2f} M" if x >= 1e6 else f"{x / 1e3:.1f} k"
+
+
+def _ratio(a, b):
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def _fmt_ratio(r):
+    return "–" if r is None else f"{r:.2f}×"
+
+
+def run(ctx):
+    Ts = T_QUICK if ctx.quick else T_FULL
+    reps = "3" if ctx.quick else "5"
+    tlist = ",".join(map(str, Ts))
+    lib = os.path.join(ctx.build, "librecur.a")
+    if not os.path.exists(lib):
+        raise RuntimeError(f"{lib} is missing: run `make` first")
+    exe = os.path.join(ctx.build, "bench", "bench_kernels")
+    os.makedirs(os.path.dirname(exe), exist_ok=True)
+    rel = lambda p: os.path.relpath(p, ctx.root)  # noqa: E731
+    ctx.run(["cc", "-std=c11", "-O2", "-march=native", "-Wall", "-Icore", *_pkg("--cflags"),
+             "tools/bench/bench_kernels.c", rel(lib), *_pkg("--libs"), "-lcjson", "-lm", "-lpthread",
+             "-o", rel(exe)])
+    c_out = _jsonl(ctx.run([rel(exe), "--T", tlist, "--reps", reps, "--budget", "8",
+                            "--mem-mb", str(MEM_MB), "--H", str(H), "--K", str(K), "--V", str(V),
+                            "--chunk", str(CHUNK)], timeout=7200))
+    t_out = _jsonl(ctx.run([ctx.python, "tools/bench/bench_torch_kernels.py", "--T", tlist,
+                            "--reps", reps, "--budget", "8", "--H", str(H), "--K", str(K),
+                            "--V", str(V), "--chunk", str(CHUNK)], timeout=7200))
+    return render(c_out, t_out, Ts)
+
+
+def render(c_out, t_out, Ts):
+    sgemm = [r for r in c_out if r["kind"] == "sgemm"]
+    peak = max((r["gflops"] for r in sgemm), default=None)
+    res = {(r["mixer"], r["form"], r["T"]): r for r in c_out if r["kind"] == "mixer"}
+    torch_res = {(r["mixer"], r["T"]): r for r in t_out if r.get("kind") == "mixer"}
+    torch_ver = next((r["version"] for r in t_out if r.get("kind") == "torch"), "?")
+
+    def tps(m, f, T):
+        r = res.get((m, f, T))
+        return r["tokens_per_s"] if r and r.get("status") == "ok" else None
+
+    def cell(m, f, T):
+        r = res.get((m, f, T))
+        if r is None:
+            return "not run"
+        if r.get("status") != "ok":
+            return r["status"]
+        return _fmt_rate(r["tokens_per_s"])
+
+    out = []
+    out.append(f"Per head K = V = {K}, H = {H} heads, chunk size {CHUNK}, fp32, one thread "
+               f"(`OPENBLAS_NUM_THREADS=1`, `torch.set_num_threads(1)`). Tokens/s = T / median wall "
+               f"time of one call over the whole sequence (all heads, zero initial state); each "
+               f"configuration: one warm-up, then up to 5 timed calls within an 8 s budget (the "
+               f"`reps` column of the raw data). The parallel form is skipped where its workspace "
+               f"would need more than {MEM_MB // 1024} GB (address-space cap, RECUR_ENOMEM).")
+    out.append("")
+    out.append("### OpenBLAS sgemm (the peak chunkwise is measured against)")
+    out.append("")
+    out.append("| M×N×K | GFLOP/s |")
+    out.append("|---|---|")
+    for r in sgemm:
+        out.append(f"| {r['m']}×{r['n']}×{r['k']} | {r['gflops']:.1f} |")
+    out.append("")
+    out.append(f"Peak used below: **{peak:.1f} GFLOP/s** (best of the shapes above, same run)."
+               if peak else "sgemm was not measured.")
+    out.append("")
+    out.append("### Tokens/s per mixer and form")
+    out.append("")
+    out.append("GFLOP/s counts matmul work only (nominal: full chunk×chunk blocks; the delta rule adds "
+               "K Kᵀ, the two triangular solves and W S; see bench_kernels.c). "
+               "Ratios: chunkwise ÷ recurrent, chunkwise ÷ parallel, chunkwise ÷ PyTorch chunkwise.")
+    out.append("")
+    out.append("| mixer | T | recurrent | parallel | chunkwise | chunkwise GFLOP/s (% of peak) "
+               "| PyTorch chunkwise | ÷ rec | ÷ par | ÷ torch |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|")
+    targets = []
+    for m, label in MIXERS:
+        for T in Ts:
+            ch = res.get((m, "chunkwise", T))
+            gf = (f"{ch['gflops']:.1f} ({100 * ch['gflops'] / peak:.0f} %)"
+                  if ch and ch.get("status") == "ok" and peak else "–")
+            tt = torch_res.get((m, T))
+            ttps = tt["tokens_per_s"] if tt else None
+            c = tps(m, "chunkwise", T)
+            out.append(f"| {label} | {T} | {cell(m, 'recurrent', T)} | {cell(m, 'parallel', T)} | "
+                       f"{cell(m, 'chunkwise', T)} | {gf} | {_fmt_rate(ttps)} | "
+                       f"{_fmt_ratio(_ratio(c, tps(m, 'recurrent', T)))} | "
+                       f"{_fmt_ratio(_ratio(c, tps(m, 'parallel', T)))} | {_fmt_ratio(_ratio(c, ttps))} |")
+        # issue 2's targets
+        c16 = tps(m, "chunkwise", TARGET_T)
+        targets.append((label, "chunkwise ≥ 10× recurrent at T=16k",
+                        _ratio(c16, tps(m, "recurrent", TARGET_T)), 10.0,
+                        res.get((m, "recurrent", TARGET_T))))
+        targets.append((label, "chunkwise ≥ 5× parallel at T=16k",
+                        _ratio(c16, tps(m, "parallel", TARGET_T)), 5.0,
+                        res.get((m, "parallel", TARGET_T))))
+        worst = None
+        for T in Ts:
+            tt = torch_res.get((m, T))
+            r = _ratio(tps(m, "chunkwise", T), tt["tokens_per_s"] if tt else None)
+            if r is not None and (worst is None or r < worst[0]):
+                worst = (r, T)
+        targets.append((label, "chunkwise ≥ 1.0× PyTorch chunkwise (worst T" +
+                        (f" = {worst[1]})" if worst else ")"), worst[0] if worst else None, 1.0, None))
+    out.append("")
+    out.append("### Baselines (one form)")
+    out.append("")
+    out.append("| op | " + " | ".join(f"T = {T}" for T in Ts) + " |")
+    out.append("|---|" + "---|" * len(Ts))
+    for m, label in BASELINES:
+        out.append(f"| {label} | " + " | ".join(cell(m, "single", T) for T in Ts) + " |")
+    out.append("")
+    out.append("### Targets (issue 2)")
+    out.append("")
+    if TARGET_T not in Ts:
+        out.append(f"_--quick run: T = {TARGET_T} was not measured, the T=16k targets are not evaluated._")
+        out.append("")
+    out.append("| mixer | target | measured | verdict |")
+    out.append("|---|---|---|---|")
+    met = total = 0
+    for label, what, r, need, raw in targets:
+        if r is None:
+            why = raw["status"] if raw and raw.get("status") != "ok" else "not measured"
+            out.append(f"| {label} | {what} | – | not evaluated ({why}) |")
+            continue
+        total += 1
+        ok = r >= need
+        met += ok
+        margin = (r / need - 1) * 100
+        out.append(f"| {label} | {what} | {r:.2f}× | **{'met' if ok else 'not met'}** "
+                   f"({'+' if margin >= 0 else ''}{margin:.0f} % vs {need:g}×) |")
+    out.append("")
+    out.append(f"{met} of {total} evaluated targets met. PyTorch {torch_ver}: the chunkwise ops of "
+               "`tools/bench/torch_chunkwise.py` (batched over heads, the same algorithm and "
+               "chunk size; checked against the float64 reference by tests/python/test_reference.py).")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":  # render saved raw output: section_kernels.py c.jsonl torch.jsonl
+    import sys
+    c = _jsonl(open(sys.argv[1]).read())
+    t = _jsonl(open(sys.argv[2]).read())
+    print(render(c, t, sorted({r["T"] for r in c if r["kind"] == "mixer"})))
