@@ -11,6 +11,18 @@
 
 /* ------------------------------------------------------------------ srv_buf */
 
+int srv_buf_reserve(srv_buf *b, size_t total)
+{
+    if (total + 1 <= b->cap)
+        return 0;
+    char *p = realloc(b->p, total + 1);
+    if (!p)
+        return UV_ENOMEM;
+    b->p = p;
+    b->cap = total + 1;
+    return 0;
+}
+
 int srv_buf_append(srv_buf *b, const void *data, size_t n)
 {
     if (b->len + n + 1 > b->cap) {

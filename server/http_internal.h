@@ -36,6 +36,7 @@ typedef struct {
 } srv_buf;
 
 int srv_buf_append(srv_buf *b, const void *data, size_t n); /* 0 or UV_ENOMEM; keeps a NUL after len */
+int srv_buf_reserve(srv_buf *b, size_t total);              /* cap >= total + 1; 0 or UV_ENOMEM */
 void srv_buf_reset(srv_buf *b);                             /* len = 0, memory kept */
 void srv_buf_free(srv_buf *b);
 

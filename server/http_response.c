@@ -165,6 +165,11 @@ void srv_send_response(srv_conn *c, int status, const char *content_type, const 
     srv_buf b = {0};
     if (has_no_body(status))
         len = 0;
+    if (srv_buf_reserve(&b, 160 + (content_type ? strlen(content_type) : 0) +
+                                (extra_headers ? strlen(extra_headers) : 0) + (c->is_head ? 0 : len))) {
+        srv_conn_close_now(c);
+        return;
+    }
     if (build_head(c, &b, status, content_type, 0, len, extra_headers) ||
         (len && !c->is_head && srv_buf_append(&b, body, len))) {
         srv_buf_free(&b);
@@ -245,8 +250,8 @@ void srv_stream_write(srv_conn *c, const void *data, size_t len)
     if (!c || !c->streaming || c->closing || c->shutting || len == 0 || c->is_head)
         return;
     srv_buf b = {0};
-    int r = 0;
-    if (!c->stream_raw)
+    int r = srv_buf_reserve(&b, len + 24);
+    if (!r && !c->stream_raw)
         r = appendf(&b, "%zx\r\n", len);
     r = r || srv_buf_append(&b, data, len);
     if (!r && !c->stream_raw)
