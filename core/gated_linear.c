@@ -111,16 +111,19 @@ static inline float exp_nonpos(float x)
     return x > -87.0f ? e : (x == x ? 0.0f : x);
 }
 
-/* A non-positive log decay held in double, as a float argument for exp_nonpos. Clamped first so
- * the conversion never overflows (exp of anything below -1e4 is 0 anyway). */
+/* A non-positive log decay held in double, as a float argument for exp_nonpos. The gates were
+ * floored at GL_LOG_FLOOR, so |x| <= 1000 * T fits a float and the conversion never overflows. */
 static inline float narrow(double x)
 {
-    return (float)(x > -1e4 ? x : -1e4);
+    return (float)x;
 }
+
+static const double zeros_d[RECUR_MAX_DIM]; /* b_{-1} = 0 */
 
 static inline double floor_log(float g)
 {
-    return g > GL_LOG_FLOOR ? (double)g : GL_LOG_FLOOR;
+    const double x = g;
+    return x > GL_LOG_FLOOR ? x : GL_LOG_FLOOR;
 }
 
 /* sum_i a[i] b[i] with 16 partial sums, so it vectorises without reassociation flags */
@@ -453,14 +456,16 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
     }
     case GL_GATE_KEY: {
         for (int t = 0; t < n; t++) {
-            const float *gt = p->g + (row0 + (size_t)t * H) * K;
+            const float *restrict gt = p->g + (row0 + (size_t)t * H) * K;
             double *restrict bt = w->b + (size_t)t * K;
-            const double *restrict bp = t ? bt - K : NULL;
+            const double *restrict bp = t ? bt - K : zeros_d;
             float *restrict at = w->ag + (size_t)t * K;
-            for (int i = 0; i < K; i++) {
-                bt[i] = (bp ? bp[i] : 0.0) + floor_log(gt[i]);
+            for (int i = 0; i < K; i++) /* at = g floored, as scratch */
+                at[i] = gt[i] > (float)GL_LOG_FLOOR ? gt[i] : (float)GL_LOG_FLOOR;
+            for (int i = 0; i < K; i++)
+                bt[i] = bp[i] + (double)at[i];
+            for (int i = 0; i < K; i++)
                 at[i] = exp_nonpos(gt[i]);
-            }
         }
         const double *bl = w->b + (size_t)(n - 1) * K;
         for (int t = 0; t < n; t++) {
