@@ -1,12 +1,35 @@
 /* state.c — one session's state (docs/MODEL.md "Session state").
  *
  * The struct and every recurrent layer's S (and z) are one allocation. A softmax layer's KV cache
- * is calloc'd at max_context: large callocs are fresh anonymous pages, so only the rows a session
- * actually uses are ever touched; reset does not zero the cache (only rows < tokens_seen are
- * live), and copy copies live rows only. */
+ * is reserved at max_context as its own anonymous mapping (not calloc: once glibc's dynamic mmap
+ * threshold has risen, a large calloc comes from the heap and is memset, touching every page), so
+ * only the rows a session actually uses are ever touched; reset hands the used pages back to the
+ * kernel (only rows < tokens_seen are live), and copy copies live rows only. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include "model_internal.h"
+
+static size_t kv_bytes(const recur_model *m, int k)
+{
+    size_t per = (size_t)m->cfg.n_heads * (size_t)(k ? m->cfg.head_k : m->cfg.head_v);
+    return (size_t)m->cfg.max_context * per * sizeof(float);
+}
+
+static float *kv_map(size_t bytes)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+/* Give back the pages of the first `used` bytes (they read as zeros afterwards). */
+static void kv_release(float *p, size_t used)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t n = (used + page - 1) / page * page;
+    if (p && n) madvise(p, n, MADV_DONTNEED);
+}
 
 int recur_state_create(const recur_model *m, recur_state **out)
 {
@@ -17,11 +40,10 @@ int recur_state_create(const recur_model *m, recur_state **out)
     s->m = m;
     s->rec = (float *)((char *)s + head);
     const recur_config *c = &m->cfg;
-    size_t HK = (size_t)c->n_heads * c->head_k, HV = (size_t)c->n_heads * c->head_v;
     for (int l = 0; l < c->n_layers; l++) {
         if (m->layers[l].kind != RECUR_MIXER_SOFTMAX) continue;
-        s->kcache[l] = calloc((size_t)c->max_context * HK, sizeof(float));
-        s->vcache[l] = calloc((size_t)c->max_context * HV, sizeof(float));
+        s->kcache[l] = kv_map(kv_bytes(m, 1));
+        s->vcache[l] = kv_map(kv_bytes(m, 0));
         if (!s->kcache[l] || !s->vcache[l]) { recur_state_destroy(s); return RECUR_ENOMEM; }
     }
     *out = s;
@@ -32,8 +54,8 @@ void recur_state_destroy(recur_state *s)
 {
     if (!s) return;
     for (int l = 0; l < RECUR_MAX_LAYERS; l++) {
-        free(s->kcache[l]);
-        free(s->vcache[l]);
+        if (s->kcache[l]) munmap(s->kcache[l], kv_bytes(s->m, 1));
+        if (s->vcache[l]) munmap(s->vcache[l], kv_bytes(s->m, 0));
     }
     free(s);
 }
@@ -41,7 +63,13 @@ void recur_state_destroy(recur_state *s)
 void recur_state_reset(recur_state *s)
 {
     if (!s) return;
-    memset(s->rec, 0, s->m->rec_floats * sizeof(float));
+    const recur_model *m = s->m;
+    memset(s->rec, 0, m->rec_floats * sizeof(float));
+    size_t HK = (size_t)m->cfg.n_heads * m->cfg.head_k, HV = (size_t)m->cfg.n_heads * m->cfg.head_v;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        kv_release(s->kcache[l], (size_t)s->tokens_seen * HK * sizeof(float));
+        kv_release(s->vcache[l], (size_t)s->tokens_seen * HV * sizeof(float));
+    }
     s->tokens_seen = 0;
 }
 

@@ -573,3 +573,88 @@ Test(sampling, log_softmax_normalises)
     cr_assert_float_eq(o[1], -logf(2.0f), 1e-6f);
     cr_assert(o[2] < -1000.0f && isfinite(o[2]));
 }
+
+/* ---------------------------------------------------------------- memory and threads */
+
+#include <pthread.h>
+#include <sys/mman.h>
+
+static size_t resident_pages(const void *p, size_t bytes)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), n = (bytes + page - 1) / page, r = 0;
+    unsigned char *vec = malloc(n);
+    cr_assert_eq(mincore((void *)p, bytes, vec), 0);
+    for (size_t i = 0; i < n; i++) r += vec[i] & 1;
+    free(vec);
+    return r;
+}
+
+Test(state, kv_cache_pages_touched_only_as_used)
+{
+    const char *cfg = "{\"vocab_size\":50,\"d_model\":32,\"n_layers\":1,\"n_heads\":4,\"head_k\":64,"
+                      "\"head_v\":64,\"d_ff\":32,\"mixers\":[\"softmax\"],\"max_context\":8192}";
+    recur_model *m;
+    recur_workspace *ws;
+    recur_state *s;
+    cr_assert_eq(recur_model_init_seed(cfg, 1, &m), 0);
+    cr_assert_eq(recur_workspace_create(m, 1, &ws), 0);
+    cr_assert_eq(recur_state_create(m, &s), 0);
+    size_t bytes = (size_t)8192 * 4 * 64 * sizeof(float); /* 8 MiB per cache */
+    cr_assert_eq(resident_pages(s->kcache[0], bytes), 0);
+    int32_t tok[40] = {0};
+    cr_assert_eq(recur_model_prefill(m, ws, s, tok, 40, NULL), 0); /* 40 rows of 1 KiB */
+    size_t r = resident_pages(s->kcache[0], bytes);
+    cr_assert(r >= 1 && r <= 11, "%zu pages resident after 40 tokens", r);
+    recur_state_reset(s);
+    cr_assert_eq(resident_pages(s->kcache[0], bytes), 0, "reset gives the pages back");
+    recur_state_destroy(s);
+    recur_workspace_free(ws);
+    recur_model_free(m);
+}
+
+typedef struct {
+    const recur_model *m;
+    float *logits; /* [20][vocab] */
+    int rc;
+} thread_job;
+
+static void *run_job(void *arg)
+{
+    thread_job *j = arg;
+    recur_workspace *ws;
+    recur_state *s;
+    int32_t tok[20];
+    for (int i = 0; i < 20; i++) tok[i] = (i * 7 + 1) % j->m->cfg.vocab_size;
+    j->rc = recur_workspace_create(j->m, 4, &ws);
+    if (j->rc) return NULL;
+    j->rc = recur_state_create(j->m, &s);
+    for (int rep = 0; rep < 5 && !j->rc; rep++) {
+        recur_state_reset(s);
+        j->rc = recur_model_prefill(j->m, ws, s, tok, 10, j->logits);
+        for (int i = 10; i < 20 && !j->rc; i++)
+            j->rc = recur_model_step(j->m, ws, s, tok[i], j->logits + (size_t)i * j->m->cfg.vocab_size);
+    }
+    recur_state_destroy(s);
+    recur_workspace_free(ws);
+    return NULL;
+}
+
+Test(model, threads_share_one_model)
+{
+    recur_model *m;
+    cr_assert_eq(recur_model_init_seed(hybrid_cfg, 3, &m), 0);
+    size_t n = (size_t)20 * m->cfg.vocab_size;
+    thread_job jobs[3];
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) {
+        jobs[i] = (thread_job){.m = m, .logits = calloc(n, sizeof(float))};
+        cr_assert_eq(pthread_create(&th[i], NULL, run_job, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(jobs[i].rc, 0);
+        cr_assert_eq(memcmp(jobs[i].logits, jobs[0].logits, n * sizeof(float)), 0);
+    }
+    for (int i = 0; i < 3; i++) free(jobs[i].logits);
+    recur_model_free(m);
+}
