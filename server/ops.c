@@ -59,8 +59,9 @@ static void respond_session(srv_op *op, int status, srv_session *s)
         return;
     proto_buf b;
     proto_buf_init(&b);
-    proto_session_json(&b, s->id, s->tokens_seen, op->app->info->state_bytes,
-                       recur_snapshot_size(s->state), s->q_len > 0 ? s->q_len - 1 : 0);
+    s->snapshot_bytes = recur_snapshot_size(s->state); /* safe: nothing in flight on s */
+    proto_session_json(&b, s->id, s->tokens_seen, op->app->info->state_bytes, s->snapshot_bytes,
+                       s->q_len > 0 ? s->q_len - 1 : 0);
     srv_respond(op->conn, status, "application/json", b.data, b.len, NULL);
     proto_buf_free(&b);
 }
@@ -274,6 +275,7 @@ void srv_ops_work_done(srv_work *w, void *appv)
     op->in_flight = 0;
     uint64_t before = s->tokens_seen;
     s->tokens_seen = w->tokens_seen;
+    s->snapshot_bytes = recur_snapshot_size(s->state); /* the worker is done with it */
     if (op->kind == SRV_OP_GENERATE) {
         if (w->err) {
             stream_error_end(op, w->err);

@@ -156,7 +156,8 @@ static void handle_create(srv_app *app, srv_conn *c, const srv_request *req)
         proto_tokens_req_free(&tr);
         proto_buf b;
         proto_buf_init(&b);
-        proto_session_json(&b, s->id, 0, app->info->state_bytes, recur_snapshot_size(s->state), 0);
+        s->snapshot_bytes = recur_snapshot_size(s->state);
+        proto_session_json(&b, s->id, 0, app->info->state_bytes, s->snapshot_bytes, 0);
         respond_json(c, 201, &b);
         proto_buf_free(&b);
         return;
@@ -200,7 +201,26 @@ static void handle_session(srv_app *app, srv_conn *c, const srv_request *req, co
             method_not_allowed(c, "GET, DELETE");
             return;
         }
-        if ((op = queue_op(app, c, id, is_get ? SRV_OP_INFO : SRV_OP_DELETE)))
+        if (is_get) {
+            /* A read: answered at once from the loop-side mirrors, not queued behind a long
+             * stream (pending_ops says how many requests are queued or running). */
+            srv_session *s = srv_table_find(app->table, id);
+            if (!s) {
+                srv_respond_error(c, 404, "session_not_found", "no such session");
+                return;
+            }
+            if (!s->snapshot_bytes)
+                s->snapshot_bytes = recur_snapshot_size(s->state); /* idle: nothing in flight */
+            s->last_used_ms = uv_now(app->loop);
+            proto_buf b;
+            proto_buf_init(&b);
+            proto_session_json(&b, s->id, s->tokens_seen, app->info->state_bytes,
+                               s->snapshot_bytes, s->q_len);
+            respond_json(c, 200, &b);
+            proto_buf_free(&b);
+            return;
+        }
+        if ((op = queue_op(app, c, id, SRV_OP_DELETE)))
             srv_ops_enqueue(op);
         return;
     }
@@ -397,7 +417,7 @@ void srv_app_on_request(srv_conn *c, const srv_request *req, void *appv)
     const char *path = req->path, *m = req->method;
 
     if (!strcmp(path, "/healthz")) {
-        if (strcmp(m, "GET") && strcmp(m, "HEAD")) {
+        if (strcmp(m, "GET")) {
             method_not_allowed(c, "GET");
             return;
         }

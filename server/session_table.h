@@ -21,6 +21,7 @@ typedef struct srv_session {
     float *logits;          /* [vocab] logits for the next position; valid when has_logits */
     int has_logits;
     uint64_t tokens_seen;   /* loop-side mirror of recur_state_tokens_seen */
+    size_t snapshot_bytes;  /* loop-side mirror of recur_snapshot_size (0 = not known yet) */
     uint64_t last_used_ms;  /* uv_now of the last request (idle TTL) */
     srv_op *q_head, *q_tail;/* FIFO of this session's requests; the head may be running */
     int q_len;

@@ -783,6 +783,51 @@ def test_logs_are_json_without_ids(d):
         assert s["id"] not in l
 
 
+def test_slow_reader_pauses_the_stream(d):
+    """Backpressure: a client that does not read stops the fold at the write high watermark
+    (plus socket buffers) instead of making the daemon buffer ~17 MB of lines."""
+    s = create(d, tokens=[1, 2, 3])
+    toks = rand_tokens(8192, 13)
+    body = json.dumps({"tokens": toks, "top_k": 64}).encode()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.settimeout(30)
+    sock.connect(("127.0.0.1", d.port))
+    sock.sendall(b"POST /v1/sessions/%s/tokens HTTP/1.1\r\nHost: x\r\n"
+                 b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                 % (s["id"].encode(), len(body), body))
+    time.sleep(1.5)
+    a = info(d, s["id"])
+    time.sleep(0.5)
+    b = info(d, s["id"])
+    assert a["pending_ops"] == 1 and b["pending_ops"] == 1
+    assert a["tokens_seen"] == b["tokens_seen"] < 3 + 8192  # paused, not finished
+    # reading resumes it; every line arrives
+    data = bytearray()
+    while not data.endswith(b"0\r\n\r\n"):
+        chunk = sock.recv(1 << 20)
+        assert chunk
+        data += chunk
+    sock.close()
+    data = bytes(data)
+    assert data.count(b'"pos"') == 8192
+    assert b'{"done":true,"tokens_seen":8195}' in data
+    assert info(d, s["id"])["tokens_seen"] == 8195
+
+
+def test_idle_sessions_expire():
+    with Daemon("--idle-ttl-ms", "300") as d:
+        s = create(d, tokens=[1])
+        t = create(d)
+        for _ in range(6):  # t stays busy
+            time.sleep(0.1)
+            info(d, t["id"])
+        assert info(d, t["id"])["tokens_seen"] == 0
+        time.sleep(1.0)
+        error_of(requests.get(d.url("/v1/sessions/%s" % s["id"]), timeout=10), 404)
+        assert _metric(d, "recurd_sessions_expired_total") >= 1
+
+
 # ---------------------------------------------------------------------------- shutdown
 
 def test_sigterm_exits_0():
