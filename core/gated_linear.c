@@ -8,10 +8,13 @@
  *   recurrent  token by token, one fused pass over S per token, no allocation.
  *   chunkwise  chunks of C tokens: intra-chunk masked (Q K^T ⊙ D) V, inter-chunk Q~ S, state
  *              update Diag(exp b_C) S + K~^T V, all on cblas_sgemm. The tail chunk shrinks.
- *   parallel   the same chunk kernel with a single chunk of T tokens: the masked T x T matmul.
+ *   parallel   the same chunk kernel with a single chunk of T tokens: the masked T x T matmul,
+ *              computed GL_PANEL rows at a time (memory O(GL_PANEL * T), not O(T^2)).
+ * A single token (T == 1) takes the recurrent path in every form: it is the decode step.
  *
  * Numerics. Within a chunk, b_t = sum_{j<=t} g_j (double, per key dim for GLA) is the
- * cumulative log decay from the chunk start. Every exponential taken has a non-positive
+ * cumulative log decay from the chunk start (gates floored at GL_LOG_FLOOR first; the
+ * recurrent form multiplies by exp(g) directly). Every exponential taken has a non-positive
  * argument: exp(b_t), exp(b_last - b_s), exp(b_t - b_s) for s <= t, and exp(g); they go
  * through exp_nonpos, a vectorisable exp for x <= 0 (max rel. error 8e-8 against exp in double,
  * 0 below -87 where exp(x) leaves the normal float range).
@@ -190,9 +193,11 @@ static void load_row(float *restrict dst, const float *restrict src, int n, recu
  * Columns go in blocks of GL_VB so that block of o stays in registers across all K rows. */
 #define GL_VB 64
 /* noinline keeps the restrict qualifiers meaningful (inlined, gcc versioned the loop) */
-__attribute__((noinline)) static void step_token(float *restrict S, float *restrict z, float *restrict o, float *den,
-                       const float *restrict q, const float *restrict k, const float *restrict v,
-                       const float *restrict a, int K, int V)
+__attribute__((noinline)) static void step_token(float *restrict S, float *restrict z,
+                                                 float *restrict o, float *den,
+                                                 const float *restrict q, const float *restrict k,
+                                                 const float *restrict v, const float *restrict a,
+                                                 int K, int V)
 {
     int j0 = 0;
     for (; j0 + GL_VB <= V; j0 += GL_VB) {
@@ -422,7 +427,8 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
         load_row(w->Kr + (size_t)t * K, p->k + row0 * K + (size_t)t * ldq, K, p->fmap, 1.0f);
     }
 
-    /* b_t = sum_{j<=t} g_j (double); Qt = q_t exp(b_t); Kt = k_s exp(b_last - b_s); edec = exp(b_last) */
+    /* b_t = sum_{j<=t} g_j (double);  Qt = q_t exp(b_t);  Kt = k_s exp(b_last - b_s);
+     * edec = exp(b_last) */
     const float *Qt = w->Qr, *Kt = w->Kr;
     const double *bs = NULL; /* scalar b for the mask */
     switch (p->gate) {
@@ -435,7 +441,8 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
         const double lg = p->gate == GL_GATE_HEAD ? log((double)p->gamma[h]) : 0.0;
         double acc = 0.0;
         for (int t = 0; t < n; t++) {
-            acc = p->gate == GL_GATE_HEAD ? lg * (t + 1) : acc + floor_log(p->g[row0 + (size_t)t * H]);
+            acc = p->gate == GL_GATE_HEAD ? lg * (t + 1)
+                                          : acc + floor_log(p->g[row0 + (size_t)t * H]);
             w->b[t] = acc;
         }
         const double bl = w->b[n - 1];
