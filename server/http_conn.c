@@ -12,6 +12,20 @@
  * Lifetime: three handles (tcp, timer, stall) and a reference count. The layer's reference is
  * dropped when the last handle's close callback has run; srv_conn_ref/unref add the application's.
  * on_close is delivered from the tcp close callback (never re-entrantly from an srv_* call).
+ *
+ * Choices worth knowing:
+ * - C6 is counted by the scanner over raw bytes (request line, headers, trailers, CRLFs included),
+ *   so llhttp never sees a byte past max_header_bytes and nothing beyond it is buffered.
+ * - C8 is checked here (peek at the two bytes after each chunk's data, state kept across reads);
+ *   llhttp 8.1 in strict mode also rejects it (HPE_STRICT), mapped to the same error code.
+ * - Reading stops while a request is in flight (TCP backpressure for pipelined bytes), so a peer
+ *   that leaves is noticed when a write fails (EPIPE/ECONNRESET: the next write or two of a
+ *   stream) or by the send-stall timer; on_close then fires. EOF between requests closes quietly.
+ * - Every close after a final response is uv_shutdown + a lingering read (discarding, at most
+ *   SRV_LINGER_MS) + close, so a client still sending (413 while uploading) reads the error
+ *   instead of a RST.
+ * - Expect: 100-continue is answered when a body is expected and not already refused (curl
+ *   otherwise waits 1 s); any other expectation is 417. HEAD responses carry no body bytes.
  */
 #include <stdio.h>
 #include <stdlib.h>
