@@ -23,7 +23,13 @@
  * Parallel = chunkwise with one chunk. The fp32 solve holds up at that size: against a float64
  * recurrence at T = 1000 (one chunk), rel. RMS error of o stayed <= 4e-6 even with strongly
  * correlated keys and beta near 1, and solving in float64 (dtrsm) did not lower it (measured
- * 2026-11-29), so there is no float64 path.
+ * 2026-11-29), so there is no float64 path. Its memory is one T x T float matrix (see dr_chunk).
+ *
+ * Cost (why chunkwise does not beat recurrent here): per token and head, chunkwise does 6KV
+ * multiply-adds for the state products (K S0, Q S0, K^T U) plus O(c (K + V)) for the in-chunk
+ * matrices; the fused recurrent step does 3KV. Chunkwise wins only where sgemm runs more than
+ * ~2x faster than the fused loop. Measured 2026-11-29 (H=4, K=V=64, T=16k, 1 thread, CPU time):
+ * recurrent 35 ms, chunkwise 43 / 47 / 55 / 74 ms at c = 16 / 32 / 64 / 128.
  */
 #include <float.h>
 #include <math.h>
@@ -224,18 +230,22 @@ static inline float dr_exp_nonpos(float x)
 }
 
 typedef struct {
-    int64_t cmax;  /* the longest chunk */
-    float *A;      /* [cmax][cmax]  A (strictly lower), then the masked Q K^T */
-    float *U;      /* [cmax][V]     right-hand side, then U */
-    float *Kd;     /* [cmax][K]     diag(e^{a_c - a}) K (gated only) */
-    double *a;     /* [cmax]        cumulative log-gates */
+    int64_t cmax; /* the longest chunk */
+    float *B;     /* [cmax][cmax]  lower + diagonal: M;  strictly upper: A^T (see dr_chunk) */
+    float *U;     /* [cmax][V]     right-hand side R, then U, then M U */
+    float *Kd;    /* [cmax][K]     diag(e^{a_c - a}) K (gated only) */
+    float *bt;    /* [cmax]        beta of the chunk's tokens */
+    float *dg;    /* [cmax]        the diagonal of M, kept while ssyrk overwrites it */
+    double *a;    /* [cmax]        cumulative log-gates */
 } dr_work;
 
 static void dr_work_free(dr_work *w)
 {
-    free(w->A);
+    free(w->B);
     free(w->U);
     free(w->Kd);
+    free(w->bt);
+    free(w->dg);
     free(w->a);
 }
 
@@ -256,21 +266,25 @@ static int dr_work_alloc(dr_work *w, int64_t cmax, int K, int V)
     w->cmax = cmax;
     if (cmax > INT32_MAX) /* blasint is a 32-bit int */
         return RECUR_ESHAPE;
-    size_t bA = dr_bytes(cmax, cmax, sizeof(float));
-    if (!bA)
+    size_t bB = dr_bytes(cmax, cmax, sizeof(float));
+    if (!bB)
         return RECUR_ESHAPE;
-    w->A = malloc(bA);
+    w->B = malloc(bB);
     w->U = malloc((size_t)cmax * V * sizeof(float));
     w->Kd = malloc((size_t)cmax * K * sizeof(float));
+    w->bt = malloc((size_t)cmax * sizeof(float));
+    w->dg = malloc((size_t)cmax * sizeof(float));
     w->a = malloc((size_t)cmax * sizeof(double));
-    if (!w->A || !w->U || !w->Kd || !w->a) {
+    if (!w->B || !w->U || !w->Kd || !w->bt || !w->dg || !w->a) {
         dr_work_free(w);
         return RECUR_ENOMEM;
     }
     return RECUR_OK;
 }
 
-/* One chunk [t0, t0 + c) of one head h; Sh [K][V] holds S0 on entry and S_c on return. */
+/* One chunk [t0, t0 + c) of one head h; Sh [K][V] holds S0 on entry and S_c on return.
+ * The two c x c matrices share one buffer B, so the parallel form (c = T) needs T^2 floats, not
+ * twice that:  B[t][s] = M[t][s] for s <= t,  B[s][t] = A[t][s] for s < t (A stored transposed). */
 static void dr_chunk(const recur_dims *d, dr_work *w, int h, int64_t t0, int c, const float *q,
                      const float *k, const float *v, const float *beta, const float *g, float scale,
                      float *Sh, float *o)
@@ -281,73 +295,73 @@ static void dr_chunk(const recur_dims *d, dr_work *w, int h, int64_t t0, int c, 
     const float *Kc = k + ((size_t)t0 * H + h) * K; /* [c][K], row stride H*K */
     const float *Vc = v + ((size_t)t0 * H + h) * V; /* [c][V], row stride H*V */
     float *Oc = o + ((size_t)t0 * H + h) * V;       /* [c][V], row stride H*V */
-    float *A = w->A, *U = w->U;
+    float *B = w->B, *U = w->U, *bt = w->bt;
     double *a = w->a;
 
-    /* a_t = sum_{s<=t} g_s  (inside the chunk; 0 for DeltaNet) */
+    /* a_t = sum_{s<=t} g_s  inside the chunk (0 for DeltaNet);  b_t gathered */
     double acc = 0.0;
     for (int t = 0; t < c; t++) {
         if (g)
             acc += g[(t0 + t) * H + h];
         a[t] = acc;
+        bt[t] = beta[(t0 + t) * H + h];
     }
 
-    /* A[t][s] = b_t e^{a_t - a_s} k_t.k_s, s < t   (ssyrk fills the lower triangle only) */
-    cblas_ssyrk(CblasRowMajor, CblasLower, CblasNoTrans, c, K, 1.0f, Kc, ldk, 0.0f, A, c);
-    for (int t = 1; t < c; t++) {
-        const float bt = beta[(t0 + t) * H + h];
-        float *At = A + (size_t)t * c;
-        if (g)
-            for (int s = 0; s < t; s++)
-                At[s] *= bt * dr_exp_nonpos((float)(a[t] - a[s]));
-        else
-            for (int s = 0; s < t; s++)
-                At[s] *= bt;
+    /* O = scale diag(e^a) Q S0   (the rest, M U, is added at the end) */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, c, V, K, 1.0f, Qc, ldk, Sh, V, 0.0f, Oc,
+                ldv);
+    for (int t = 0; t < c; t++) {
+        const float f = scale * (g ? dr_exp_nonpos((float)a[t]) : 1.0f);
+        float *Ot = Oc + (size_t)t * ldv;
+        for (int j = 0; j < V; j++)
+            Ot[j] *= f;
     }
 
     /* R = diag(b) (V - diag(e^a) K S0) */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, c, V, K, 1.0f, Kc, ldk, Sh, V, 0.0f, U,
                 V);
     for (int t = 0; t < c; t++) {
-        const float bt = beta[(t0 + t) * H + h];
-        const float ea = (float)exp(a[t]);
+        const float ea = g ? dr_exp_nonpos((float)a[t]) : 1.0f;
         const float *vt = Vc + (size_t)t * ldv;
         float *Ut = U + (size_t)t * V;
         for (int j = 0; j < V; j++)
-            Ut[j] = bt * (vt[j] - ea * Ut[j]);
+            Ut[j] = bt[t] * (vt[j] - ea * Ut[j]);
     }
 
-    /* (I + A) U = R   (A strictly lower; the unit diagonal is implied, the upper part unread) */
-    cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, c, V, 1.0f, A, c, U,
-                V);
-
-    /* O = scale diag(e^a) Q S0 ... */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, c, V, K, 1.0f, Qc, ldk, Sh, V, 0.0f, Oc,
-                ldv);
-    for (int t = 0; t < c; t++) {
-        const float f = scale * (float)exp(a[t]);
-        float *Ot = Oc + (size_t)t * ldv;
-        for (int j = 0; j < V; j++)
-            Ot[j] *= f;
-    }
-    /* ... + M U,  M[t][s] = scale e^{a_t - a_s} q_t.k_s for s <= t, 0 above the diagonal */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, c, c, K, scale, Qc, ldk, Kc, ldk, 0.0f, A,
+    /* B = scale Q K^T, then its strict upper triangle <- K K^T (ssyrk writes the upper triangle
+     * with the diagonal: the diagonal of scale Q K^T is kept aside and put back) */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, c, c, K, scale, Qc, ldk, Kc, ldk, 0.0f, B,
                 c);
-    for (int t = 0; t < c; t++) {
-        float *Mt = A + (size_t)t * c;
-        if (g)
-            for (int s = 0; s < t; s++)
-                Mt[s] *= dr_exp_nonpos((float)(a[t] - a[s]));
-        for (int s = t + 1; s < c; s++)
-            Mt[s] = 0.0f;
+    for (int t = 0; t < c; t++)
+        w->dg[t] = B[(size_t)t * c + t];
+    cblas_ssyrk(CblasRowMajor, CblasUpper, CblasNoTrans, c, K, 1.0f, Kc, ldk, 0.0f, B, c);
+    for (int t = 0; t < c; t++)
+        B[(size_t)t * c + t] = w->dg[t];
+
+    /* M[t][s] = scale e^{a_t - a_s} q_t.k_s  (row t, s < t; the diagonal needs no decay)
+     * A[t][s] = b_t e^{a_t - a_s} k_t.k_s   stored at B[s][t] (row s, t > s) */
+    for (int r = 0; r < c; r++) {
+        float *Br = B + (size_t)r * c;
+        if (g) {
+            for (int s = 0; s < r; s++)
+                Br[s] *= dr_exp_nonpos((float)(a[r] - a[s]));
+            for (int t = r + 1; t < c; t++)
+                Br[t] *= bt[t] * dr_exp_nonpos((float)(a[t] - a[r]));
+        } else {
+            for (int t = r + 1; t < c; t++)
+                Br[t] *= bt[t];
+        }
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, c, V, c, 1.0f, A, c, U, V, 1.0f, Oc,
-                ldv);
+
+    /* (I + A) U = R:  A = (strict upper of B)^T, unit lower triangular system; the diagonal and
+     * the lower part of B are not read */
+    cblas_strsm(CblasRowMajor, CblasLeft, CblasUpper, CblasTrans, CblasUnit, c, V, 1.0f, B, c, U,
+                V);
 
     /* S_c = e^{a_c} S0 + (diag(e^{a_c - a}) K)^T U */
     if (g) {
         const double ac = a[c - 1];
-        const float ec = (float)exp(ac);
+        const float ec = dr_exp_nonpos((float)ac);
         for (size_t i = 0; i < (size_t)K * V; i++)
             Sh[i] *= ec;
         for (int s = 0; s < c; s++) {
@@ -362,6 +376,16 @@ static void dr_chunk(const recur_dims *d, dr_work *w, int h, int64_t t0, int c, 
     } else {
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, V, c, 1.0f, Kc, ldk, U, V, 1.0f,
                     Sh, V);
+    }
+
+    /* O += M U  (M lower triangular with its diagonal: strmm in place on U, which is done) */
+    cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, c, V, 1.0f, B, c,
+                U, V);
+    for (int t = 0; t < c; t++) {
+        const float *Ut = U + (size_t)t * V;
+        float *Ot = Oc + (size_t)t * ldv;
+        for (int j = 0; j < V; j++)
+            Ot[j] += Ut[j];
     }
 }
 
@@ -391,13 +415,12 @@ int recur_delta_rule(const recur_dims *d, const float *q, const float *k, const 
     err = dr_work_alloc(&w, C, d->K, d->V);
     if (err)
         return err;
-    /* Heads are independent; chunks of one head run in order (each needs its predecessor's S). */
-    for (int h = 0; h < d->H; h++) {
-        float *Sh = S + (size_t)h * d->K * d->V;
-        for (int64_t t0 = 0; t0 < d->T; t0 += C) {
-            int c = (int)(d->T - t0 < C ? d->T - t0 : C); /* the tail chunk shrinks */
-            dr_chunk(d, &w, h, t0, c, q, k, v, beta, g, scale, Sh, o);
-        }
+    /* Chunks run in order (each needs its predecessor's S); inside a chunk the heads are
+     * independent. Heads inner: a chunk's rows [c][H][K] are read once, front to back. */
+    for (int64_t t0 = 0; t0 < d->T; t0 += C) {
+        const int c = (int)(d->T - t0 < C ? d->T - t0 : C); /* the tail chunk shrinks */
+        for (int h = 0; h < d->H; h++)
+            dr_chunk(d, &w, h, t0, c, q, k, v, beta, g, scale, S + (size_t)h * d->K * d->V, o);
     }
     dr_work_free(&w);
     return RECUR_OK;
