@@ -25,10 +25,11 @@
  * correlated keys and beta near 1, and solving in float64 (dtrsm) did not lower it (measured
  * 2026-11-29), so there is no float64 path. Its memory is one T x T float matrix (see dr_chunk).
  *
- * Cost (why chunkwise does not beat recurrent here): per token and head, chunkwise does 6KV
- * multiply-adds for the state products (K S0, Q S0, K^T U) plus O(c (K + V)) for the in-chunk
- * matrices; the fused recurrent step does 3KV. Chunkwise wins only where sgemm runs more than
- * ~2x faster than the fused loop. Measured 2026-11-29 (H=4, K=V=64, T=16k, 1 thread, CPU time):
+ * Cost (why chunkwise does not beat recurrent here): per token and head, chunkwise does 3KV
+ * multiply-adds for the state products (K S0, Q S0, K^T U), exactly what the fused recurrent step
+ * does, plus c (1.5 K + V) for the in-chunk matrices (Q K^T, K K^T, strsm, strmm): 1.8x the
+ * recurrent work at c = 64, K = V = 64. So chunkwise wins only where sgemm runs that much faster
+ * than the fused, vectorised recurrent loop, which on this machine it does not. Measured 2026-11-29 (H=4, K=V=64, T=16k, 1 thread, CPU time):
  * recurrent 35 ms, chunkwise 43 / 47 / 55 / 74 ms at c = 16 / 32 / 64 / 128.
  */
 #include <float.h>
