@@ -180,6 +180,9 @@ void recur_state_destroy(recur_state *s);
 void recur_state_reset(recur_state *s);
 int recur_state_copy(recur_state *dst, const recur_state *src);
 uint64_t recur_state_tokens_seen(const recur_state *s);
+/* Bytes of state this session holds now: the recurrent layers' fixed state plus the live rows
+ * of every softmax layer's KV cache (<= recur_model_info.state_bytes). */
+size_t recur_state_bytes_used(const recur_state *s);
 
 /* Fold one token in, logits [vocab] for the next position. A bad token changes nothing. */
 int recur_model_step(const recur_model *m, recur_workspace *ws, recur_state *s, int32_t token,

@@ -95,3 +95,12 @@ uint64_t recur_state_tokens_seen(const recur_state *s)
 {
     return s ? s->tokens_seen : 0;
 }
+
+size_t recur_state_bytes_used(const recur_state *s)
+{
+    if (!s) return 0;
+    const recur_model *m = s->m;
+    size_t HK = (size_t)m->cfg.n_heads * m->cfg.head_k, HV = (size_t)m->cfg.n_heads * m->cfg.head_v;
+    size_t live = m->n_softmax ? (size_t)s->tokens_seen : 0;
+    return m->rec_floats * sizeof(float) + (size_t)m->n_softmax * live * (HK + HV) * sizeof(float);
+}

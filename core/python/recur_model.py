@@ -72,6 +72,7 @@ for _name, _res, _args in [
     ("recur_state_reset", None, [_P]),
     ("recur_state_copy", ctypes.c_int, [_P, _P]),
     ("recur_state_tokens_seen", ctypes.c_uint64, [_P]),
+    ("recur_state_bytes_used", ctypes.c_size_t, [_P]),
     ("recur_model_step", ctypes.c_int, [_P, _P, _P, ctypes.c_int32, _F]),
     ("recur_model_prefill", ctypes.c_int, [_P, _P, _P, _I32, ctypes.c_int64, _F]),
     ("recur_model_step_batch", ctypes.c_int, [_P, _P, ctypes.POINTER(_P), _I32, ctypes.c_int, _F]),
@@ -192,6 +193,10 @@ class State:
     @property
     def tokens_seen(self):
         return _lib.recur_state_tokens_seen(self._h)
+
+    @property
+    def bytes_used(self):
+        return _lib.recur_state_bytes_used(self._h)
 
     def reset(self):
         _lib.recur_state_reset(self._h)

@@ -169,6 +169,13 @@ def test_snapshot_round_trip_exact(models, kind):
     if kind == "gated_deltanet":  # fixed size for a model without softmax layers
         u = m.state()
         assert len(u.snapshot()) == len(blob)
+        assert u.bytes_used == s.bytes_used == m.info["state_bytes"]
+    else:  # the softmax layer's cache grows with the tokens seen, bounded by state_bytes
+        u = m.state()
+        assert u.bytes_used < s.bytes_used < m.info["state_bytes"]
+        w = m.state()
+        w.restore(blob)
+        assert len(blob) == 48 + w.bytes_used
 
 
 def test_snapshot_rejections_change_nothing(models):
