@@ -78,10 +78,15 @@ static int media_is(const char *ct, const char *want)
     return c == '\0' || c == ';' || c == ' ' || c == '\t';
 }
 
-/* A JSON body: Content-Type absent or application/json; otherwise 415. */
+/* curl -d / --data-binary label any body application/x-www-form-urlencoded unless told
+ * otherwise; accepting that label keeps `curl -d '{...}'` working. Other types are refused. */
+#define CURL_DEFAULT_TYPE "application/x-www-form-urlencoded"
+
+/* A JSON body: Content-Type absent, application/json or curl's default; otherwise 415. */
 static int json_body_ok(srv_conn *c, const srv_request *req)
 {
-    if (req->body_len == 0 || !req->content_type || media_is(req->content_type, "application/json"))
+    if (req->body_len == 0 || !req->content_type || media_is(req->content_type, "application/json") ||
+        media_is(req->content_type, CURL_DEFAULT_TYPE))
         return 1;
     srv_respond_error(c, 415, "unsupported_media_type", "request body must be application/json");
     return 0;
@@ -295,7 +300,8 @@ static void handle_session(srv_app *app, srv_conn *c, const srv_request *req, co
             method_not_allowed(c, "GET, PUT");
             return;
         }
-        if (is_put && req->content_type && !media_is(req->content_type, "application/octet-stream")) {
+        if (is_put && req->content_type && !media_is(req->content_type, "application/octet-stream") &&
+            !media_is(req->content_type, CURL_DEFAULT_TYPE)) {
             srv_respond_error(c, 415, "unsupported_media_type",
                               "a state upload must be application/octet-stream");
             return;

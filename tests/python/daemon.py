@@ -83,12 +83,19 @@ class Daemon:
             self.proc.wait(10)
 
     def stop(self):
+        """SIGTERM (kill if it hangs); then fail if a sanitizer reported anything (SANITIZE=1
+        builds: point RECUR_BUILD at build-san)."""
         if self.proc and self.proc.poll() is None:
             try:
                 self.terminate(10.0)
             except subprocess.TimeoutExpired:
                 pass
         self.kill()
+        if self.proc:
+            self._reader.join(5)
+        bad = [l for l in self.logs() if "Sanitizer" in l or "runtime error:" in l]
+        if bad:
+            raise AssertionError("sanitizer report from recurd:\n" + "\n".join(self.logs()[-60:]))
 
     def logs(self):
         with self._lock:

@@ -368,11 +368,15 @@ def test_content_type_415(d):
     r = requests.put(d.url("/v1/sessions/%s/state" % s["id"]), data=b"xx",
                      headers={"Content-Type": "application/json"}, timeout=10)
     error_of(r, 415)
+    # curl's default label for -d / --data-binary is accepted (README examples use it)
+    r = requests.post(d.url("/v1/sessions/%s/tokens" % s["id"]), data='{"tokens":[1]}',
+                      headers={"Content-Type": "application/x-www-form-urlencoded"}, timeout=10)
+    assert r.status_code == 200
     # parameters are fine
     r = requests.post(d.url("/v1/sessions/%s/tokens" % s["id"]), data='{"tokens":[1]}',
                       headers={"Content-Type": "application/json; charset=utf-8"}, timeout=10)
     assert r.status_code == 200
-    assert info(d, s["id"])["tokens_seen"] == 1
+    assert info(d, s["id"])["tokens_seen"] == 2
 
 
 def test_body_too_large_413(d):
@@ -597,6 +601,29 @@ def test_streaming_with_curl(d):
     body = out.split("\r\n\r\n", 1)[1]
     lines = parse_lines(body)
     assert lines[-1] == {"done": True, "tokens_seen": 12}
+
+
+def test_readme_curl_flow(d, tmp_path):
+    """The README's curl lines, verbatim in shape: -d without a Content-Type, --data-binary."""
+    def curl(*args):
+        p = subprocess.run(["curl", "-sS", "-N"] + list(args), capture_output=True, timeout=30)
+        assert p.returncode == 0, p.stderr
+        return p.stdout
+    s = json.loads(curl("-XPOST", d.url("/v1/sessions"), "-d", '{"text":"Hello, "}'))
+    sid = s["id"]
+    lines = parse_lines(curl("-XPOST", d.url("/v1/sessions/%s/tokens" % sid), "-d",
+                             '{"text":"world"}').decode())
+    assert lines[-1] == {"done": True, "tokens_seen": 12}
+    blob = str(tmp_path / "s.bin")
+    curl(d.url("/v1/sessions/%s/state" % sid), "-o", blob)
+    other = json.loads(curl("-XPOST", d.url("/v1/sessions")))["id"]
+    put = json.loads(curl("-XPUT", d.url("/v1/sessions/%s/state" % other), "--data-binary",
+                          "@" + blob))
+    assert put["tokens_seen"] == 12
+    g1 = curl("-XPOST", d.url("/v1/sessions/%s/generate" % sid), "-d", '{"max_tokens":5,"seed":1}')
+    g2 = curl("-XPOST", d.url("/v1/sessions/%s/generate" % other), "-d", '{"max_tokens":5,"seed":1}')
+    assert g1 == g2 and len(parse_lines(g1.decode())) == 6
+    assert curl("-XDELETE", "-w", "%{http_code}", d.url("/v1/sessions/%s" % sid)) == b"204"
 
 
 # ---------------------------------------------------------------------------- fork / state
