@@ -1,0 +1,38 @@
+# recurd — build with make on Debian bookworm, run as an unprivileged user.
+#   docker build -t recurd .
+#   docker run --rm -p 8080:8080 -e RECURD_API_KEY=change-me recurd
+# Only Debian packages are used (no other downloads). The binary is built for generic x86-64
+# (OPT=-O3, without -march=native) so the image runs on any host.
+
+FROM debian:bookworm-slim AS build
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends build-essential pkg-config \
+      libuv1-dev libcjson-dev libopenblas-dev node-llhttp \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY Makefile ./
+COPY core core
+COPY proto proto
+COPY server server
+RUN make OPT=-O3 build/recurd
+
+FROM debian:bookworm-slim
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends libuv1 libcjson1 libopenblas0-pthread curl \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --system --uid 10001 --user-group --home-dir /srv/recurd --shell /usr/sbin/nologin recurd \
+ && mkdir -p /srv/recurd/state && chown recurd:recurd /srv/recurd/state && chmod 0700 /srv/recurd/state
+COPY --from=build /src/build/recurd /usr/local/bin/recurd
+COPY config /srv/recurd/config
+COPY models /srv/recurd/models
+WORKDIR /srv/recurd
+USER recurd
+# One BLAS thread per call: parallelism comes from recurd's workers (LIBRARIES.md B.4).
+ENV OPENBLAS_NUM_THREADS=1
+EXPOSE 8080
+HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
+  CMD curl -fsS http://127.0.0.1:8080/healthz || exit 1
+# 0.0.0.0 inside the container: recurd refuses it without an API key (RECURD_API_KEY or
+# --api-key), unless --allow-insecure-bind is given.
+ENTRYPOINT ["/usr/local/bin/recurd"]
+CMD ["--config", "config/recurd.json", "--host", "0.0.0.0", "--port", "8080", "--model", "models/default"]
