@@ -274,6 +274,7 @@ Test(gated_linear, long_sequence_and_strong_gates, .timeout = 60)
             problem p = make(m, 1000, 1, 16, 20, lo[r], hi[r]);
             check_vs_ref(&p, RECUR_FORM_CHUNKWISE, 64, "gla long");
             check_vs_ref(&p, RECUR_FORM_CHUNKWISE, 3, "gla long");
+            check_vs_ref(&p, RECUR_FORM_CHUNKWISE, 300, "gla long"); /* 2 row panels per chunk */
             check_vs_ref(&p, RECUR_FORM_RECURRENT, 1, "gla long");
             check_vs_ref(&p, RECUR_FORM_PARALLEL, 1, "gla long");
             drop(&p);
