@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exp_nonpos.h"
 #include "recur.h"
 
 /* ---------------------------------------------------------------- helpers */
@@ -212,7 +213,7 @@ int recur_block_topk_attention(const recur_dims *d, const float *q, const float 
             }
             double l = 0.0;
             for (int64_t i = 0; i < n; i++) {
-                w[i] = expf(w[i] - m);
+                w[i] = recur__exp_nonpos(w[i] - m);
                 l += w[i];
             }
             const float inv = (float)(1.0 / l);

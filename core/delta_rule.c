@@ -40,6 +40,7 @@
 
 #include <cblas.h>
 
+#include "exp_nonpos.h"
 #include "recur.h"
 
 /* ---------------------------------------------------------------- validation */
@@ -200,36 +201,6 @@ static void dr_recurrent(const recur_dims *d, const float *q, const float *k, co
 
 /* ---------------------------------------------------------------- chunkwise */
 
-/* e^x for x <= 0 (the only exponent this file ever takes), written so that loops over it vectorise
- * (libm's expf does not). Cephes' expf: x = n ln2 + r, |r| <= ln2/2, e^r by a polynomial, 2^n
- * through the exponent bits; max rel. error 8.3e-8 on [-87, 0] (checked against exp() on every
- * float there). Below -87 (e^x < 2e-38, including -inf) the argument is clamped to -87: nothing
- * it multiplies notices. The clamp is done on the bits (for negative floats, a larger unsigned
- * integer is a larger magnitude; +0 is 0) because a float compare-and-select blocks vectorisation
- * under GCC's default -ftrapping-math. */
-static inline float dr_exp_nonpos(float x)
-{
-    const uint32_t lim = 0xc2ae0000u; /* the bits of -87.0f */
-    uint32_t xi;
-    memcpy(&xi, &x, sizeof xi);
-    xi = xi > lim ? lim : xi;
-    memcpy(&x, &xi, sizeof x);
-    const float n = (float)(int32_t)(x * 1.44269504088896341f - 0.5f); /* round(x / ln2) */
-    float r = x - n * 0.693359375f;                                      /* Cody-Waite ln2 = hi+lo */
-    r = r + n * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    const int32_t bits = ((int32_t)n + 127) << 23; /* 2^n, n in [-126, 0] */
-    float two_n;
-    memcpy(&two_n, &bits, sizeof two_n);
-    return p * two_n;
-}
-
 typedef struct {
     int64_t cmax; /* the longest chunk */
     float *B;     /* [cmax][cmax]  lower + diagonal: M;  strictly upper: A^T (see dr_chunk) */
@@ -312,7 +283,7 @@ static void dr_chunk(const recur_dims *d, dr_work *w, int h, int64_t t0, int c, 
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, c, V, K, 1.0f, Qc, ldk, Sh, V, 0.0f, Oc,
                 ldv);
     for (int t = 0; t < c; t++) {
-        const float f = scale * (g ? dr_exp_nonpos((float)a[t]) : 1.0f);
+        const float f = scale * (g ? recur__exp_nonpos((float)a[t]) : 1.0f);
         float *Ot = Oc + (size_t)t * ldv;
         for (int j = 0; j < V; j++)
             Ot[j] *= f;
@@ -322,7 +293,7 @@ static void dr_chunk(const recur_dims *d, dr_work *w, int h, int64_t t0, int c, 
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, c, V, K, 1.0f, Kc, ldk, Sh, V, 0.0f, U,
                 V);
     for (int t = 0; t < c; t++) {
-        const float ea = g ? dr_exp_nonpos((float)a[t]) : 1.0f;
+        const float ea = g ? recur__exp_nonpos((float)a[t]) : 1.0f;
         const float *vt = Vc + (size_t)t * ldv;
         float *Ut = U + (size_t)t * V;
         for (int j = 0; j < V; j++)
@@ -345,9 +316,9 @@ static void dr_chunk(const recur_dims *d, dr_work *w, int h, int64_t t0, int c, 
         float *Br = B + (size_t)r * c;
         if (g) {
             for (int s = 0; s < r; s++)
-                Br[s] *= dr_exp_nonpos((float)(a[r] - a[s]));
+                Br[s] *= recur__exp_nonpos((float)(a[r] - a[s]));
             for (int t = r + 1; t < c; t++)
-                Br[t] *= bt[t] * dr_exp_nonpos((float)(a[t] - a[r]));
+                Br[t] *= bt[t] * recur__exp_nonpos((float)(a[t] - a[r]));
         } else {
             for (int t = r + 1; t < c; t++)
                 Br[t] *= bt[t];
@@ -362,11 +333,11 @@ static void dr_chunk(const recur_dims *d, dr_work *w, int h, int64_t t0, int c, 
     /* S_c = e^{a_c} S0 + (diag(e^{a_c - a}) K)^T U */
     if (g) {
         const double ac = a[c - 1];
-        const float ec = dr_exp_nonpos((float)ac);
+        const float ec = recur__exp_nonpos((float)ac);
         for (size_t i = 0; i < (size_t)K * V; i++)
             Sh[i] *= ec;
         for (int s = 0; s < c; s++) {
-            const float f = dr_exp_nonpos((float)(ac - a[s]));
+            const float f = recur__exp_nonpos((float)(ac - a[s]));
             const float *ks = Kc + (size_t)s * ldk;
             float *kd = w->Kd + (size_t)s * K;
             for (int i = 0; i < K; i++)

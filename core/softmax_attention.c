@@ -9,9 +9,11 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cblas.h>
 
+#include "exp_nonpos.h"
 #include "recur.h"
 
 /* Query rows per block of the full form: the score block is [SA_QBLOCK][T] floats. */
@@ -28,6 +30,47 @@ static int sa_check_dims(const recur_dims *d, int64_t T)
     if (T > INT64_MAX / row || (uint64_t)(T * row) > SIZE_MAX / sizeof(float))
         return RECUR_ESHAPE;
     return RECUR_OK;
+}
+
+/* ---------------------------------------------------------------- row helpers (vectorisable) */
+
+/* max_j x[j] (n >= 1) on order-preserving integer keys: for IEEE floats, flipping the magnitude
+ * bits of negatives makes signed-integer order equal float order (-0 < +0, NaN at the ends), and
+ * an integer max vectorises where a float compare-and-select does not (GCC, -ftrapping-math). */
+static float sa_max(const float *x, int64_t n)
+{
+    int32_t best = INT32_MIN;
+    for (int64_t j = 0; j < n; j++) {
+        int32_t b;
+        memcpy(&b, &x[j], sizeof b);
+        const int32_t key = b ^ ((b >> 31) & 0x7fffffff);
+        best = key > best ? key : best;
+    }
+    const int32_t b = best ^ ((best >> 31) & 0x7fffffff);
+    float m;
+    memcpy(&m, &b, sizeof m);
+    return m;
+}
+
+typedef double sa_v8d __attribute__((vector_size(64)));
+typedef float sa_v8f __attribute__((vector_size(32)));
+
+/* sum_j x[j] in float64, eight lanes then the lanes in order, then the tail */
+static double sa_sum(const float *x, int64_t n)
+{
+    sa_v8d acc = {0};
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        sa_v8f f;
+        memcpy(&f, x + j, sizeof f);
+        acc += __builtin_convertvector(f, sa_v8d);
+    }
+    double s = 0.0;
+    for (int l = 0; l < 8; l++)
+        s += acc[l];
+    for (; j < n; j++)
+        s += x[j];
+    return s;
 }
 
 /* ---------------------------------------------------------------- whole sequence */
@@ -53,6 +96,7 @@ int recur_softmax_attention(const recur_dims *d, const float *q, const float *k,
 
     const int64_t qb = T < SA_QBLOCK ? T : SA_QBLOCK;
     float *P = malloc((size_t)qb * (size_t)T * sizeof(float)); /* [qb][T] scores, then weights */
+    float linv[SA_QBLOCK];                                    /* 1 / l_t of the block's rows */
     if (!P)
         return RECUR_ENOMEM;
     const int ldk = H * K, ldv = H * V;
@@ -65,27 +109,23 @@ int recur_softmax_attention(const recur_dims *d, const float *q, const float *k,
             /* s_tj = scale q_t.k_j   for the block's queries and every key up to its last query */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, K, scale, Qb, ldk,
                         k + h * K, ldk, 0.0f, P, nk);
-            /* p_tj = exp(s_tj - m_t) / sum_{i<=t} exp(s_ti - m_t), zero for j > t */
+            /* e_tj = exp(s_tj - m_t) for j <= t, 0 for j > t;  l_t = sum_j e_tj */
             for (int r = 0; r < nq; r++) {
                 float *Pr = P + (size_t)r * nk;
-                const int64_t t = t0 + r;
-                float m = Pr[0];
-                for (int64_t j = 1; j <= t; j++)
-                    m = Pr[j] > m ? Pr[j] : m;
-                double sum = 0.0;
-                for (int64_t j = 0; j <= t; j++) {
-                    Pr[j] = expf(Pr[j] - m);
-                    sum += Pr[j];
-                }
-                const float inv = (float)(1.0 / sum);
-                for (int64_t j = 0; j <= t; j++)
-                    Pr[j] *= inv;
-                for (int64_t j = t + 1; j < nk; j++)
+                const int64_t n = t0 + r + 1; /* keys 0 .. t */
+                const float m = sa_max(Pr, n);
+                for (int64_t j = 0; j < n; j++)
+                    Pr[j] = recur__exp_nonpos(Pr[j] - m);
+                for (int64_t j = n; j < nk; j++)
                     Pr[j] = 0.0f;
+                linv[r] = (float)(1.0 / sa_sum(Pr, n));
             }
-            /* o_t = sum_j p_tj v_j */
+            /* o_t = (sum_j e_tj v_j) / l_t */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, V, nk, 1.0f, P, nk,
                         v + h * V, ldv, 0.0f, Ob, ldv);
+            for (int r = 0; r < nq; r++)
+                for (int c = 0; c < V; c++)
+                    Ob[(size_t)r * ldv + c] *= linv[r];
         }
     }
     free(P);
@@ -139,9 +179,7 @@ int recur_softmax_attention_step(const recur_dims *d, const float *q, const floa
             const int n = (int)(pos + 1 - j0 < SA_KBLOCK ? pos + 1 - j0 : SA_KBLOCK);
             cblas_sgemv(CblasRowMajor, CblasNoTrans, n, K, scale, k_cache + ((size_t)j0 * H + h) * K,
                         ldk, qh, 1, 0.0f, w, 1);
-            float mb = w[0];
-            for (int j = 1; j < n; j++)
-                mb = w[j] > mb ? w[j] : mb;
+            const float mb = sa_max(w, n);
             if (mb > m) {
                 const float f = expf(m - mb); /* 0 on the first block (m = -inf) */
                 for (int c = 0; c < V; c++)
@@ -149,10 +187,9 @@ int recur_softmax_attention_step(const recur_dims *d, const float *q, const floa
                 l *= f;
                 m = mb;
             }
-            for (int j = 0; j < n; j++) {
-                w[j] = expf(w[j] - m);
-                l += w[j];
-            }
+            for (int j = 0; j < n; j++)
+                w[j] = recur__exp_nonpos(w[j] - m);
+            l += sa_sum(w, n);
             cblas_sgemv(CblasRowMajor, CblasTrans, n, V, 1.0f, v_cache + ((size_t)j0 * H + h) * V,
                         ldv, w, 1, 1.0f, oh, 1);
         }
