@@ -310,9 +310,11 @@ static void preprocess_rows(const recur_model *m, const recur_layer *L, recur_wo
             for (size_t i = 0; i < HK; i++) ws->gk[r * HK + i] = -softplus(-p[L->off_gk + i]) / 16.0f;
             break;
         case RECUR_MIXER_GATED_DELTANET:
-            /* g = -exp(A_log) * softplus(a_proj h + dt_bias) */
+            /* g = -exp(A_log) * softplus(a_proj h + dt_bias); an overflow to -inf is kept finite
+             * (exp(g) is 0 either way) so that the chunkwise kernel never sees a non-finite gate */
             for (int hd = 0; hd < H; hd++)
-                ws->gs[(size_t)r * H + hd] = -expf(L->A_log[hd]) * softplus(p[L->off_a + hd] + L->dt_bias[hd]);
+                ws->gs[(size_t)r * H + hd] =
+                    fmaxf(-expf(L->A_log[hd]) * softplus(p[L->off_a + hd] + L->dt_bias[hd]), -1e30f);
             /* fall through */
         case RECUR_MIXER_DELTANET:
             /* q, k = L2norm(silu(.)) per head ; beta = sigmoid(b_proj h), kept inside (0, 1] */
