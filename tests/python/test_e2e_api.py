@@ -764,6 +764,8 @@ def test_concurrent_sessions_match_sequential_runs(d):
         t.start()
     for t in threads:
         t.join(120)
+    # Tokens are identical; logprobs agree to float rounding (recur_model_step_batch's sgemm
+    # takes different kernel paths for different batch sizes: differences ~5e-7 were seen).
     for i in range(n_sessions):
         assert_close_lines(seq[i][0], conc[i][0], tol=1e-5)
         assert [x["token"] for x in seq[i][1]] == [x["token"] for x in conc[i][1]]
