@@ -23,6 +23,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,6 +38,10 @@
  * floor changes no decay, but it keeps the cumulative sums small enough that differences of
  * them (b_t - b_s) stay exact to ~1e-9 after a huge gate such as -3e38. */
 #define GL_LOG_FLOOR (-1000.0)
+/* Chunk workspaces up to this size are kept per thread and reused (a prefill calls the
+ * chunkwise form again and again; fresh pages cost ~12 us each to fault in). Larger ones, such
+ * as the parallel form over a long sequence, are allocated for the call and freed. */
+#define GL_CACHE_MAX ((size_t)4 << 20)
 
 /* ---------------------------------------------------------------- validation */
 
@@ -292,8 +297,58 @@ typedef struct {
     float *Kj;                 /* [C][K]  per-key: k_s exp(b_r - b_s) for a reference r */
     float *Qj;                 /* [GL_SUB][K] per-key: q_t exp(b_t - b_r) */
     float *edec;               /* [K]     exp(b_last) per key (state decay) */
-    void *mem;
+    void *mem;                 /* the allocation, unless it is the thread's cached block */
 } gl_work;
+
+/* ---------------------------------------------------------------- per-thread workspace cache */
+
+typedef struct {
+    size_t cap;
+    void *data; /* 64-byte aligned, cap bytes */
+} gl_cache;
+
+static pthread_key_t cache_key;
+static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
+static int cache_ok;
+
+static void cache_destroy(void *p)
+{
+    gl_cache *c = p;
+    free(c->data);
+    free(c);
+}
+
+static void cache_init(void)
+{
+    cache_ok = pthread_key_create(&cache_key, cache_destroy) == 0;
+}
+
+/* The calling thread's block of at least `bytes` (grown as needed), or NULL: the caller then
+ * allocates for itself. Freed by the key's destructor when the thread exits. */
+static void *cache_get(size_t bytes)
+{
+    if (bytes > GL_CACHE_MAX || pthread_once(&cache_once, cache_init) != 0 || !cache_ok)
+        return NULL;
+    gl_cache *c = pthread_getspecific(cache_key);
+    if (!c) {
+        c = calloc(1, sizeof *c);
+        if (!c)
+            return NULL;
+        if (pthread_setspecific(cache_key, c) != 0) {
+            free(c);
+            return NULL;
+        }
+    }
+    if (c->cap < bytes) {
+        void *d = aligned_alloc(64, bytes);
+        if (!d)
+            return NULL;
+        free(c->data);
+        c->data = d;
+        c->cap = bytes;
+    }
+    return c->data;
+}
 
 /* Carve one allocation into aligned pieces; RECUR_ESHAPE if the sizes overflow. */
 static int work_alloc(gl_work *w, int64_t C, int K, gl_gate_kind gate)
@@ -319,10 +374,13 @@ static int work_alloc(gl_work *w, int64_t C, int K, gl_gate_kind gate)
         off[i] = total;
         total += sz;
     }
-    char *m = aligned_alloc(64, total ? total : 64);
-    if (!m)
-        return RECUR_ENOMEM;
-    w->mem = m;
+    total = total ? total : 64;
+    char *m = cache_get(total);
+    if (!m) {
+        if (!(m = aligned_alloc(64, total)))
+            return RECUR_ENOMEM;
+        w->mem = m;
+    }
     w->Qr = (float *)(m + off[0]);
     w->Kr = (float *)(m + off[1]);
     w->Qt = (float *)(m + off[2]);
@@ -554,7 +612,7 @@ static int run_chunked(const gl_problem *p, int64_t C)
             const int64_t n = p->T - t0 < C ? p->T - t0 : C; /* the tail chunk shrinks */
             chunk_step(p, &w, h, t0, (int)n);
         }
-    free(w.mem);
+    free(w.mem); /* NULL when the thread's cached block was used */
     return RECUR_OK;
 }
 

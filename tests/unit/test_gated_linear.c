@@ -7,6 +7,7 @@
  */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -458,6 +459,63 @@ Test(gated_linear, multiscale_decays)
     cr_assert_eq(recur_retention(&p.d, p.q, p.k, p.v, g, 0, RECUR_FORM_CHUNKWISE, 5, S2, o2), 0);
     cr_expect(memcmp(o1, o2, sizeof o1) == 0 && memcmp(S1, S2, sizeof S1) == 0);
     drop(&p);
+}
+
+/* Each thread runs every mixer chunkwise (per-thread workspace cache) and parallel; results
+ * must equal the main thread's bit for bit. */
+typedef struct {
+    problem *p;
+    float *o[4], *S[4];
+} thread_job;
+
+static void *thread_body(void *arg)
+{
+    thread_job *j = arg;
+    for (int rep = 0; rep < 3; rep++)
+        for (int m = 0; m < 4; m++) {
+            problem *p = &j->p[m];
+            float z[64];
+            memcpy(j->S[m], p->S0, (size_t)p->d.H * p->d.K * p->d.V * sizeof(float));
+            memcpy(z, p->z0, (size_t)p->d.H * p->d.K * sizeof(float));
+            recur_form f = rep == 1 ? RECUR_FORM_PARALLEL : RECUR_FORM_CHUNKWISE;
+            if (call(&p->d, p->q, p->k, p->v, &p->a, 0, f, 16 + rep, j->S[m], z, j->o[m]) != 0)
+                return (void *)1;
+        }
+    return NULL;
+}
+
+Test(gated_linear, threads_share_nothing)
+{
+    problem p[4];
+    for (int m = 0; m < 4; m++)
+        p[m] = make(m, 150, 2, 16, 12, -0.5, 0.0);
+    const size_t no = 150 * 2 * 12, ns = 2 * 16 * 12;
+    thread_job jobs[3];
+    for (int i = 0; i < 3; i++) {
+        jobs[i].p = p;
+        for (int m = 0; m < 4; m++) {
+            jobs[i].o[m] = malloc(no * 4);
+            jobs[i].S[m] = malloc(ns * 4);
+        }
+    }
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(pthread_create(&th[i], NULL, thread_body, &jobs[i]), 0);
+    cr_assert_null(thread_body(&jobs[2]));
+    for (int i = 0; i < 2; i++) {
+        void *ret;
+        pthread_join(th[i], &ret);
+        cr_assert_null(ret);
+        for (int m = 0; m < 4; m++) {
+            cr_expect(memcmp(jobs[i].o[m], jobs[2].o[m], no * 4) == 0, "thread %d mixer %d: o", i, m);
+            cr_expect(memcmp(jobs[i].S[m], jobs[2].S[m], ns * 4) == 0, "thread %d mixer %d: S", i, m);
+        }
+    }
+    for (int i = 0; i < 3; i++)
+        for (int m = 0; m < 4; m++)
+            free(jobs[i].o[m]), free(jobs[i].S[m]);
+    for (int m = 0; m < 4; m++)
+        drop(&p[m]);
 }
 
 /* ---------------------------------------------------------------- no-ops and errors */
