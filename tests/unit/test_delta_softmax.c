@@ -165,7 +165,8 @@ Test(delta, every_form_and_chunk_size_matches_float64_reference)
 {
     static const int shapes[][4] = {/* T, H, K, V */
                                     {64, 1, 16, 16}, {65, 2, 60, 100}, {63, 3, 64, 64},
-                                    {40, 8, 16, 60}, {130, 1, 100, 16}, {1, 2, 64, 60}};
+                                    {40, 8, 16, 60}, {130, 1, 100, 16}, {1, 2, 64, 60},
+                                    {37, 2, 7, 33},  {20, 1, 33, 32}}; /* odd K, V tails */
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
         for (int gate = GATE_NONE; gate <= GATE_STRONG; gate++) {
             const int64_t T = shapes[si][0];
