@@ -162,6 +162,9 @@ struct srv_conn {
     int stream_raw;          /* HTTP/1.0 stream: no chunk framing, ends by close */
     int requests;            /* requests read on this connection */
     size_t pending_writes;   /* uv_write requests not yet called back */
+    uint64_t bytes_queued;   /* every byte ever given to uv_write */
+    uint64_t stall_mark;     /* bytes the kernel had accepted at the last progress seen */
+    uint64_t last_progress;  /* uv_now of that progress */
 };
 
 struct srv_server {

@@ -24,38 +24,74 @@ size_t srv_write_queue_size(const srv_conn *c)
     return uv_stream_get_write_queue_size((const uv_stream_t *)&c->tcp);
 }
 
+/* Bytes the kernel has taken so far: monotonic, grows on partial writes too. */
+static uint64_t bytes_accepted(const srv_conn *c)
+{
+    return c->bytes_queued - srv_write_queue_size(c);
+}
+
+static void note_progress(srv_conn *c)
+{
+    c->stall_mark = bytes_accepted(c);
+    c->last_progress = uv_now(c->srv->loop);
+}
+
+static void on_stall(uv_timer_t *t);
+
+static void stall_arm(srv_conn *c)
+{
+    uint64_t limit = c->srv->limits.send_stall_timeout;
+    uint64_t idle = uv_now(c->srv->loop) - c->last_progress;
+    uint64_t step = limit / 4 ? limit / 4 : 1; /* re-check partial progress 4x per period */
+    uint64_t left = idle < limit ? limit - idle : 0;
+    uv_timer_start(&c->stall, on_stall, left < step ? left : step, 0);
+}
+
 static void on_stall(uv_timer_t *t)
 {
     srv_conn *c = t->data;
     if (c->closing)
         return;
+    if (c->pending_writes == 0)
+        return;
+    if (bytes_accepted(c) != c->stall_mark) { /* a large write is moving, slowly */
+        note_progress(c);
+        stall_arm(c);
+        return;
+    }
+    if (uv_now(c->srv->loop) - c->last_progress < c->srv->limits.send_stall_timeout) {
+        stall_arm(c);
+        return;
+    }
     /* send_stall_timeout without any write progress: the peer does not read. RST, and the
      * application learns it through on_close. */
     c->srv->stats.stalls++;
     srv_conn_close_reset(c);
 }
 
-/* Restarts the stall timer on progress, stops it when nothing is pending. */
+/* A write completed: progress. Stops the timer when nothing is pending. */
 static void stall_progress(srv_conn *c)
 {
     if (c->closing)
         return;
-    uint64_t t = c->srv->limits.send_stall_timeout;
-    if (c->pending_writes == 0 || t == 0)
+    if (c->pending_writes == 0 || c->srv->limits.send_stall_timeout == 0) {
         uv_timer_stop(&c->stall);
-    else
-        uv_timer_start(&c->stall, on_stall, t, 0);
+        return;
+    }
+    note_progress(c);
+    stall_arm(c);
 }
 
 void srv_stall_start_or_stop(srv_conn *c)
 {
     if (c->closing)
         return;
-    uint64_t t = c->srv->limits.send_stall_timeout;
-    if (c->pending_writes == 0 || t == 0)
+    if (c->pending_writes == 0 || c->srv->limits.send_stall_timeout == 0)
         uv_timer_stop(&c->stall);
-    else if (!uv_is_active((uv_handle_t *)&c->stall)) /* queueing more is not progress */
-        uv_timer_start(&c->stall, on_stall, t, 0);
+    else if (!uv_is_active((uv_handle_t *)&c->stall)) { /* queueing more is not progress */
+        note_progress(c);
+        stall_arm(c);
+    }
 }
 
 static void on_write(uv_write_t *req, int status)
@@ -103,6 +139,7 @@ int srv_write(srv_conn *c, srv_buf *owned)
         return r;
     }
     c->pending_writes++;
+    c->bytes_queued += w->len;
     if (srv_write_queue_size(c) > c->srv->limits.write_high_watermark)
         c->above_high = 1;
     srv_stall_start_or_stop(c);

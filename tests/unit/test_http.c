@@ -113,6 +113,12 @@ static void app_on_request(srv_conn *c, const srv_request *r, void *app)
         srv_conn_ref(c);
         srv_stream_begin(c, 200, "application/octet-stream");
         flood_pump(c);
+    } else if (!strcmp(r->path, "/big")) { /* one 16 MiB write */
+        size_t n = 16u << 20;
+        char *b = malloc(n);
+        memset(b, 'B', n);
+        srv_respond(c, 200, "application/octet-stream", b, n, NULL);
+        free(b);
     } else if (!strcmp(r->path, "/retry")) {
         srv_respond_error_ex(c, 503, "busy", "max_sessions reached \"quoted\"\n", "Retry-After: 1\r\n");
     } else {
@@ -1121,6 +1127,26 @@ Test(http_stall, slow_but_steady_reader_gets_everything_via_on_drain, .init = se
     cr_expect(atomic_load(&g_backpressured) >= 2, "backpressure %d", atomic_load(&g_backpressured));
     cr_expect(atomic_load(&g_drains) >= 1, "on_drain never fired");
     cr_expect_eq(atomic_load(&g_closed), 0, "a reading client was treated as stalled");
+    cl_close(c);
+}
+
+Test(http_stall, slow_reader_of_one_large_write_is_not_a_stall, .init = setup_stall, .fini = stop_server,
+     .timeout = 20)
+{
+    /* a single 16 MiB write completes only after seconds; partial progress must count */
+    client *c = cl_connect_rcvbuf(65536);
+    cl_send(c, "GET /big HTTP/1.1\r\nHost: t\r\n\r\n");
+    char buf[65536];
+    size_t total = 0;
+    double t0 = now_s();
+    while (total < (16u << 20)) {
+        ssize_t r = recv(c->fd, buf, sizeof buf, 0);
+        cr_assert(r > 0, "reset after %zu bytes, %.2f s: %s", total, now_s() - t0, strerror(errno));
+        total += (size_t)r;
+        usleep(2000);
+    }
+    cr_expect(now_s() - t0 > 0.6, "test too fast (%.2f s) to prove anything", now_s() - t0);
+    cr_expect_eq(atomic_load(&g_closed), 0);
     cl_close(c);
 }
 
