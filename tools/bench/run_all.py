@@ -3,9 +3,11 @@
     /usr/bin/python3 tools/bench/run_all.py [--sections kernels,...] [--quick] [--out FILE]
 
 Sections are modules tools/bench/section_<name>.py, each with
-    TITLE = "..."            heading of the section
-    ORDER = 10               position in the document (lower first)
+    TITLE = "..."            heading of the section (default: the name)
+    ORDER = 10               position in the document (lower first; default 100)
     def run(ctx) -> str      markdown body; ctx is a BenchContext (see below)
+or, instead of run(ctx), a plain `def section() -> str` returning markdown that starts with its
+own "## " heading.
 Adding a benchmark (model, daemon, ...) means adding one such module: nothing here changes.
 
 The document starts with the machine (lscpu model, cores, memory), the date, library versions
@@ -138,15 +140,24 @@ def main(argv=None):
         ctx.section = name
         t0 = time.time()
         try:
-            body = mod.run(ctx)
+            if hasattr(mod, "run"):
+                body = mod.run(ctx)
+            else:                   # a module with only section() -> markdown (its own heading)
+                body = mod.section()
         except Exception:
             body = "**This section failed to run:**\n\n```\n" + traceback.format_exc()[-3000:] + "```\n"
         cmds = ctx.section_commands(name)
         cmd_md = ("\nCommands (from the repository root, environment `OPENBLAS_NUM_THREADS=1`):\n\n```\n"
                   + "\n".join(cmds) + "\n```\n") if cmds else ""
         when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        blocks.append(f"<!-- section:{name} -->\n## {mod.TITLE}\n\n_Run {when}, {time.time() - t0:.0f} s"
-                      f"{', --quick' if a.quick else ''}._\n\n{body.strip()}\n{cmd_md}<!-- /section:{name} -->")
+        body = body.strip()
+        stamp = f"_Run {when}, {time.time() - t0:.0f} s{', --quick' if a.quick else ''}._"
+        if body.startswith("## "):  # the section wrote its own heading
+            head, _, rest = body.partition("\n")
+            text = f"{head}\n\n{stamp}\n{rest}"
+        else:
+            text = f"## {getattr(mod, 'TITLE', name)}\n\n{stamp}\n\n{body}"
+        blocks.append(f"<!-- section:{name} -->\n{text}\n{cmd_md}<!-- /section:{name} -->")
 
     doc = [
         "# recurd benchmarks",

@@ -7,7 +7,6 @@ chunkwise GFLOP/s against the sgemm peak, ratios, and issue 2's targets marked m
 """
 import json
 import os
-import shlex
 import subprocess
 
 TITLE = "Kernels: every mixer in every form (librecur vs OpenBLAS peak vs PyTorch)"
@@ -60,7 +59,9 @@ def run(ctx):
         raise RuntimeError(f"{lib} is missing: run `make` first")
     exe = os.path.join(ctx.build, "bench", "bench_kernels")
     os.makedirs(os.path.dirname(exe), exist_ok=True)
-    rel = lambda p: os.path.relpath(p, ctx.root)  # noqa: E731
+    def rel(p):  # paths under the repository are shown relative to it
+        r = os.path.relpath(p, ctx.root)
+        return p if r.startswith("..") else r
     ctx.run(["cc", "-std=c11", "-O2", "-march=native", "-Wall", "-Icore", *_pkg("--cflags"),
              "tools/bench/bench_kernels.c", rel(lib), *_pkg("--libs"), "-lcjson", "-lm", "-lpthread",
              "-o", rel(exe)])
@@ -70,7 +71,14 @@ def run(ctx):
     t_out = _jsonl(ctx.run([ctx.python, "tools/bench/bench_torch_kernels.py", "--T", tlist,
                             "--reps", reps, "--budget", "8", "--H", str(H), "--K", str(K),
                             "--V", str(V), "--chunk", str(CHUNK)], timeout=7200))
-    return render(c_out, t_out, Ts)
+    raw = os.path.join(ctx.build, "bench", "kernels_raw.jsonl")
+    with open(raw, "w") as f:
+        for r in c_out + t_out:
+            f.write(json.dumps(r) + "\n")
+    load = open("/proc/loadavg").read().split()[:3]
+    return (render(c_out, t_out, Ts) + f"\n\nLoad average when this section finished: {' '.join(load)} "
+            f"(2 cores shared with other work: absolute figures are noisy, ratios from the same run "
+            f"less so). Raw per-run data: `{rel(raw)}` (median and min of each configuration).")
 
 
 def render(c_out, t_out, Ts):
