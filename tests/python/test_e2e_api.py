@@ -387,6 +387,44 @@ def test_body_too_large_413(d):
     assert info(d, s["id"])["tokens_seen"] == 0
 
 
+def _raw(port, data, wait=None, timeout=10):
+    """Send raw bytes, optionally pause, return everything the server sends until it closes
+    (or the first complete response head + body when it keeps the connection)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    sock.sendall(data)
+    if wait:
+        time.sleep(wait)
+    out = bytearray()
+    try:
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            out += chunk
+            head, sep, rest = bytes(out).partition(b"\r\n\r\n")
+            m = re.search(rb"content-length: *(\d+)", head, re.I)
+            if sep and m and len(rest) >= int(m.group(1)):
+                break
+    except socket.timeout:
+        pass
+    sock.close()
+    return bytes(out)
+
+
+def test_http_limits_414_431_408():
+    with Daemon("--header-timeout-ms", "300") as d:
+        r = _raw(d.port, b"GET /v1/model?" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert r.startswith(b"HTTP/1.1 414"), r[:80]
+        r = _raw(d.port, b"GET /v1/model HTTP/1.1\r\nHost: x\r\nX-Big: " + b"b" * 20000 + b"\r\n\r\n")
+        assert r.startswith(b"HTTP/1.1 431"), r[:80]
+        r = _raw(d.port, b"GET /v1/model HTTP/1.1\r\nHost: x\r\n", wait=0.8)
+        assert r.startswith(b"HTTP/1.1 408"), r[:80]
+        body = r.partition(b"\r\n\r\n")[2]
+        assert json.loads(body)["error"]["code"]
+        r = _raw(d.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert r.startswith(b"HTTP/1.1 200")
+
+
 def test_limits_name_the_limit():
     with Daemon("--max-tokens-per-request", "16", "--max-sessions", "3") as d:
         s = create(d)
@@ -866,6 +904,29 @@ def test_sigterm_exits_0():
         generate(d, s["id"], max_tokens=2, seed=1)
         assert d.terminate(30) == 0
         assert any('"event":"exit"' in l for l in d.logs())
+    finally:
+        d.kill()
+
+
+def test_second_sigterm_exits_at_once():
+    d = Daemon("--drain-timeout-ms", "60000").start()
+    try:
+        s = create(d, tokens=[1, 2])
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", d.port))
+        body = json.dumps({"tokens": rand_tokens(8192, 1), "top_k": 64}).encode()
+        sock.sendall(b"POST /v1/sessions/%s/tokens HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (s["id"].encode(), len(body), body))
+        time.sleep(0.5)  # the stream is now paused on a reader that does not read
+        d.proc.send_signal(15)
+        time.sleep(0.3)
+        assert d.proc.poll() is None  # draining: waits for the stream
+        t0 = time.time()
+        d.proc.send_signal(15)
+        code = d.proc.wait(10)
+        assert time.time() - t0 < 2 and code != 0
+        sock.close()
     finally:
         d.kill()
 
