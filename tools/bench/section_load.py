@@ -356,36 +356,32 @@ def fold_series(srv, sid, start, n, batch, budget, name):
     return rep["tokens"], pts, rep
 
 
+LAT_ROUNDS, LAT_TOKENS = 4, 250
+
+
+def latency_at(srv, deep, ref, budget, target):
+    """Single-token latency of the deep session, alternated with a reference session near
+    position 1k in the same time window (so that other load on the machine hits both alike).
+    Returns (deep p50, deep p99, ref p50, ref p99), each the median over the rounds."""
+    got = {"deep": [], "ref": []}
+    for r in range(LAT_ROUNDS):
+        for name, sid in (("deep", deep), ("ref", ref)):
+            rep = require_ok(load(srv.port, ["--session", sid, "--tokens", LAT_TOKENS, "--batch", 1,
+                                             "--metrics-interval", 0, "--seed", r + 1], budget,
+                                  f"latency_{target}_{name}_{r}"))
+            got[name].append((rep["latency_ms"]["p50"], rep["latency_ms"]["p99"]))
+
+    def med(xs):
+        xs = sorted(xs)
+        return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
+
+    return tuple(med([x[i] for x in got[k]]) for k in ("deep", "ref") for i in (0, 1))
+
+
 def scenario_memory_latency(tools, budget):
     margs, mname = default_model_args()
     mem_rec, lat_rows, notes = [], [], []
-    cur = 0
-    fold_rate = None
-    with recurd(margs) as srv:
-        sid = create_session(srv.port)
-        base = srv.rss()
-        mem_rec.append((0, base))
-        for target in POSITIONS:
-            n = target - cur
-            # keep ~40 % of the remaining budget for the softmax run and later scenarios
-            if fold_rate and n / fold_rate > budget.left() * 0.5:
-                notes.append(f"stopped before position {target:,}: at {fold_rate:,.0f} tokens/s "
-                             "the fold would exceed the time budget")
-                break
-            t0 = time.monotonic()
-            folded, pts, rep = fold_series(srv, sid, cur, n, 4096, budget, f"fold_{target}")
-            fold_rate = folded / max(time.monotonic() - t0, 1e-3)
-            mem_rec += pts
-            cur += folded
-            if rep.get("aborted"):
-                notes.append(f"fold to {target:,} stopped early: {rep['aborted']}")
-                break
-            lat = require_ok(load(srv.port, ["--session", sid, "--tokens", 1000, "--batch", 1,
-                                             "--metrics-interval", 0], budget, f"latency_{target}"))
-            cur += lat["tokens"]
-            mem_rec.append((cur, srv.rss()))
-            lat_rows.append((cur - lat["tokens"], lat))
-    # the hybrid with a softmax layer
+    # the hybrid with a softmax layer first: it is bounded (max_context), the long fold is not
     soft = dict(DEFAULT_CONFIG, name="hybrid-softmax", max_context=SOFTMAX_MAX_CONTEXT,
                 mixers=["gated_deltanet"] * 3 + ["softmax"])
     spath = write_config("softmax_config.json", soft)
@@ -397,7 +393,7 @@ def scenario_memory_latency(tools, budget):
             mem_soft.append((0, srv.rss()))
             scur = 0
             for target in (1024, 4096, 8192, SOFTMAX_MAX_CONTEXT):
-                if budget.left() < 120:
+                if budget.left() < 60:
                     soft_note = f"softmax run stopped at {scur:,} tokens (time budget)"
                     break
                 folded, pts, rep = fold_series(srv, sid, scur, target - scur, 1024, budget,
@@ -411,13 +407,42 @@ def scenario_memory_latency(tools, budget):
     except BenchError as e:
         soft_note = f"softmax run failed: {e}"
 
+    cur = 0
+    fold_rate = None
+    with recurd(margs) as srv:
+        sid = create_session(srv.port)
+        ref = create_session(srv.port)
+        base = srv.rss()
+        mem_rec.append((0, base))
+        for target in POSITIONS:
+            n = target - cur
+            # leave time for the latency rounds after the fold
+            if fold_rate and n / fold_rate > budget.left() - 40:
+                notes.append(f"stopped before position {target:,}: at {fold_rate:,.0f} tokens/s "
+                             "the fold would exceed the time budget")
+                break
+            t0 = time.monotonic()
+            folded, pts, rep = fold_series(srv, sid, cur, n, 8192, budget, f"fold_{target}")
+            fold_rate = folded / max(time.monotonic() - t0, 1e-3)
+            mem_rec += pts
+            cur += folded
+            if rep.get("aborted"):
+                notes.append(f"fold to {target:,} stopped early: {rep['aborted']}")
+                break
+            if target == POSITIONS[0]:
+                require_ok(load(srv.port, ["--session", ref, "--tokens", 1024, "--batch", 1024,
+                                           "--top-k", 0, "--metrics-interval", 0], budget, "fold_ref"))
+            lat_rows.append((cur, latency_at(srv, sid, ref, budget, target)))
+            cur += LAT_ROUNDS * LAT_TOKENS
+            mem_rec.append((cur, srv.rss()))
+
     md = []
     # (1) memory
     after = [r for p, r in mem_rec if p >= 1024 and r]
     growth = (max(after) - min(after)) if after else None
     end_growth = (after[-1] - after[0]) if after else None
     md.append(f"**(1) Memory vs tokens folded.** Model: {mname}. One session folds {cur:,} tokens "
-              "(`/tokens` requests of 4096 tokens, chunkwise prefill, `top_k` 0), RSS of recurd "
+              "(`/tokens` requests of 8192 tokens, chunkwise prefill, `top_k` 0), RSS of recurd "
               "sampled from /proc every 0.5 s.\n")
     md.append("| model | tokens folded | RSS at start MiB | RSS at end MiB | spread after 1k tokens MiB |")
     md.append("|---|---:|---:|---:|---:|")
@@ -453,19 +478,21 @@ set key bottom right
 plot '{p1}' using 1:2 axes x1y1 with linespoints lw 2 pt 7 title '{mname} (recurrent)'{plot2}
 """))
     # (3) latency vs position
-    md.append("\n**(3) Latency per token vs context position.** Same session: at each position, 1000 "
-              "single-token `/tokens` requests, one at a time.\n")
-    md.append("| position | p50 ms | p90 ms | p99 ms | p99.9 ms |")
-    md.append("|---:|---:|---:|---:|---:|")
+    md.append(f"\n**(3) Latency per token vs context position.** Same session; at each position "
+              f"{LAT_ROUNDS} rounds of {LAT_TOKENS} single-token `/tokens` requests, one at a time, "
+              "alternated with the same on a reference session near position 1k (same time window, "
+              "so other load on the machine hits both); medians over the rounds.\n")
+    md.append("| position | p50 ms | p99 ms | reference p50 ms | reference p99 ms | p99 / reference p99 |")
+    md.append("|---:|---:|---:|---:|---:|---:|")
     dat = []
-    for pos, rep in lat_rows:
-        l = rep["latency_ms"]
-        md.append(f"| {pos:,} | {l['p50']:.3f} | {l['p90']:.3f} | {l['p99']:.3f} | {l['p999']:.3f} |")
-        dat.append((pos, f"{l['p50']:.4f}", f"{l['p99']:.4f}"))
+    for pos, (p50, p99, r50, r99) in lat_rows:
+        md.append(f"| {pos:,} | {p50:.3f} | {p99:.3f} | {r50:.3f} | {r99:.3f} | {p99 / r99:.2f} |")
+        dat.append((pos, f"{p50:.4f}", f"{p99:.4f}", f"{r50:.4f}", f"{r99:.4f}"))
     if len(lat_rows) >= 2:
-        first, last = lat_rows[0][1]["latency_ms"], lat_rows[-1][1]["latency_ms"]
-        md.append(f"\nTarget p99 at the last position ≤ 1.1 × p99 at the first: "
-                  f"**{last['p99'] / first['p99']:.2f}×** (p50: {last['p50'] / first['p50']:.2f}×).")
+        (p0, (a50, a99, _, _)), (p1, (b50, b99, _, r99)) = lat_rows[0], lat_rows[-1]
+        md.append(f"\nTarget p99 at position {p1:,} ≤ 1.1 × p99 at {p0:,}: **{b99 / a99:.2f}×** "
+                  f"(p50 {b50 / a50:.2f}×); against the reference session in the same window: "
+                  f"**{b99 / r99:.2f}×**.")
     p3 = data_file("latency_position", dat)
     md.append("")
     md.append(gnuplot("bench_latency_position", f"""
@@ -476,11 +503,13 @@ set xlabel 'tokens already folded into the session'
 set ylabel 'latency (ms)'
 set yrange [0:*]
 plot '{p3}' using 1:2 with linespoints lw 2 pt 7 title 'p50', \\
-     '{p3}' using 1:3 with linespoints lw 2 pt 5 title 'p99'
+     '{p3}' using 1:3 with linespoints lw 2 pt 5 title 'p99', \\
+     '{p3}' using 1:4 with linespoints lw 1 dt 2 pt 6 title 'reference session near 1k: p50', \\
+     '{p3}' using 1:5 with linespoints lw 1 dt 2 pt 4 title 'reference session near 1k: p99'
 """))
     md.append("\nReproduce: create a session, then `build/recur-load --session ID --tokens N --batch "
-              "4096 --top-k 0 --server-pid PID` to fold, and `build/recur-load --session ID --tokens "
-              "1000 --batch 1` at each position.")
+              "8192 --top-k 0 --server-pid PID` to fold, and `build/recur-load --session ID --tokens "
+              f"{LAT_TOKENS} --batch 1` at each position.")
     return "\n".join(md)
 
 
