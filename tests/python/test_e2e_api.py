@@ -744,6 +744,40 @@ def test_bad_snapshots_are_400_and_change_nothing(d):
     assert la[1:] == lb[1:] and la[0]["top"] == lb[0]["top"]
 
 
+def test_softmax_hybrid_context_limit_and_state():
+    """A model with a softmax layer: the state grows with tokens up to max_context (64 here)."""
+    hybrid = os.path.join(ROOT, "tests", "fixtures", "tiny_hybrid.json")
+    with Daemon(model_config=hybrid) as d:
+        m = requests.get(d.url("/v1/model"), timeout=10).json()
+        assert m["mixers"] == ["gated_deltanet", "softmax"] and m["max_context"] == 64
+        s = create(d, tokens=rand_tokens(40, 1))
+        small = create(d, tokens=[1])
+        assert info(d, s["id"])["snapshot_bytes"] > info(d, small["id"])["snapshot_bytes"]
+        # token-by-token equals one request here too
+        a, _ = fold(d, small["id"], rand_tokens(20, 2))
+        b = create(d, tokens=[1])
+        one = []
+        for t in rand_tokens(20, 2):
+            one += fold(d, b["id"], [t])[0]
+        assert_close_lines(a, one)
+        # over max_context: 422, nothing folded
+        r = requests.post(d.url("/v1/sessions/%s/tokens" % s["id"]), json={"tokens": [1] * 25},
+                          timeout=10)
+        error_of(r, 422, "max_context")
+        assert info(d, s["id"])["tokens_seen"] == 40
+        # state round trip of a variable-size snapshot
+        blob = requests.get(d.url("/v1/sessions/%s/state" % s["id"]), timeout=10).content
+        n = create(d)
+        r = requests.put(d.url("/v1/sessions/%s/state" % n["id"]), data=blob, timeout=10)
+        assert r.status_code == 200 and r.json()["tokens_seen"] == 40
+        ga, _ = generate(d, s["id"], max_tokens=10, seed=5)
+        gb, _ = generate(d, n["id"], max_tokens=10, seed=5)
+        assert ga == gb
+        # generation stops at max_context with reason "length"
+        lines, done = generate(d, s["id"], max_tokens=100, seed=5)
+        assert done["reason"] == "length" and done["tokens_seen"] == 64 and len(lines) == 14
+
+
 # ---------------------------------------------------------------------------- disconnects, batching
 
 def test_client_disconnect_mid_generation(d):
