@@ -241,12 +241,15 @@ void srv_config_usage(FILE *out)
             "Settings come from the defaults, then the config file (JSON object, same keys\n"
             "with underscores), then the flags. Default config file: config/recurd.json when\n"
             "it exists.\n\n"
-            "  --config FILE                     config file\n"
-            "  --help                            this text\n");
+            "  --config FILE                        config file (\"\" = none)\n"
+            "  --help                               this text\n");
     for (size_t i = 0; i < N_OPTS; i++) {
         const opt *o = &OPTS[i];
         char fname[64], def[96];
         flag_name(o, fname, sizeof fname);
+        static const char *const meta[] = {[OPT_STR] = " STR", [OPT_INT] = " N", [OPT_U64] = " N",
+                                           [OPT_SIZE] = " BYTES", [OPT_BOOL] = " [true|false]"};
+        strncat(fname, meta[o->type], sizeof fname - strlen(fname) - 1);
         const char *p = (const char *)&d + o->off;
         switch (o->type) {
         case OPT_STR: snprintf(def, sizeof def, "\"%s\"", p); break;
@@ -255,7 +258,8 @@ void srv_config_usage(FILE *out)
         case OPT_U64: snprintf(def, sizeof def, "%llu", (unsigned long long)*(const uint64_t *)p); break;
         case OPT_SIZE: snprintf(def, sizeof def, "%zu", *(const size_t *)p); break;
         }
-        fprintf(out, "  %-33s %s (default %s; key \"%s\")\n", fname, o->help, def, o->key);
+        fprintf(out, "  %-36s %s\n  %-36s (default %s; config key \"%s\")\n", fname, o->help, "",
+                def, o->key);
     }
 }
 
