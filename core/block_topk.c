@@ -7,7 +7,7 @@
  *   candidates       blocks with J_b non-empty              (non-causal: every block)
  *   block score      c_b = mean_{j in J_b} scale q_t.k_j  = scale q_t . mean_{j in J_b} k_j
  *   kept blocks      the top min(topk, #candidates) by c_b, ties to the lower block index
- *   output           o_t = sum_{j kept} softmax_j(scale q_t.k_j) v_j,  over kept keys (causal: j <= t)
+ *   output           o_t = sum_{j kept} softmax_j(scale q_t.k_j) v_j, over kept keys (causal: j <= t)
  * The block score uses the second form: the mean key of each block is computed once (float64 sum,
  * divided by the count, rounded to float), so equal blocks get bit-equal scores and the tie rule
  * decides; the causal current block uses the running mean of its keys so far, computed the same
@@ -133,7 +133,7 @@ int recur_block_topk_attention(const recur_dims *d, const float *q, const float 
     if (T == 0)
         return RECUR_OK;
     if (scale <= 0.0f)
-        scale = 1.0f / sqrtf((float)K);
+        scale = (float)(1.0 / sqrt((double)K)); /* K^-1/2 */
 
     const int64_t blen = block < T ? block : T;           /* keys in the longest block */
     const int64_t kmax = topk < nblk ? topk : nblk;       /* blocks kept per query, at most */

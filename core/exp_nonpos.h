@@ -24,7 +24,7 @@ static inline float recur__exp_nonpos(float x)
     xi = xi > lim ? lim : xi;
     memcpy(&x, &xi, sizeof x);
     const float n = (float)(int32_t)(x * 1.44269504088896341f - 0.5f); /* round(x / ln2) */
-    float r = x - n * 0.693359375f;                                      /* Cody-Waite ln2 = hi+lo */
+    float r = x - n * 0.693359375f; /* Cody-Waite: ln2 = 0.693359375 - 2.12194440e-4 */
     r = r + n * 2.12194440e-4f;
     float p = 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;

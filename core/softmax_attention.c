@@ -92,7 +92,7 @@ int recur_softmax_attention(const recur_dims *d, const float *q, const float *k,
     if (T > INT32_MAX) /* blasint is a 32-bit int */
         return RECUR_ESHAPE;
     if (scale <= 0.0f)
-        scale = 1.0f / sqrtf((float)K);
+        scale = (float)(1.0 / sqrt((double)K)); /* K^-1/2 */
 
     const int64_t qb = T < SA_QBLOCK ? T : SA_QBLOCK;
     float *P = malloc((size_t)qb * (size_t)T * sizeof(float)); /* [qb][T] scores, then weights */
@@ -153,7 +153,7 @@ int recur_softmax_attention_step(const recur_dims *d, const float *q, const floa
         return RECUR_ECONTEXT;
     const int H = d->H, K = d->K, V = d->V;
     if (scale <= 0.0f)
-        scale = 1.0f / sqrtf((float)K);
+        scale = (float)(1.0 / sqrt((double)K)); /* K^-1/2 */
 
     /* the cache absorbs (k_t, v_t) at pos */
     for (size_t i = 0; i < (size_t)H * K; i++)
@@ -177,8 +177,8 @@ int recur_softmax_attention_step(const recur_dims *d, const float *q, const floa
             oh[c] = 0.0f;
         for (int64_t j0 = 0; j0 <= pos; j0 += SA_KBLOCK) {
             const int n = (int)(pos + 1 - j0 < SA_KBLOCK ? pos + 1 - j0 : SA_KBLOCK);
-            cblas_sgemv(CblasRowMajor, CblasNoTrans, n, K, scale, k_cache + ((size_t)j0 * H + h) * K,
-                        ldk, qh, 1, 0.0f, w, 1);
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, n, K, scale,
+                        k_cache + ((size_t)j0 * H + h) * K, ldk, qh, 1, 0.0f, w, 1);
             const float mb = sa_max(w, n);
             if (mb > m) {
                 const float f = expf(m - mb); /* 0 on the first block (m = -inf) */
