@@ -75,7 +75,7 @@ ifneq ($(LOAD_SRC),)
 endif
 
 .SECONDARY:
-.PHONY: all deps test test-unit test-python bench run clean fuzz
+.PHONY: all deps test test-unit test-python bench run clean fuzz fuzz-build fuzz-replay
 all: $(BINS) $(TEST_BIN)
 
 # ---------------------------------------------------------------- deps
@@ -133,7 +133,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 test: deps
 	@$(MAKE) --no-print-directory all
-	@$(MAKE) --no-print-directory test-unit test-python
+	@$(MAKE) --no-print-directory test-unit test-python fuzz-replay
 
 test-unit: $(TEST_BIN)
 	@fail=0; pass=0; for t in $(TEST_BIN); do \
@@ -143,6 +143,48 @@ test-unit: $(TEST_BIN)
 test-python:
 	$(PY) -m pytest -q -p no:cacheprovider tests/python
 
+# ---------------------------------------------------------------- fuzzing (clang libFuzzer)
+# Every tests/fuzz/fuzz_NAME.c is a libFuzzer target linked against everything but the mains,
+# all compiled by clang with ASan+UBSan. Its seed corpus is tests/fuzz/corpus/NAME/, its
+# dictionary tests/fuzz/NAME.dict (optional). `make test` replays every corpus;
+# `make fuzz FUZZ_SECONDS=N` fuzzes each target for N seconds (new inputs go to build-fuzz/).
+FUZZ_SRC   := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BUILD := build-fuzz
+FUZZ_CC    := clang
+FUZZ_SAN   := -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=undefined
+FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -Wall -Wno-unused-parameter \
+               -Icore -Iproto -Iserver -isystem $(LLHTTP_INC) $(BLAS_CFLAGS) -I/usr/include/cjson -pthread
+FUZZ_LIB_SRC := $(CORE_SRC) $(PROTO_SRC) $(SERVER_SRC)
+FUZZ_LIB_OBJ := $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(FUZZ_LIB_SRC)) \
+                $(patsubst $(LLHTTP_DIR)/%.c,$(FUZZ_BUILD)/obj/llhttp/%.o,$(LLHTTP_SRC))
+FUZZ_BIN   := $(patsubst tests/fuzz/%.c,$(FUZZ_BUILD)/%,$(FUZZ_SRC))
+FUZZ_SECONDS ?= 60
+
+$(FUZZ_BUILD)/obj/llhttp/%.o: $(LLHTTP_DIR)/%.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -std=c11 -g -O1 -fPIC -w -DLLHTTP_STRICT_MODE=1 -I$(LLHTTP_INC) $(FUZZ_SAN) -fsanitize=fuzzer-no-link -c $< -o $@
+$(FUZZ_BUILD)/obj/%.o: %.c $(wildcard core/*.h proto/*.h server/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SAN) -fsanitize=fuzzer-no-link -c $< -o $@
+$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB_OBJ)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^ $(LDLIBS)
+
+fuzz-build: $(FUZZ_BIN)
+
+fuzz-replay: $(FUZZ_BIN)
+	@fail=0; pass=0; for f in $(FUZZ_BIN); do n=$$(basename $$f); n=$${n#fuzz_}; \
+	  c=tests/fuzz/corpus/$$n; [ -d $$c ] || { echo "no corpus for $$n"; fail=$$((fail+1)); continue; }; \
+	  if $$f -runs=0 $$c >$(FUZZ_BUILD)/replay_$$n.log 2>&1; then pass=$$((pass+1)); \
+	  else fail=$$((fail+1)); echo "FAILED: replay of $$n (see $(FUZZ_BUILD)/replay_$$n.log)"; tail -20 $(FUZZ_BUILD)/replay_$$n.log; fi; \
+	done; echo "fuzz corpus replays: $$pass passed, $$fail failed"; [ $$fail = 0 ]
+
+fuzz: $(FUZZ_BIN)
+	@for f in $(FUZZ_BIN); do n=$$(basename $$f); n=$${n#fuzz_}; mkdir -p $(FUZZ_BUILD)/corpus/$$n; \
+	  d=""; [ -f tests/fuzz/$$n.dict ] && d="-dict=tests/fuzz/$$n.dict"; \
+	  echo "== fuzzing $$n for $(FUZZ_SECONDS) s"; \
+	  $$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $$d $(FUZZ_BUILD)/corpus/$$n tests/fuzz/corpus/$$n || exit 1; \
+	done
+
 bench: all
 	$(PY) tools/bench/run_all.py
 
@@ -151,4 +193,4 @@ run: deps
 	$(BUILD)/recurd --config config/recurd.json --host 127.0.0.1 --port 8080 --model models/default
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-fuzz
