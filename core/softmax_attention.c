@@ -177,6 +177,7 @@ int recur_softmax_attention_step(const recur_dims *d, const float *q, const floa
             oh[c] = 0.0f;
         for (int64_t j0 = 0; j0 <= pos; j0 += SA_KBLOCK) {
             const int n = (int)(pos + 1 - j0 < SA_KBLOCK ? pos + 1 - j0 : SA_KBLOCK);
+            memset(w, 0, sizeof w); /* beta = 0 has let stale NaNs through (OpenBLAS #929, #2496) */
             cblas_sgemv(CblasRowMajor, CblasNoTrans, n, K, scale,
                         k_cache + ((size_t)j0 * H + h) * K, ldk, qh, 1, 0.0f, w, 1);
             const float mb = sa_max(w, n);
