@@ -576,6 +576,17 @@ static void conn_dispatch(srv_conn *c)
 
     srv_request req;
     char *url = c->url.p ? c->url.p : (char *)"/";
+    /* absolute-form (RFC 9112 §3.2.2, which servers must accept): keep the path and query */
+    if (!strncasecmp(url, "http://", 7) || !strncasecmp(url, "https://", 8)) {
+        char *rest = strpbrk(url + (url[4] == ':' ? 7 : 8), "/?");
+        if (!rest)
+            url = (char *)"/";
+        else if (*rest == '?') {
+            *--rest = '/';
+            url = rest;
+        } else
+            url = rest;
+    }
     char *q = strchr(url, '?');
     if (q)
         *q++ = '\0';

@@ -518,6 +518,31 @@ Test(http, requests_fed_one_byte_per_segment)
     cl_close(c);
 }
 
+Test(http, absolute_form_target)
+{
+    client *c = cl_connect();
+    cl_send(c, "GET http://t:80/echo?x=2 HTTP/1.1\r\nHost: t\r\n\r\nGET HTTP://t?y=3 HTTP/1.1\r\nHost: t\r\n\r\n");
+    response r;
+    cr_assert_eq(cl_response(c, &r), 0);
+    cr_expect(strstr(r.body, "\"path\":\"/echo\",\"query\":\"x=2\"") != NULL, "%s", r.body);
+    cr_assert_eq(cl_response(c, &r), 0);
+    cr_expect_eq(r.status, 404); /* path "/" */
+    cl_close(c);
+}
+
+Test(http, nothing_is_parsed_after_connection_close)
+{
+    client *c = cl_connect();
+    cl_send(c, "GET /echo?n=1 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+               "GET /echo?n=2 HTTP/1.1\r\nHost: t\r\n\r\n");
+    response r;
+    cr_assert_eq(cl_response(c, &r), 0);
+    cr_expect(strstr(r.body, "n=1") != NULL);
+    cr_expect(has_header(&r, "\r\nConnection: close\r\n"));
+    cr_expect(cl_sees_close(c), "a request after Connection: close was answered");
+    cl_close(c);
+}
+
 Test(http, keep_alive_sequential_requests)
 {
     client *c = cl_connect();
