@@ -11,39 +11,23 @@
  * The block score uses the second form: the mean key of each block is computed once (float64 sum,
  * divided by the count, rounded to float), so equal blocks get bit-equal scores and the tie rule
  * decides; the causal current block uses the running mean of its keys so far, computed the same
- * way, so it equals the full block's mean key once the block is complete.
+ * way, so it equals the full block's mean key once the block is complete. Every block score is
+ * the same sum, sum_i q_i kbar_i in order i = 0..K-1, then times scale: the full blocks' scores are
+ * computed together (vectorised across blocks, mean keys stored transposed), the current block's
+ * alone, with the same arithmetic. The kept keys' scores and the weighted sum of values are
+ * sgemv calls, one per kept block.
  */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <cblas.h>
+
 #include "exp_nonpos.h"
 #include "recur.h"
 
 /* ---------------------------------------------------------------- helpers */
-
-typedef float bt_v16 __attribute__((vector_size(64)));
-
-/* a.b with a fixed summation order (16 lanes, then the lanes in order, then the tail): every
- * score in this file goes through it, so equal inputs give bit-equal scores. */
-static float bt_dot(const float *a, const float *b, int n)
-{
-    bt_v16 acc = {0};
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        bt_v16 x, y;
-        memcpy(&x, a + i, sizeof x);
-        memcpy(&y, b + i, sizeof y);
-        acc += x * y;
-    }
-    float s = 0.0f;
-    for (int l = 0; l < 16; l++)
-        s += acc[l];
-    for (; i < n; i++)
-        s += a[i] * b[i];
-    return s;
-}
 
 /* Is block a (score sa) ranked before block b (score sb)? Higher score first, then lower index.
  * Scores are never NaN here (NaN is mapped to -inf before ranking). */
@@ -94,9 +78,10 @@ static void bt_select(const float *sc, int64_t ncand, int64_t nkeep, uint8_t *se
         sel[rank[r].b] = 1;
 }
 
-/* mean = float(sum_{j in [j0, j1)} k_j / (j1 - j0)), sum in float64; k rows of K at stride ld. */
+/* mean = float(sum_{j in [j0, j1)} k_j / (j1 - j0)), sum in float64; k rows of K at stride ld;
+ * mean[i * mstride] for i < K (mean keys are stored transposed: one row per key dimension). */
 static void bt_mean_key(const float *k, size_t ld, int64_t j0, int64_t j1, int K, double *sum,
-                        float *mean)
+                        float *mean, size_t mstride)
 {
     for (int i = 0; i < K; i++)
         sum[i] = 0.0;
@@ -104,7 +89,7 @@ static void bt_mean_key(const float *k, size_t ld, int64_t j0, int64_t j1, int K
         for (int i = 0; i < K; i++)
             sum[i] += k[(size_t)j * ld + i];
     for (int i = 0; i < K; i++)
-        mean[i] = (float)(sum[i] / (double)(j1 - j0));
+        mean[(size_t)i * mstride] = (float)(sum[i] / (double)(j1 - j0));
 }
 
 /* ---------------------------------------------------------------- entry point */
@@ -135,16 +120,19 @@ int recur_block_topk_attention(const recur_dims *d, const float *q, const float 
     if (scale <= 0.0f)
         scale = (float)(1.0 / sqrt((double)K)); /* K^-1/2 */
 
-    const int64_t blen = block < T ? block : T;           /* keys in the longest block */
-    const int64_t kmax = topk < nblk ? topk : nblk;       /* blocks kept per query, at most */
+    if (T > INT32_MAX) /* blasint is a 32-bit int */
+        return RECUR_ESHAPE;
+
+    const int64_t blen = block < T ? block : T;     /* keys in the longest block */
+    const int64_t kmax = topk < nblk ? topk : nblk; /* blocks kept per query, at most */
     const size_t ldk = (size_t)H * K, ldv = (size_t)H * V;
-    float *kbar = malloc((size_t)nblk * ldk * sizeof(float)); /* [n_blocks][H][K] mean keys */
+    float *kbar = malloc((size_t)nblk * ldk * sizeof(float)); /* [H][K][n_blocks] mean keys^T */
     float *sc = malloc((size_t)nblk * sizeof(float));        /* [n_blocks] block scores */
     uint8_t *sel = malloc((size_t)nblk);                      /* [n_blocks] kept flags */
     bt_rank *rank = malloc((size_t)nblk * sizeof(bt_rank));
     float *w = malloc((size_t)kmax * (size_t)blen * sizeof(float)); /* kept keys' weights */
     double *sum = malloc((size_t)K * sizeof(double));
-    float *cur = malloc(ldk * sizeof(float));               /* [H][K] causal running mean key */
+    float *cur = malloc((size_t)K * sizeof(float));         /* [K] causal running mean key */
     double *cursum = malloc(ldk * sizeof(double));          /* [H][K] its float64 sum */
     if (!kbar || !sc || !sel || !rank || !w || !sum || !cur || !cursum) {
         free(kbar), free(sc), free(sel), free(rank), free(w), free(sum), free(cur), free(cursum);
@@ -155,7 +143,8 @@ int recur_block_topk_attention(const recur_dims *d, const float *q, const float 
     for (int64_t b = 0; b < nblk; b++) {
         const int64_t j0 = b * block, j1 = T - j0 < block ? T : j0 + block;
         for (int h = 0; h < H; h++)
-            bt_mean_key(k + h * K, ldk, j0, j1, K, sum, kbar + ((size_t)b * H + h) * K);
+            bt_mean_key(k + h * K, ldk, j0, j1, K, sum, kbar + (size_t)h * K * nblk + b,
+                        (size_t)nblk);
     }
 
     for (int64_t t = 0; t < T; t++) {
@@ -170,19 +159,31 @@ int recur_block_topk_attention(const recur_dims *d, const float *q, const float 
         for (int h = 0; h < H; h++) {
             const float *qt = q + ((size_t)t * H + h) * K;
             float *ot = o + ((size_t)t * H + h) * V;
+            const float *kbh = kbar + (size_t)h * K * nblk; /* [K][n_blocks] */
 
-            /* c_b = scale q_t . mean_{j in J_b} k_j  for every candidate block */
+            /* c_b = scale sum_i q_i kbar_b,i  for the complete candidate blocks ... */
             const int64_t ncand = causal ? tb + 1 : nblk;
+            const int64_t nfull = causal ? tb : nblk;
+            for (int64_t b = 0; b < nfull; b++)
+                sc[b] = 0.0f;
+            for (int i = 0; i < K; i++) {
+                const float qi = qt[i];
+                const float *kr = kbh + (size_t)i * nblk;
+                for (int64_t b = 0; b < nfull; b++)
+                    sc[b] += qi * kr[b];
+            }
+            /* ... and the causal current block from the mean of its keys j <= t, same arithmetic */
+            if (causal) {
+                const double cnt = (double)(t - tb * block + 1);
+                for (int i = 0; i < K; i++)
+                    cur[i] = (float)(cursum[(size_t)h * K + i] / cnt);
+                float acc = 0.0f;
+                for (int i = 0; i < K; i++)
+                    acc += qt[i] * cur[i];
+                sc[tb] = acc;
+            }
             for (int64_t b = 0; b < ncand; b++) {
-                const float *kb = kbar + ((size_t)b * H + h) * K;
-                if (causal && b == tb) {
-                    const double cnt = (double)(t - tb * block + 1);
-                    float *ch = cur + (size_t)h * K;
-                    for (int i = 0; i < K; i++)
-                        ch[i] = (float)(cursum[(size_t)h * K + i] / cnt);
-                    kb = ch;
-                }
-                const float s = scale * bt_dot(qt, kb, K);
+                const float s = scale * sc[b];
                 sc[b] = isnan(s) ? -INFINITY : s;
             }
 
@@ -195,8 +196,7 @@ int recur_block_topk_attention(const recur_dims *d, const float *q, const float 
                 memset(kp + ncand, 0, (size_t)(nblk - ncand));
             }
 
-            /* o_t = sum_{j kept} exp(s_j - m) v_j / sum_{j kept} exp(s_j - m),  m = max kept s_j */
-            float m = -INFINITY;
+            /* s_j = scale q_t.k_j for the kept keys (causal: j <= t), block by block */
             int64_t n = 0;
             for (int64_t b = 0; b < ncand; b++) {
                 if (!sel[b])
@@ -205,12 +205,15 @@ int recur_block_topk_attention(const recur_dims *d, const float *q, const float 
                 int64_t j1 = T - j0 < block ? T : j0 + block;
                 if (causal && j1 > t + 1)
                     j1 = t + 1;
-                for (int64_t j = j0; j < j1; j++) {
-                    const float s = scale * bt_dot(qt, k + (size_t)j * ldk + (size_t)h * K, K);
-                    w[n++] = s;
-                    m = s > m ? s : m;
-                }
+                memset(w + n, 0, (size_t)(j1 - j0) * sizeof(float)); /* sgemv beta = 0 */
+                cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)(j1 - j0), K, scale,
+                            k + (size_t)j0 * ldk + (size_t)h * K, (int)ldk, qt, 1, 0.0f, w + n, 1);
+                n += j1 - j0;
             }
+            /* o_t = sum_{j kept} exp(s_j - m) v_j / sum_{j kept} exp(s_j - m),  m = max kept s_j */
+            float m = -INFINITY;
+            for (int64_t i = 0; i < n; i++)
+                m = w[i] > m ? w[i] : m;
             double l = 0.0;
             for (int64_t i = 0; i < n; i++) {
                 w[i] = recur__exp_nonpos(w[i] - m);
@@ -227,12 +230,9 @@ int recur_block_topk_attention(const recur_dims *d, const float *q, const float 
                 int64_t j1 = T - j0 < block ? T : j0 + block;
                 if (causal && j1 > t + 1)
                     j1 = t + 1;
-                for (int64_t j = j0; j < j1; j++) {
-                    const float *vj = v + (size_t)j * ldv + (size_t)h * V;
-                    const float wj = w[n++] * inv;
-                    for (int c = 0; c < V; c++)
-                        ot[c] += wj * vj[c];
-                }
+                cblas_sgemv(CblasRowMajor, CblasTrans, (int)(j1 - j0), V, inv,
+                            v + (size_t)j0 * ldv + (size_t)h * V, (int)ldv, w + n, 1, 1.0f, ot, 1);
+                n += j1 - j0;
             }
         }
     }
