@@ -90,6 +90,7 @@ static void run_steps(worker *wk, srv_work **items, int B)
         srv_work *w = items[i];
         w->err = 0;
         w->has_logprob = 0;
+        w->tokens_seen = recur_state_tokens_seen(w->state); /* stays right if w fails */
         if (w->sample) {
             int t = recur_sample(w->logits, V, &w->sp, w->rng, wk->scratch);
             if (t < 0) {
