@@ -11,7 +11,7 @@
  *   v, o      [T][H][V]
  *   g scalar  [T][H]        natural-log decay, g <= 0
  *   g vector  [T][H][K]     natural-log decay per key dimension, g <= 0
- *   beta      [T][H]        in (0,1)
+ *   beta      [T][H]        in (0,1]
  *   S         [H][K][V]     key-major state; IN: the initial state, OUT: the final state
  *   z         [H][K]        linear-attention normaliser state, IN/OUT like S
  * T is int64_t; offsets are computed in int64_t/size_t. Every form includes the current token:
@@ -34,7 +34,7 @@ extern "C" {
 #define RECUR_ESHAPE -2     /* a dimension is out of range or sizes overflow */
 #define RECUR_ENOMEM -3     /* an allocation failed */
 #define RECUR_ENONFINITE -4 /* a gate, beta, gamma or scale is NaN or infinite */
-#define RECUR_ERANGE -5     /* a finite value is out of its domain (g > 0, gamma outside (0,1], beta outside (0,1)) */
+#define RECUR_ERANGE -5     /* a finite value is out of its domain (g > 0, gamma outside (0,1], beta outside (0,1]) */
 #define RECUR_EIO -6        /* a file could not be opened, read or mapped */
 #define RECUR_EFORMAT -7    /* a file or buffer is malformed (config, safetensors, snapshot) */
 #define RECUR_EMISMATCH -8  /* a snapshot or weights file belongs to another model */
