@@ -164,12 +164,15 @@ def linear_chunkwise(q, k, v, scale, state=None, chunk_size=64):
     A = (pq @ pk.transpose(-1, -2)) * mask                      # [B,H,N,C,C]
     num_intra, den_intra = A @ vc, A.sum(-1, keepdim=True)
     outs = []
-    for n in range(pq.shape[2]):
-        num = num_intra[:, :, n] + pq[:, :, n] @ S
-        den = den_intra[:, :, n] + (pq[:, :, n] @ z[..., None])
+    # unbind once: indexing [:, :, n] inside the loop would cost a full-size zero tensor per
+    # chunk in the backward pass.
+    for nu_n, de_n, q_n, k_n, v_n in zip(num_intra.unbind(2), den_intra.unbind(2), pq.unbind(2),
+                                        pk.unbind(2), vc.unbind(2)):
+        num = nu_n + q_n @ S
+        den = de_n + (q_n @ z[..., None])
         outs.append(num / (den + LINEAR_EPS))
-        S = S + pk[:, :, n].transpose(-1, -2) @ vc[:, :, n]
-        z = z + pk[:, :, n].sum(-2)
+        S = S + k_n.transpose(-1, -2) @ v_n
+        z = z + k_n.sum(-2)
     return _unchunk(torch.stack(outs, 2), T), (S, z)
 
 
@@ -220,9 +223,10 @@ def gated_chunkwise(q, k, v, g, scale, state=None, chunk_size=64):
         s_decay = torch.exp(blast).transpose(-1, -2)             # [B,H,N,K,1]
     o_intra = A @ vc
     outs = []
-    for n in range(qc.shape[2]):
-        outs.append(o_intra[:, :, n] + scale * (q_in[:, :, n] @ S))
-        S = s_decay[:, :, n] * S + k_out[:, :, n].transpose(-1, -2) @ vc[:, :, n]
+    for oi_n, q_n, sd_n, k_n, v_n in zip(o_intra.unbind(2), q_in.unbind(2), s_decay.unbind(2),
+                                         k_out.unbind(2), vc.unbind(2)):
+        outs.append(oi_n + scale * (q_n @ S))
+        S = sd_n * S + k_n.transpose(-1, -2) @ v_n
     return _unchunk(torch.stack(outs, 2), T), S
 
 
@@ -273,10 +277,11 @@ def delta_chunkwise(q, k, v, beta, g, scale, state=None, chunk_size=64):
     k_out = kc * torch.exp(blast - b)[..., None]
     s_decay = torch.exp(blast)[..., None]
     outs = []
-    for n in range(qc.shape[2]):
-        U = U0[:, :, n] - W[:, :, n] @ S
-        outs.append(q_in[:, :, n] @ S + P[:, :, n] @ U)
-        S = s_decay[:, :, n] * S + k_out[:, :, n].transpose(-1, -2) @ U
+    for u0_n, w_n, q_n, p_n, sd_n, k_n in zip(U0.unbind(2), W.unbind(2), q_in.unbind(2),
+                                              P.unbind(2), s_decay.unbind(2), k_out.unbind(2)):
+        U = u0_n - w_n @ S
+        outs.append(q_n @ S + p_n @ U)
+        S = sd_n * S + k_n.transpose(-1, -2) @ U
     return _unchunk(torch.stack(outs, 2), T), S
 
 
