@@ -106,12 +106,12 @@ def test_gate_regimes(mixer, form, regime):
 @pytest.mark.parametrize("mixer", GATED)
 def test_strong_gates_one_long_chunk(mixer, form):
     """Strong gates over one 1000-token chunk: the in-chunk cumulative log decay reaches ~ -4000,
-    where float32 spacing is ~2.4e-4, so differences b_t - b_j carry that much absolute error
-    unless the kernel accumulates them more carefully. Bound: 1e-4 (10x the general bound);
-    the result must stay finite and close, not merely "not NaN"."""
+    where float32 spacing is ~2.4e-4, so a float32 prefix sum makes b_t - b_j wrong by that much
+    (a float32 PyTorch version of this op measured 1.6e-5 to 2e-5 here). librecur accumulates the
+    gates in double; the general bound 1e-5 applies."""
     c, (ro, rs) = case_and_ref(mixer, (1000, 2, 64, 32), "strong")
     o, st = run_c(c, form=form, chunk_size=1000)
-    check(o, st, ro, rs, f"{mixer} {form} one chunk of 1000, strong gates", tol=1e-4)
+    check(o, st, ro, rs, f"{mixer} {form} one chunk of 1000, strong gates")
 
 
 def test_zero_gate_equals_ungated():
