@@ -288,10 +288,10 @@ def test_invalid_token_in_the_middle_folds_nothing(d):
     assert [l["token"] for l in lines] == [1, 2] and done["tokens_seen"] == 5
 
 
-def test_bad_text_token_for_small_vocab():
+def test_bad_text_token_for_small_vocab(tmp_path):
     cfg = json.load(open(TINY_MODEL))
     cfg["vocab_size"] = 100
-    path = os.path.join(ROOT, "build", "e2e_vocab100.json")
+    path = str(tmp_path / "vocab100.json")
     with open(path, "w") as f:
         json.dump(cfg, f)
     with Daemon(model_config=path) as d:
