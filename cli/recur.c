@@ -333,6 +333,17 @@ static int cmd_bench(const opts *o)
     int vocab = info->vocab_size, ret = 1, rc = 0;
     const char *list = o->batches ? o->batches : "1,8,64";
     long steps = o->steps > 0 ? o->steps : 64;
+    long P = o->prefill > 0 ? o->prefill : 4096;
+    int soft = 0;
+    for (int l = 0; l < info->n_layers; l++) soft |= info->mixers[l] == RECUR_MIXER_SOFTMAX;
+    if (soft && steps + 4 > info->max_context) {
+        steps = info->max_context > 5 ? (long)info->max_context - 4 : 1;
+        fprintf(stderr, "%s: bench: decode steps capped at %ld by max_context\n", prog, steps);
+    }
+    if (soft && P > info->max_context) {
+        P = (long)info->max_context;
+        fprintf(stderr, "%s: bench: prefill capped at max_context (%ld tokens)\n", prog, P);
+    }
     printf("model %s: %lld params, d %d, %d layers\n", info->name, (long long)info->n_params, info->d_model,
            info->n_layers);
     char *copy = strdup(list), *save = NULL;
@@ -365,7 +376,6 @@ static int cmd_bench(const opts *o)
     }
     free(copy);
     if (rc) goto fail;
-    long P = o->prefill > 0 ? o->prefill : 4096;
     if (P > 0) {
         recur_workspace *ws;
         recur_state *s;
