@@ -312,3 +312,22 @@ def test_default_model_if_present():
     ref = twin_logits(d, toks)
     s = m.state()
     assert rel_rms(m.prefill(s, toks), ref) <= TOL
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_shapes_match_twin(tmp_path, seed):
+    """Odd sizes (K != V, one head, tiny d, V not a multiple of any vector width), random stacks."""
+    import random
+    r = random.Random(seed)
+    n = r.randint(1, 4)
+    cfg = config([r.choice(MIXERS) for _ in range(n)], tied=r.random() < 0.5,
+                 vocab_size=r.randint(2, 300), d_model=r.randint(1, 70), n_heads=r.randint(1, 4),
+                 head_k=r.randint(1, 40), head_v=r.randint(1, 40), d_ff=r.randint(1, 90),
+                 max_context=r.randint(30, 300))
+    d = write_model(str(tmp_path), cfg, seed=seed, std="0.2")
+    m = rm.Model.load(d, max_batch=3)
+    toks = tokens_for(m.vocab, 30, seed=seed)
+    ref = twin_logits(d, toks)
+    s = m.state()
+    assert rel_rms(np.stack([m.step(s, t) for t in toks]), ref) <= TOL, cfg
+    assert rel_rms(m.prefill(m.state(), toks), ref) <= TOL, cfg
