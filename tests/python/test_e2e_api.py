@@ -847,6 +847,36 @@ def test_concurrent_sessions_match_sequential_runs(d):
     assert after - before >= n_sessions * (n_steps + 10)
 
 
+def test_prefill_does_not_starve_decode():
+    """While one session folds 100k tokens (prefill slices), another session's single-token
+    requests keep completing: all of them finish before the long fold does."""
+    with Daemon("--max-tokens-per-request", "100000", "--workers", "1") as d:
+        a = create(d)
+        b = create(d, tokens=[1])
+        body = json.dumps({"tokens": rand_tokens(100000, 21), "top_k": 0})
+        result = {}
+
+        def long_fold():
+            r = requests.post(d.url("/v1/sessions/%s/tokens" % a["id"]), data=body, headers=JSON,
+                              timeout=120)
+            result["done_at"] = time.monotonic()
+            result["last"] = parse_lines(r.text)[-1]
+
+        t = threading.Thread(target=long_fold)
+        t.start()
+        while info(d, a["id"])["tokens_seen"] == 0:  # the prefill is under way
+            time.sleep(0.005)
+        with requests.Session() as http:
+            for tok in rand_tokens(30, 22):
+                fold(d, b["id"], [tok], session=http)
+        b_done = time.monotonic()
+        mid = info(d, a["id"])["tokens_seen"]
+        t.join(120)
+        assert result["last"] == {"done": True, "tokens_seen": 100000}
+        assert b_done < result["done_at"] and mid < 100000, (mid, b_done, result)
+        assert info(d, b["id"])["tokens_seen"] == 31
+
+
 def _metric(d, name):
     body = requests.get(d.url("/metrics"), timeout=10).text
     m = re.search(r"^%s (\d+)$" % re.escape(name), body, re.M)
