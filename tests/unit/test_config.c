@@ -1,0 +1,92 @@
+/* test_config.c — recurd's configuration: defaults, config file, flags (flags win), and the
+ * errors for unknown keys, bad values and bad flags. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+
+static int load(srv_config *c, char *err, int argc, char **argv)
+{
+    return srv_config_load(c, argc, argv, err, 256);
+}
+
+static char *write_tmp(const char *text)
+{
+    static char path[64];
+    snprintf(path, sizeof path, "/tmp/recurd_cfg_XXXXXX");
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    return path;
+}
+
+Test(config, defaults_without_file)
+{
+    srv_config c;
+    char err[256];
+    char *argv[] = {"recurd", "--config", ""};
+    cr_assert_eq(load(&c, err, 3, argv), 0, "%s", err);
+    cr_assert_str_eq(c.host, "127.0.0.1");
+    cr_assert_eq(c.port, 8080);
+    cr_assert_str_eq(c.model, "models/default");
+    cr_assert_eq(c.max_tokens_per_request, 8192);
+    cr_assert_eq(c.http.max_body, 1 << 20);
+    cr_assert_eq(c.http.header_timeout, 10000);
+    cr_assert_eq(c.drain_timeout_ms, 30000);
+}
+
+Test(config, file_then_flags)
+{
+    srv_config c;
+    char err[256];
+    char *path = write_tmp("{\"port\": 9000, \"max_sessions\": 5, \"api_key\": \"k\","
+                           " \"allow_insecure_bind\": true, \"max_body\": 2048}");
+    char *argv[] = {"recurd", "--config", path, "--max-sessions", "7", "--port=0",
+                    "--model-config", "x.json", "--allow-insecure-bind=false"};
+    cr_assert_eq(load(&c, err, 9, argv), 0, "%s", err);
+    cr_assert_eq(c.port, 0);
+    cr_assert_eq(c.max_sessions, 7);
+    cr_assert_str_eq(c.api_key, "k");
+    cr_assert_eq(c.http.max_body, 2048);
+    cr_assert_str_eq(c.model_config, "x.json");
+    cr_assert_eq(c.allow_insecure_bind, 0);
+    unlink(path);
+}
+
+Test(config, rejections)
+{
+    srv_config c;
+    char err[256];
+    static const char *files[] = {
+        "{\"prot\": 1}",                 /* unknown key */
+        "{\"port\": \"80\"}",            /* wrong type */
+        "{\"port\": 70000}",             /* out of range */
+        "{\"workers\": 1.5}",            /* not an integer */
+        "{\"allow_insecure_bind\": 1}",  /* bool must be a bool */
+        "[1]",
+        "{\"port\": 1,}",
+        "{\"write_low_watermark\": 300000}", /* low >= high */
+        "{\"log_level\": \"loud\"}",
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char *path = write_tmp(files[i]);
+        char *argv[] = {"recurd", "--config", path};
+        cr_assert_eq(load(&c, err, 3, argv), -1, "accepted %s", files[i]);
+        cr_assert(strlen(err) > 0);
+        unlink(path);
+    }
+    char *bad1[] = {"recurd", "--config", "", "--nope", "1"};
+    cr_assert_eq(load(&c, err, 5, bad1), -1);
+    char *bad2[] = {"recurd", "--config", "", "--port", "12x"};
+    cr_assert_eq(load(&c, err, 5, bad2), -1);
+    char *bad3[] = {"recurd", "--config", "", "--port"};
+    cr_assert_eq(load(&c, err, 4, bad3), -1);
+    char *bad4[] = {"recurd", "--config", "/nonexistent/recurd.json"};
+    cr_assert_eq(load(&c, err, 3, bad4), -1);
+    char *bad5[] = {"recurd", "--config", "", "stray"};
+    cr_assert_eq(load(&c, err, 4, bad5), -1);
+}
