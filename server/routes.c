@@ -16,15 +16,7 @@
 void srv_app_error(srv_conn *c, int status, const char *code, const char *message,
                    const char *extra_headers)
 {
-    proto_buf b;
-    proto_buf_init(&b);
-    proto_buf_puts(&b, "{\"error\":{\"code\":");
-    proto_buf_json_str(&b, code, strlen(code));
-    proto_buf_puts(&b, ",\"message\":");
-    proto_buf_json_str(&b, message, strlen(message));
-    proto_buf_puts(&b, "}}");
-    srv_respond(c, status, "application/json", b.data, b.len, extra_headers);
-    proto_buf_free(&b);
+    srv_respond_error_ex(c, status, code, message, extra_headers);
 }
 
 static void respond_json(srv_conn *c, int status, proto_buf *b)
