@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include "model_internal.h"
 
 /* ---------------------------------------------------------------- tensor table */
@@ -115,6 +116,22 @@ int recur__weight(recur_model *m, int layer, int t, recur_weight_ref *ref)
 
 /* ---------------------------------------------------------------- arena */
 
+void *recur__big_alloc(size_t bytes)
+{
+    if (bytes == 0) bytes = 1;
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+#ifdef MADV_HUGEPAGE
+    if (bytes >= ((size_t)2 << 20)) madvise(p, bytes, MADV_HUGEPAGE); /* advisory: failure is fine */
+#endif
+    return p;
+}
+
+void recur__big_free(void *p, size_t bytes)
+{
+    if (p) munmap(p, bytes ? bytes : 1);
+}
+
 #define ALIGN_FLOATS 16 /* 64-byte alignment for every tensor group */
 static size_t round_up(size_t n) { return (n + ALIGN_FLOATS - 1) / ALIGN_FLOATS * ALIGN_FLOATS; }
 
@@ -172,7 +189,7 @@ int recur__model_alloc(const recur_config *c, recur_model **out)
         if (!pass) {
             if (off > ((size_t)1 << 31)) { free(m); return RECUR_ESHAPE; } /* > 8 GiB of fp32 */
             m->arena_floats = off;
-            m->arena = aligned_alloc(64, off * sizeof(float));
+            m->arena = recur__big_alloc(off * sizeof(float));
             if (!m->arena) { free(m); return RECUR_ENOMEM; }
         }
     }
@@ -296,7 +313,7 @@ int recur_model_load(const char *dir, recur_model **out)
 void recur_model_free(recur_model *m)
 {
     if (!m) return;
-    free(m->arena);
+    recur__big_free(m->arena, m->arena_floats * sizeof(float));
     free(m);
 }
 

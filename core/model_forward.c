@@ -32,7 +32,8 @@ struct recur_workspace {
     float *ff;      /* [R][2*d_ff] gate | up, then silu(gate)*up in the first half */
     float *tmp;     /* [max(K,V) * 2] */
     float *scores;  /* [PREFILL_PIECE][max_context] softmax layers only */
-    void *block;
+    void *block;    /* every buffer above (recur__big_alloc) */
+    size_t block_bytes;
 };
 
 /* ---------------------------------------------------------------- workspace */
@@ -52,8 +53,8 @@ int recur_workspace_create(const recur_model *m, int max_batch, recur_workspace 
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += (sizes[i] + 15) / 16 * 16;
     recur_workspace *ws = calloc(1, sizeof *ws);
-    float *b = aligned_alloc(64, total * sizeof(float));
-    if (!ws || !b) { free(ws); free(b); return RECUR_ENOMEM; }
+    float *b = recur__big_alloc(total * sizeof(float));
+    if (!ws || !b) { free(ws); recur__big_free(b, total * sizeof(float)); return RECUR_ENOMEM; }
     memset(b, 0, total * sizeof(float)); /* touch once, here, never on the hot path */
     float **slots[] = {&ws->x, &ws->h, &ws->proj, &ws->q, &ws->k, &ws->v, &ws->gk, &ws->gs,
                        &ws->beta, &ws->o, &ws->ff, &ws->tmp, &ws->scores};
@@ -63,6 +64,7 @@ int recur_workspace_create(const recur_model *m, int max_batch, recur_workspace 
         off += (sizes[i] + 15) / 16 * 16;
     }
     ws->block = b;
+    ws->block_bytes = total * sizeof(float);
     ws->m = m;
     ws->max_batch = max_batch;
     ws->rows = (int)R;
@@ -73,7 +75,7 @@ int recur_workspace_create(const recur_model *m, int max_batch, recur_workspace 
 void recur_workspace_free(recur_workspace *ws)
 {
     if (!ws) return;
-    free(ws->block);
+    recur__big_free(ws->block, ws->block_bytes);
     free(ws);
 }
 

@@ -68,7 +68,7 @@ typedef struct {
 struct recur_model {
     recur_config cfg;
     recur_model_info info;
-    float *arena;               /* every weight, fp32, owned */
+    float *arena;               /* every weight, fp32, owned (recur__big_alloc) */
     size_t arena_floats;
     float *embed;               /* [vocab][d] */
     float *norm_f;              /* [d] */
@@ -105,6 +105,11 @@ void recur__model_finish(recur_model *m);
 
 /* Read a safetensors file into m's weights (fp32). */
 int recur__safetensors_load(recur_model *m, const char *path);
+
+/* Large long-lived buffers (weights, workspaces): anonymous mappings with transparent huge
+ * pages requested (first touch and TLB reach, CONVENTIONS.md); zero-filled. NULL on failure. */
+void *recur__big_alloc(size_t bytes);
+void recur__big_free(void *p, size_t bytes);
 
 /* FNV-1a 64 */
 #define RECUR_FNV_OFFSET 0xcbf29ce484222325ULL
