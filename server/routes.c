@@ -127,6 +127,16 @@ static void session_full(srv_app *app, srv_conn *c)
     srv_app_error(c, 503, "max_sessions", msg, "Retry-After: 1\r\n");
 }
 
+/* Queue op; should the queue have filled since queue_op looked, answer 429 and drop it. */
+static void submit(srv_app *app, srv_conn *c, srv_op *op)
+{
+    if (srv_ops_enqueue(op) == 0)
+        return;
+    srv_op_free(op);
+    srv_app_error(c, 429, "max_queued_ops_per_session", "max_queued_ops_per_session reached",
+                  "Retry-After: 1\r\n");
+}
+
 static void handle_create(srv_app *app, srv_conn *c, const srv_request *req)
 {
     if (!json_body_ok(c, req))
@@ -162,7 +172,7 @@ static void handle_create(srv_app *app, srv_conn *c, const srv_request *req)
     srv_op *op = srv_op_new(app, SRV_OP_CREATE, s, c);
     op->tokens = tr.tokens;
     op->n = tr.n;
-    srv_ops_enqueue(op); /* a fresh session's queue is empty: never 429 */
+    submit(app, c, op); /* a fresh session's queue is empty: never 429 */
 }
 
 /* Look the session up and queue op kind for it; 404 / 429 otherwise. */
@@ -218,7 +228,7 @@ static void handle_session(srv_app *app, srv_conn *c, const srv_request *req, co
             return;
         }
         if ((op = queue_op(app, c, id, SRV_OP_DELETE)))
-            srv_ops_enqueue(op);
+            submit(app, c, op);
         return;
     }
     if (!strcmp(action, "tokens")) {
@@ -245,7 +255,7 @@ static void handle_session(srv_app *app, srv_conn *c, const srv_request *req, co
         op->n = tr.n;
         op->top_k = tr.top_k;
         op->framing = wants_sse(req->accept) ? PROTO_FRAME_SSE : PROTO_FRAME_NDJSON;
-        srv_ops_enqueue(op);
+        submit(app, c, op);
         return;
     }
     if (!strcmp(action, "generate")) {
@@ -268,7 +278,7 @@ static void handle_session(srv_app *app, srv_conn *c, const srv_request *req, co
             return;
         op->gen = g;
         op->framing = wants_sse(req->accept) ? PROTO_FRAME_SSE : PROTO_FRAME_NDJSON;
-        srv_ops_enqueue(op);
+        submit(app, c, op);
         return;
     }
     if (!strcmp(action, "fork")) {
@@ -283,7 +293,7 @@ static void handle_session(srv_app *app, srv_conn *c, const srv_request *req, co
             return;
         }
         if ((op = queue_op(app, c, id, SRV_OP_FORK)))
-            srv_ops_enqueue(op);
+            submit(app, c, op);
         return;
     }
     if (!strcmp(action, "state")) {
@@ -307,7 +317,7 @@ static void handle_session(srv_app *app, srv_conn *c, const srv_request *req, co
             memcpy(op->blob, req->body, req->body_len);
             op->blob_len = req->body_len;
         }
-        srv_ops_enqueue(op);
+        submit(app, c, op);
         return;
     }
     srv_respond_error(c, 404, "not_found", "no such endpoint");
