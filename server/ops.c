@@ -70,6 +70,7 @@ static void respond_session(srv_op *op, int status, srv_session *s)
 static void finish(srv_op *op)
 {
     srv_session *s = op->sess;
+    s->last_used_ms = uv_now(op->app->loop); /* idle time counts from the end of the request */
     if (s->q_head == op) {
         s->q_head = op->next;
         if (!s->q_head)
