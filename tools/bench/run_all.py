@@ -72,7 +72,7 @@ def _sh(cmd):
         return ""
 
 
-def machine_markdown():
+def machine_markdown(load_at_start=None):
     lscpu = _sh("lscpu")
     field = lambda name: (re.search(rf"^{name}:\s*(.+)$", lscpu, re.M) or [None, "?"])[1]  # noqa: E731
     mem = _sh("awk '/MemTotal/ {printf \"%.1f GiB\", $2/1048576}' /proc/meminfo")
@@ -86,7 +86,8 @@ def machine_markdown():
         ("caches", f"L1d {field('L1d cache')}, L2 {field('L2 cache')}, L3 {field('L3 cache')}"),
         ("memory", mem),
         ("hypervisor", field("Hypervisor vendor")),
-        ("load at start", _sh("cut -d' ' -f1-3 /proc/loadavg") + " (1/5/15 min): other work shares these cores"),
+        ("load at start", (load_at_start or _sh("cut -d' ' -f1-3 /proc/loadavg")) +
+         " (1/5/15 min): other work shares these cores"),
         ("kernel", platform.release()),
         ("compiler", _sh("cc --version | head -1")),
         ("OpenBLAS", _sh("dpkg-query -W -f='${Version}' libopenblas0-pthread 2>/dev/null") +
@@ -130,6 +131,7 @@ def main(argv=None):
     old = existing_sections(a.out)
     ctx = BenchContext(quick=a.quick)
     started = datetime.datetime.now(datetime.timezone.utc)
+    load_at_start = _sh("cut -d' ' -f1-3 /proc/loadavg")
 
     blocks = []
     for name, mod in sections:
@@ -170,7 +172,7 @@ def main(argv=None):
         "",
         "| | |",
         "|---|---|",
-        machine_markdown(),
+        machine_markdown(load_at_start),
         "",
     ]
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
