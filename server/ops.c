@@ -311,10 +311,9 @@ void srv_ops_work_done(srv_work *w, void *appv)
     /* FOLD / CREATE */
     app->counters.tokens_folded += s->tokens_seen - before;
     if (w->err) {
-        if (op->kind == SRV_OP_CREATE) {
-            if (!op->cancelled)
-                op_error(op, 500, "model_error", recur_strerror(w->err));
-            finish_and_pump(op);
+        if (op->kind == SRV_OP_CREATE) { /* no id was given out: the session goes away */
+            op_error(op, 500, "model_error", recur_strerror(w->err));
+            remove_session(app, s);
             return;
         }
         stream_error_end(op, w->err);
