@@ -847,6 +847,36 @@ def test_concurrent_sessions_match_sequential_runs(d):
     assert after - before >= n_sessions * (n_steps + 10)
 
 
+def test_pipelined_requests_apply_in_arrival_order(d):
+    """20 folds pipelined in one write on one connection, then a generate and a GET: answered in
+    order, each fold at the next position."""
+    s = create(d)
+    reqs = b""
+    for i in range(20):
+        body = json.dumps({"tokens": [i + 1], "top_k": 0}).encode()
+        reqs += (b"POST /v1/sessions/%s/tokens HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                 b"\r\nContent-Length: %d\r\n\r\n%s" % (s["id"].encode(), len(body), body))
+    body = b'{"max_tokens":3,"seed":1}'
+    reqs += (b"POST /v1/sessions/%s/generate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+             % (s["id"].encode(), len(body), body))
+    reqs += b"GET /v1/sessions/%s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" % s["id"].encode()
+    sock = socket.create_connection(("127.0.0.1", d.port), timeout=20)
+    sock.sendall(reqs)
+    data = bytearray()
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    sock.close()
+    objs = [json.loads(m) for m in re.findall(rb"^\{.*\}$", bytes(data), re.M)]
+    folds = [o for o in objs if "top" in o]
+    assert [(o["pos"], o["token"]) for o in folds] == [(i, i + 1) for i in range(20)]
+    gen = [o for o in objs if "text" in o]
+    assert [o["pos"] for o in gen] == [20, 21, 22]
+    assert objs[-1]["tokens_seen"] == 23 and objs[-1]["id"] == s["id"]
+
+
 def test_prefill_does_not_starve_decode():
     """While one session folds 100k tokens (prefill slices), another session's single-token
     requests keep completing: all of them finish before the long fold does."""
