@@ -123,6 +123,7 @@ struct recur_state {
     float *rec;                          /* [rec_floats]: recurrent layers' S (and z), in layer order */
     float *kcache[RECUR_MAX_LAYERS];     /* softmax layers: [max_context][H][K], calloc'd lazily-touched */
     float *vcache[RECUR_MAX_LAYERS];     /* softmax layers: [max_context][H][V] */
+    size_t kbytes, vbytes;               /* mapping size of each cache (destroy needs no model) */
 };
 
 #endif /* RECUR_MODEL_INTERNAL_H */

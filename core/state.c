@@ -39,23 +39,26 @@ int recur_state_create(const recur_model *m, recur_state **out)
     if (!s) return RECUR_ENOMEM;
     s->m = m;
     s->rec = (float *)((char *)s + head);
+    s->kbytes = kv_bytes(m, 1);
+    s->vbytes = kv_bytes(m, 0);
     const recur_config *c = &m->cfg;
     for (int l = 0; l < c->n_layers; l++) {
         if (m->layers[l].kind != RECUR_MIXER_SOFTMAX) continue;
-        s->kcache[l] = kv_map(kv_bytes(m, 1));
-        s->vcache[l] = kv_map(kv_bytes(m, 0));
+        s->kcache[l] = kv_map(s->kbytes);
+        s->vcache[l] = kv_map(s->vbytes);
         if (!s->kcache[l] || !s->vcache[l]) { recur_state_destroy(s); return RECUR_ENOMEM; }
     }
     *out = s;
     return RECUR_OK;
 }
 
+/* Needs nothing of the model: a state may outlive it (garbage-collected bindings). */
 void recur_state_destroy(recur_state *s)
 {
     if (!s) return;
     for (int l = 0; l < RECUR_MAX_LAYERS; l++) {
-        if (s->kcache[l]) munmap(s->kcache[l], kv_bytes(s->m, 1));
-        if (s->vcache[l]) munmap(s->vcache[l], kv_bytes(s->m, 0));
+        if (s->kcache[l]) munmap(s->kcache[l], s->kbytes);
+        if (s->vcache[l]) munmap(s->vcache[l], s->vbytes);
     }
     free(s);
 }

@@ -105,6 +105,8 @@ class Model:
 
     def __init__(self, handle, max_batch=64):
         self._h = _P(handle)
+        self._live_states = 0   # the C model is freed only once no State needs it
+        self._closed = False
         ws = _P()
         _check(_lib.recur_workspace_create(self._h, max_batch, ctypes.byref(ws)), "workspace")
         self._ws = ws
@@ -144,10 +146,16 @@ class Model:
         return cls(h.value, max_batch)
 
     def __del__(self):
+        # The cyclic GC may finalise a Model before the States that reference it: then the
+        # last State frees the C model (see State.__del__).
         if getattr(self, "_ws", None):
             _lib.recur_workspace_free(self._ws)
             self._ws = None
-        if getattr(self, "_h", None):
+        self._closed = True
+        self._release()
+
+    def _release(self):
+        if self._closed and self._live_states == 0 and getattr(self, "_h", None):
             _lib.recur_model_free(self._h)
             self._h = None
 
@@ -184,11 +192,14 @@ class State:
         h = _P()
         _check(_lib.recur_state_create(model._h, ctypes.byref(h)), "state_create")
         self._h = h
+        model._live_states += 1
 
     def __del__(self):
         if getattr(self, "_h", None):
             _lib.recur_state_destroy(self._h)
             self._h = None
+            self.model._live_states -= 1
+            self.model._release()
 
     @property
     def tokens_seen(self):

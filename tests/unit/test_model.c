@@ -658,3 +658,14 @@ Test(model, threads_share_one_model)
     for (int i = 0; i < 3; i++) free(jobs[i].logits);
     recur_model_free(m);
 }
+
+Test(state, destroy_after_model_free)
+{
+    /* a binding's garbage collector may free the model first: destroy must not need it */
+    recur_model *m;
+    recur_state *s;
+    cr_assert_eq(recur_model_init_seed(hybrid_cfg, 1, &m), 0);
+    cr_assert_eq(recur_state_create(m, &s), 0);
+    recur_model_free(m);
+    recur_state_destroy(s);
+}
