@@ -847,6 +847,31 @@ def test_concurrent_sessions_match_sequential_runs(d):
     assert after - before >= n_sessions * (n_steps + 10)
 
 
+def test_concurrent_generations_are_batched():
+    """8 generations at once on one worker: their decode steps share batched model steps
+    (batch size > 1 seen in /metrics) and each gives the tokens of its run alone."""
+    with Daemon("--workers", "1") as d:
+        prompts = [rand_tokens(4, 400 + i) for i in range(8)]
+        alone = []
+        for i in range(8):
+            s = create(d, tokens=prompts[i])
+            alone.append([l["token"] for l in generate(d, s["id"], max_tokens=100, seed=i)[0]])
+        assert _metric(d, "recurd_decode_batch_size_max") == 1
+        sids = [create(d, tokens=prompts[i])["id"] for i in range(8)]
+        out = {}
+
+        def run(i):
+            out[i] = [l["token"] for l in generate(d, sids[i], max_tokens=100, seed=i)[0]]
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert [out[i] for i in range(8)] == alone
+        assert _metric(d, "recurd_decode_batch_size_max") >= 2
+
+
 def test_pipelined_requests_apply_in_arrival_order(d):
     """20 folds pipelined in one write on one connection, then a generate and a GET: answered in
     order, each fold at the next position."""
