@@ -1,6 +1,7 @@
 /* state_blob.c — snapshot body with the logits trailer (state_blob.h). */
 #include "state_blob.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -90,6 +91,20 @@ int proto_state_split(const uint8_t *body, size_t len, int vocab, size_t *core_l
         snprintf(err->code, sizeof err->code, "invalid_snapshot");
         snprintf(err->message, sizeof err->message, "snapshot logits trailer checksum mismatch");
         return -1;
+    }
+    /* The core refuses a non-finite state; refuse non-finite logits too (a NaN would fail every
+     * later sampling step of the session, an infinity would make its logprobs null). */
+    for (size_t i = 0; i < (size_t)vocab; i++) {
+        uint32_t bits = get_u32(body + clen + 16 + 4 * i);
+        float f;
+        memcpy(&f, &bits, 4);
+        if (!isfinite(f)) {
+            err->status = 400;
+            snprintf(err->code, sizeof err->code, "invalid_snapshot");
+            snprintf(err->message, sizeof err->message,
+                     "snapshot logits trailer holds a non-finite value");
+            return -1;
+        }
     }
     *core_len = clen;
     *logits = body + clen + 16;

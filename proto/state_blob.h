@@ -30,7 +30,7 @@ void proto_state_trailer_write(uint8_t *dst, const uint8_t *core, size_t core_le
 /* Split a PUT body. *core_len: bytes to hand to recur_snapshot_read (the whole body when the
  * header cannot be read, so the core reports truncation). *logits: the trailer's logits
  * (unaligned, copy with memcpy) or NULL when absent. Returns 0, or -1 (400) with *err when
- * bytes follow the snapshot that are not a valid trailer for this vocab. */
+ * bytes follow the snapshot that are not a valid trailer for this vocab (non-finite logits included). */
 int proto_state_split(const uint8_t *body, size_t len, int vocab, size_t *core_len,
                       const uint8_t **logits, proto_error *err);
 
