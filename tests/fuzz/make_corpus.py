@@ -424,15 +424,22 @@ def state_put_seeds():
     cfg = json.loads("".join(re.findall(r'"((?:[^"\\]|\\.)*)"', m.group(1))).encode().decode("unicode_escape"))
     seed = int(re.search(r"#define SERVER_MODEL_SEED (\d+)", text).group(1))
     out = []
-    for n, tr in ((2, False), (4, True)):
-        cfg_seeded = cfg
-        b = snap_with_seed(cfg_seeded, seed, n)
-        if tr:
-            b = b + trailer(b, cfg["vocab_size"])
+    V = cfg["vocab_size"]
+    after = (b"GET /v1/sessions/@S HTTP/1.1\r\nHost: x\r\n\r\n"
+             b"POST /v1/sessions/@S/generate HTTP/1.1\r\nHost: x\r\nContent-Length: 32\r\n\r\n"
+             b'{"max_tokens":2,"temperature":1}' +
+             b"POST /v1/sessions/@S/tokens HTTP/1.1\r\nHost: x\r\nContent-Length: 13\r\n\r\n"
+             b'{"text":"ab"}')
+    cases = (("n2", 2, None), ("n4-trailer", 4, []), ("n4-trailer-nan-logits", 4, [float("nan")] * V),
+             ("n4-trailer-inf-logits", 4, [float("inf")] + [0.0] * (V - 1)),
+             ("n4-trailer-neg-inf-logits", 4, [float("-inf")] * V))
+    for label, n, logits in cases:
+        b = snap_with_seed(cfg, seed, n)
+        if logits is not None:
+            b = b + trailer(b, V, logits or None)
         head = ("PUT /v1/sessions/@S/state HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
                 "Content-Length: %d\r\n\r\n" % len(b)).encode()
-        out.append(("state-put-n%d%s" % (n, "-trailer" if tr else ""), b"\x00" + head + b +
-                    b"GET /v1/sessions/@S HTTP/1.1\r\nHost: x\r\n\r\n"))
+        out.append(("state-put-" + label, b"\x02" + head + b + after))
     return out
 
 
