@@ -120,7 +120,7 @@ static int write_json(lg_run *r, int exit_code)
     for (int s = 100; s < 600; s++) {
         if (!r->status_counts[s])
             continue;
-        char k[8];
+        char k[16];
         snprintf(k, sizeof k, "%d", s);
         cJSON_AddNumberToObject(sc, k, (double)r->status_counts[s]);
         if (s >= 400)
