@@ -37,6 +37,7 @@ typedef struct srv_app {
     int draining;
     int n_running_streams; /* ops currently streaming (drain bookkeeping) */
     srv_counters counters;
+    struct srv_residency *res; /* persistence and the resident budget (residency.c) */
 } srv_app;
 
 /* The HTTP callbacks (routes.c). */

@@ -61,11 +61,20 @@ static const opt OPTS[] = {
     {"max_tokens_per_request", OPT_SIZE, F(max_tokens_per_request), 1, 1e8,
      "tokens folded or generated per request -> 422"},
     {"max_sessions", OPT_INT, F(max_sessions), 1, 1e8, "resident sessions -> 503"},
-    {"idle_ttl_ms", OPT_U64, F(idle_ttl_ms), 0, BIG, "delete sessions idle this long (0 = never)"},
+    {"idle_ttl_ms", OPT_U64, F(idle_ttl_ms), 0, BIG,
+     "delete sessions idle this long, from memory and state_dir (0 = never)"},
     {"max_queued_ops_per_session", OPT_INT, F(max_queued_ops_per_session), 1, 1e6,
      "requests waiting on one session -> 429"},
     {"drain_timeout_ms", OPT_U64, F(drain_timeout_ms), 0, BIG,
      "SIGTERM: how long in-flight streams may finish"},
+    {"max_resident_sessions", OPT_INT, F(max_resident_sessions), 0, 1e8,
+     "sessions in memory; with state_dir the least recently used idle one is written to disk "
+     "and dropped, without it creation -> 503 (0 = max_sessions)"},
+    {"snapshot_interval_ms", OPT_U64, F(snapshot_interval_ms), 0, BIG,
+     "with state_dir: write sessions changed since their last snapshot this often (0 = only on "
+     "eviction and SIGTERM)"},
+    {"evict_idle_ms", OPT_U64, F(evict_idle_ms), 0, BIG,
+     "with state_dir: write and drop from memory sessions idle this long (0 = never)"},
 };
 #define N_OPTS (sizeof OPTS / sizeof OPTS[0])
 
@@ -85,6 +94,7 @@ static void defaults(srv_config *c)
     c->idle_ttl_ms = 3600000;
     c->max_queued_ops_per_session = 64;
     c->drain_timeout_ms = 30000;
+    c->snapshot_interval_ms = 30000;
 }
 
 static int errf(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -35,6 +35,10 @@ typedef struct {
     uint64_t idle_ttl_ms;            /* 0 = never expire */
     int max_queued_ops_per_session;
     uint64_t drain_timeout_ms;
+    /* persistence and the resident budget (residency.c) */
+    int max_resident_sessions;       /* 0 = max_sessions */
+    uint64_t snapshot_interval_ms;   /* changed sessions written this often (0 = never) */
+    uint64_t evict_idle_ms;          /* idle resident sessions written and dropped (0 = never) */
 } srv_config;
 
 /* Fill defaults, read the config file, apply flags. Returns 0 to run, 1 when --help was

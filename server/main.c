@@ -18,6 +18,7 @@
 
 #include "app.h"
 #include "log.h"
+#include "residency.h"
 
 #define HARD_CLOSE_GRACE_MS 3000
 
@@ -73,6 +74,7 @@ static void on_drained(srv_server *s, void *appv)
     uv_close((uv_handle_t *)&g_sigterm, close_cb_noop);
     uv_close((uv_handle_t *)&g_sigint, close_cb_noop);
     srv_sched_stop(app->sched);
+    srv_residency_shutdown(app); /* workers joined: write every changed session */
 }
 
 static void on_close_timer(uv_timer_t *t)
@@ -165,6 +167,8 @@ int main(int argc, char **argv)
     app->table = srv_table_create(app->model, app->cfg.max_sessions);
     if (!app->table)
         return 1;
+    if (srv_residency_start(app) != 0)
+        return 1; /* state_dir unusable: logged */
     rc = srv_sched_create(app->loop, app->model, app->cfg.workers, app->cfg.max_batch,
                           app->cfg.prefill_slice, srv_ops_work_done, app, &app->sched);
     if (rc != 0) {
@@ -208,6 +212,7 @@ int main(int argc, char **argv)
     if (rc != 0)
         srv_log(SRV_LOG_WARN, "loop_close_busy", "\"error\":\"%s\"", uv_strerror(rc));
     srv_sched_free(app->sched);
+    srv_residency_free(app);
     srv_table_destroy(app->table);
     recur_model_free(app->model);
     srv_log(SRV_LOG_INFO, "exit", "\"code\":0");

@@ -544,6 +544,7 @@ int srv_ops_enqueue(srv_op *op)
     s->q_tail = op;
     s->q_len++;
     s->last_used_ms = uv_now(app->loop);
+    s->mut_gen++; /* may change the state: due for a snapshot (residency.c) */
     srv_conn_ref(op->conn);
     srv_conn_set_user(op->conn, op);
     pump(s);

@@ -9,6 +9,7 @@
 #include "log.h"
 #include "ops.h"
 #include "requests.h"
+#include "residency.h"
 #include "responses.h"
 
 /* ---------------------------------------------------------------- responses */
@@ -413,6 +414,7 @@ static void handle_metrics(srv_app *app, srv_conn *c)
     if (rss >= 0)
         metric(&b, "process_resident_memory_bytes", "gauge", "Resident set size.",
                (unsigned long long)rss);
+    srv_residency_metrics(app, &b);
     srv_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len, NULL);
     proto_buf_free(&b);
 }
@@ -429,8 +431,11 @@ void srv_app_on_request(srv_conn *c, const srv_request *req, void *appv)
             method_not_allowed(c, "GET");
             return;
         }
-        static const char ok[] = "{\"status\":\"ok\"}";
-        srv_respond(c, 200, "application/json", ok, sizeof ok - 1, NULL);
+        proto_buf hb; /* "ok", or "degraded" after a failed snapshot write (residency.h) */
+        proto_buf_init(&hb);
+        int status = srv_residency_health(app, &hb);
+        srv_respond(c, status, "application/json", hb.data, hb.len, NULL);
+        proto_buf_free(&hb);
         return;
     }
     if (!strcmp(path, "/metrics")) {

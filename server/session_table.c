@@ -18,6 +18,7 @@ struct srv_table {
     recur_state *pool[POOL_MAX];
     float *pool_logits[POOL_MAX];
     int n_pool;
+    srv_table_hooks hooks; /* persistence / residency (all NULL: memory only) */
 };
 
 static uint64_t id_hash(const char *id)
@@ -127,10 +128,15 @@ static int random_id(char out[33])
     return 0;
 }
 
+static int insert(srv_table *t, srv_session *s, uint64_t now_ms);
+
 int srv_table_new(srv_table *t, uint64_t now_ms, srv_session **out)
 {
-    if (t->count >= (size_t)t->max_sessions)
+    size_t stored = t->hooks.stored ? t->hooks.stored(t->hooks.ctx) : 0;
+    if (t->count + stored >= (size_t)t->max_sessions)
         return -1;
+    if (t->hooks.make_room && t->hooks.make_room(t->hooks.ctx) != 0)
+        return -2;
     srv_session *s = calloc(1, sizeof *s);
     if (!s)
         return -2;
@@ -140,19 +146,28 @@ int srv_table_new(srv_table *t, uint64_t now_ms, srv_session **out)
             return -2;
         }
     } while (srv_table_find(t, s->id)); /* 2^-128: never, but cheap to be sure */
+    s->mut_gen = 1; /* new: not on disk yet */
+    if (insert(t, s, now_ms) != 0) {
+        free(s);
+        return -2;
+    }
+    *out = s;
+    return 0;
+}
+
+/* Give s (id set) a state and logits and link it in. */
+static int insert(srv_table *t, srv_session *s, uint64_t now_ms)
+{
     if (t->n_pool > 0) {
         t->n_pool--;
         s->state = t->pool[t->n_pool];
         s->logits = t->pool_logits[t->n_pool];
     } else {
-        if (recur_state_create(t->model, &s->state) != 0) {
-            free(s);
+        if (recur_state_create(t->model, &s->state) != 0)
             return -2;
-        }
         s->logits = calloc((size_t)t->vocab, sizeof *s->logits);
         if (!s->logits) {
             recur_state_destroy(s->state);
-            free(s);
             return -2;
         }
     }
@@ -163,11 +178,43 @@ int srv_table_new(srv_table *t, uint64_t now_ms, srv_session **out)
     s->hnext = t->buckets[k];
     t->buckets[k] = s;
     t->count++;
+    return 0;
+}
+
+int srv_table_adopt(srv_table *t, const char *id, uint64_t now_ms, srv_session **out)
+{
+    srv_session *s = calloc(1, sizeof *s);
+    if (!s)
+        return -2;
+    memcpy(s->id, id, 32);
+    s->id[32] = '\0';
+    if (insert(t, s, now_ms) != 0) {
+        free(s);
+        return -2;
+    }
     *out = s;
     return 0;
 }
 
+void srv_table_set_hooks(srv_table *t, const srv_table_hooks *h)
+{
+    t->hooks = *h;
+}
+
+void srv_table_set_max(srv_table *t, int max_sessions)
+{
+    t->max_sessions = max_sessions;
+}
+
 srv_session *srv_table_find(srv_table *t, const char *id)
+{
+    srv_session *s = srv_table_peek(t, id);
+    if (!s && t->hooks.load && strlen(id) == 32 && strspn(id, "0123456789abcdef") == 32)
+        s = t->hooks.load(t->hooks.ctx, id);
+    return s;
+}
+
+srv_session *srv_table_peek(srv_table *t, const char *id)
 {
     if (strlen(id) != 32)
         return NULL;
@@ -182,6 +229,13 @@ srv_session *srv_table_find(srv_table *t, const char *id)
 }
 
 void srv_table_remove(srv_table *t, srv_session *s)
+{
+    if (t->hooks.removed)
+        t->hooks.removed(t->hooks.ctx, s);
+    srv_table_drop(t, s);
+}
+
+void srv_table_drop(srv_table *t, srv_session *s)
 {
     size_t k = id_hash(s->id) & (t->n_buckets - 1);
     for (srv_session **p = &t->buckets[k]; *p; p = &(*p)->hnext)

@@ -26,6 +26,9 @@ typedef struct srv_session {
     srv_op *q_head, *q_tail;/* FIFO of this session's requests; the head may be running */
     int q_len;
     int running;            /* the head op has started */
+    uint64_t mut_gen;       /* bumped by every queued request: the state may have changed */
+    uint64_t saved_gen;     /* mut_gen of the state on disk (persistence, residency.c) */
+    void *pjob;             /* snapshot write in flight (residency.c), or NULL */
     struct srv_session *hnext; /* hash chain */
 } srv_session;
 
@@ -36,7 +39,8 @@ srv_table *srv_table_create(const recur_model *m, int max_sessions);
 void srv_table_destroy(srv_table *t);
 
 /* A new empty session (zero state, no logits). Returns 0, -1 when max_sessions is reached,
- * -2 when the random source or an allocation failed. */
+ * -2 when the random source or an allocation failed, or no resident slot could be freed
+ * (max_resident_sessions with every resident session busy, or the eviction write failed). */
 int srv_table_new(srv_table *t, uint64_t now_ms, srv_session **out);
 /* NULL when id is unknown or malformed. */
 srv_session *srv_table_find(srv_table *t, const char *id);
@@ -46,5 +50,27 @@ size_t srv_table_count(const srv_table *t);
 int srv_table_max(const srv_table *t);
 /* Call fn for every session; fn may remove the session it is given. */
 void srv_table_foreach(srv_table *t, void (*fn)(srv_session *s, void *arg), void *arg);
+
+/* Persistence and the resident budget (server/residency.c). With hooks set:
+ *   srv_table_find   on a miss for a well-formed id, returns load(ctx, id) (lazy load);
+ *   srv_table_new    counts stored(ctx) (sessions on disk only) against max_sessions, then
+ *                    calls make_room(ctx) (0: room, may evict; else it returns -2);
+ *   srv_table_remove calls removed(ctx, s) first: the session is gone for good. */
+typedef struct {
+    srv_session *(*load)(void *ctx, const char *id);
+    int (*make_room)(void *ctx);
+    void (*removed)(void *ctx, srv_session *s);
+    size_t (*stored)(void *ctx);
+    void *ctx;
+} srv_table_hooks;
+void srv_table_set_hooks(srv_table *t, const srv_table_hooks *h);
+void srv_table_set_max(srv_table *t, int max_sessions);
+/* The resident session with this id, never loading (NULL when not resident). */
+srv_session *srv_table_peek(srv_table *t, const char *id);
+/* A new empty session with the given (valid, not resident) id: no limit checks, no hooks.
+ * Returns 0 or -2 (allocation). */
+int srv_table_adopt(srv_table *t, const char *id, uint64_t now_ms, srv_session **out);
+/* Unlink and free a session without the removed hook (eviction: it lives on on disk). */
+void srv_table_drop(srv_table *t, srv_session *s);
 
 #endif /* SRV_SESSION_TABLE_H */

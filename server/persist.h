@@ -1,0 +1,55 @@
+/*
+ * persist.h — the on-disk session store: one snapshot file per session in state_dir
+ * (HARDENING.md §2).
+ *
+ *   state_dir/                      0700, probed writable at start
+ *     <id>.snap                     0600: the body of GET /v1/sessions/{id}/state (core snapshot
+ *                                   of DESIGN.md §6 + the logits trailer of proto/state_blob.h)
+ *     <id>.snap.tmp                 being written; removed at start (a crash mid-write)
+ *     quarantine/<id>.snap.<why>    files that failed a check, kept aside for the operator
+ *
+ * <id> is always a validated 32-lowercase-hex session id: request bytes never become a path.
+ * A write goes to the temp file (O_CREAT|O_EXCL|O_NOFOLLOW, 0600), is fsynced, renamed over
+ * <id>.snap, and the directory is fsynced: a reader sees the old file or the new one, never a
+ * part of either. On failure the temp file is removed and the previous <id>.snap is untouched.
+ *
+ * Threads: srv_persist_write, srv_persist_read and srv_persist_unlink touch only the file
+ * system through the directory fd and may run on any thread, concurrently for different ids.
+ * Two writes of the same id must not overlap (residency.c guarantees it). Open/close/scan run
+ * on the loop thread.
+ */
+#ifndef SRV_PERSIST_H
+#define SRV_PERSIST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct srv_persist srv_persist;
+
+/* Open (create with mode 0700 if missing) dir, check that it is a directory we can write
+ * (a probe file is created, fsynced and removed), create quarantine/, remove leftover temp
+ * files, and call found(id, ctx) for every "<id>.snap". Files too short to hold a snapshot
+ * header (zero-length included) are quarantined here instead. Returns 0, or -1 with a clear
+ * reason in err (the daemon must then refuse to start). */
+int srv_persist_open(const char *dir, void (*found)(const char *id, void *ctx), void *ctx,
+                     srv_persist **out, char *err, size_t errlen);
+void srv_persist_close(srv_persist *p);
+
+/* Write len bytes as id's snapshot, atomically and durably. Returns 0 or -errno. */
+int srv_persist_write(srv_persist *p, const char *id, const uint8_t *buf, size_t len);
+
+/* Read id's snapshot into a malloc'd buffer (*buf, *len; the caller frees). Returns 0, -errno,
+ * or -EFBIG when the file is larger than max_len or not a regular file (-EINVAL). */
+int srv_persist_read(srv_persist *p, const char *id, size_t max_len, uint8_t **buf, size_t *len);
+
+/* Remove id's snapshot (ENOENT is success). sync: also fsync the directory. Returns 0 or -errno. */
+int srv_persist_unlink(srv_persist *p, const char *id, int sync);
+
+/* Move id's snapshot to quarantine/<id>.snap.<why>.<unix time> (why: a short word). Returns 0
+ * or -errno. */
+int srv_persist_quarantine(srv_persist *p, const char *id, const char *why);
+
+/* 1 when s is exactly 32 lowercase hex digits. */
+int srv_persist_valid_id(const char *s);
+
+#endif /* SRV_PERSIST_H */

@@ -1,0 +1,757 @@
+/* residency.c — lazy load, LRU eviction, periodic/idle/shutdown snapshots (residency.h). */
+#include "residency.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "ops.h"
+#include "persist.h"
+#include "state_blob.h"
+
+/* Async snapshot writes in flight at once: bounds the memory held by serialized copies
+ * (each about state_bytes) and leaves libuv's threadpool (4 threads) some room. */
+#define MAX_INFLIGHT 8
+#define TICK_MIN_MS 50
+#define TICK_MAX_MS 1000
+
+/* An id with a snapshot file: resident (also in the table) or on disk only. */
+typedef struct entry {
+    char id[33];
+    int resident;
+    uint64_t last_used_ms; /* disk-only: when it left memory (idle_ttl) */
+    struct entry *next;
+} entry;
+
+typedef enum { W_PERIODIC = 0, W_IDLE = 1, W_SHUTDOWN = 2, W_EVICT = 3 } wkind;
+static const char *const WKIND[] = {"periodic", "idle", "shutdown", "evict"};
+
+typedef struct {
+    char id[33];
+    wkind kind;
+} qitem;
+
+typedef struct srv_residency srv_residency;
+
+typedef struct {
+    uv_work_t req;
+    srv_residency *r;
+    srv_session *s;   /* NULL once the session was deleted (then the file is removed again) */
+    char id[33];
+    wkind kind;
+    uint8_t *buf;     /* serialized on the loop thread; owned */
+    size_t len;
+    uint64_t gen;     /* the session's mut_gen when serialized */
+    int gen_valid;    /* no request was pending: the file holds everything up to gen */
+    int err;          /* 0 or -errno, set by the worker */
+} wjob;
+
+struct srv_residency {
+    srv_app *app;
+    srv_persist *p;   /* NULL: persistence off */
+    int max_resident; /* 0: no budget beyond max_sessions */
+    size_t snap_max;  /* largest snapshot file accepted */
+
+    entry **buckets;  /* index of ids with a file */
+    size_t n_buckets, n_entries, n_stored;
+
+    qitem *q;         /* ids waiting for a write slot (FIFO ring) */
+    size_t q_head, q_len, q_cap;
+    int inflight;
+
+    uv_timer_t timer;
+    int timer_on;
+    uint64_t last_periodic_ms;
+    int shutting_down, shutdown_logged;
+    uint64_t shutdown_ok, shutdown_failed;
+
+    /* /metrics */
+    uint64_t writes_ok, writes_failed, bytes_written, evictions, loads, load_failures,
+        quarantined, over_budget_loads, deleted_files, expired_on_disk;
+    uint64_t sync_evict_writes, sync_evict_us_total, sync_evict_us_max;
+    int degraded;
+    char last_error[96];
+};
+
+/* ---------------------------------------------------------------- index */
+
+static size_t bucket_of(const srv_residency *r, const char *id)
+{
+    uint64_t h = 0;
+    for (int i = 0; i < 16; i++) { /* ids are random: their first 64 bits are a fine hash */
+        char c = id[i];
+        h = (h << 4) | (uint64_t)(c <= '9' ? c - '0' : c - 'a' + 10);
+    }
+    return (size_t)(h & (r->n_buckets - 1));
+}
+
+static entry *idx_find(srv_residency *r, const char *id)
+{
+    for (entry *e = r->buckets[bucket_of(r, id)]; e; e = e->next)
+        if (!memcmp(e->id, id, 32))
+            return e;
+    return NULL;
+}
+
+static void idx_grow(srv_residency *r)
+{
+    size_t nb = r->n_buckets * 2;
+    entry **b = calloc(nb, sizeof *b);
+    if (!b)
+        return; /* longer chains, still correct */
+    entry **old = r->buckets;
+    size_t on = r->n_buckets;
+    r->buckets = b;
+    r->n_buckets = nb;
+    for (size_t i = 0; i < on; i++)
+        for (entry *e = old[i], *n; e; e = n) {
+            n = e->next;
+            size_t k = bucket_of(r, e->id);
+            e->next = b[k];
+            b[k] = e;
+        }
+    free(old);
+}
+
+static void idx_set_resident(srv_residency *r, entry *e, int resident, uint64_t now)
+{
+    if (e->resident && !resident)
+        r->n_stored++;
+    else if (!e->resident && resident)
+        r->n_stored--;
+    e->resident = resident;
+    e->last_used_ms = now;
+}
+
+static entry *idx_put(srv_residency *r, const char *id, int resident, uint64_t now)
+{
+    entry *e = idx_find(r, id);
+    if (e) {
+        idx_set_resident(r, e, resident, now);
+        return e;
+    }
+    if (r->n_entries + 1 > r->n_buckets)
+        idx_grow(r);
+    e = calloc(1, sizeof *e);
+    if (!e)
+        abort();
+    memcpy(e->id, id, 33);
+    e->resident = resident;
+    e->last_used_ms = now;
+    size_t k = bucket_of(r, id);
+    e->next = r->buckets[k];
+    r->buckets[k] = e;
+    r->n_entries++;
+    if (!resident)
+        r->n_stored++;
+    return e;
+}
+
+static void idx_del(srv_residency *r, const char *id)
+{
+    for (entry **pp = &r->buckets[bucket_of(r, id)]; *pp; pp = &(*pp)->next)
+        if (!memcmp((*pp)->id, id, 32)) {
+            entry *e = *pp;
+            *pp = e->next;
+            if (!e->resident)
+                r->n_stored--;
+            r->n_entries--;
+            free(e);
+            return;
+        }
+}
+
+static void on_found(const char *id, void *ctx)
+{
+    srv_residency *r = ctx;
+    idx_put(r, id, 0, uv_now(r->app->loop));
+}
+
+/* ---------------------------------------------------------------- snapshots */
+
+/* The session's snapshot file bytes: exactly the body of GET /v1/sessions/{id}/state.
+ * Only while no worker touches s. Returns 0 or a RECUR_E* code. */
+static int serialize(srv_residency *r, srv_session *s, uint8_t **out, size_t *out_len)
+{
+    int vocab = r->app->info->vocab_size;
+    size_t core = recur_snapshot_size(s->state);
+    size_t extra = s->has_logits ? proto_state_trailer_size(vocab) : 0;
+    uint8_t *buf = malloc(core + extra);
+    if (!buf)
+        return RECUR_ENOMEM;
+    size_t written = 0;
+    int rc = recur_snapshot_write(s->state, buf, core, &written);
+    if (rc != 0) {
+        free(buf);
+        return rc;
+    }
+    if (extra) {
+        proto_state_trailer_write(buf + written, buf, written, s->logits, vocab);
+        written += extra;
+    }
+    *out = buf;
+    *out_len = written;
+    return 0;
+}
+
+static int is_clean(srv_residency *r, srv_session *s)
+{
+    return s->saved_gen == s->mut_gen && idx_find(r, s->id) != NULL;
+}
+
+static int is_idle(const srv_session *s)
+{
+    return s->q_len == 0 && !s->running && !s->pjob;
+}
+
+static void write_failed(srv_residency *r, int err, wkind kind)
+{
+    r->writes_failed++;
+    r->degraded = 1;
+    snprintf(r->last_error, sizeof r->last_error, "snapshot write failed: %s", strerror(-err));
+    srv_log(SRV_LOG_ERROR, "snapshot_failed",
+            "\"error\":\"%s\",\"errno\":%d,\"kind\":\"%s\",\"failures\":%llu", strerror(-err),
+            -err, WKIND[kind], (unsigned long long)r->writes_failed);
+}
+
+static void write_ok(srv_residency *r, size_t len)
+{
+    r->writes_ok++;
+    r->bytes_written += len;
+    if (r->degraded)
+        srv_log(SRV_LOG_INFO, "snapshot_recovered", NULL);
+    r->degraded = 0;
+}
+
+/* Drop an idle, clean session from memory; it stays on disk. */
+static void drop_clean(srv_residency *r, srv_session *s)
+{
+    idx_put(r, s->id, 0, s->last_used_ms); /* idle_ttl still counts from the last use */
+    srv_table_drop(r->app->table, s);
+    r->evictions++;
+}
+
+/* The least recently used idle resident session, or NULL. O(resident sessions): evictions
+ * are rare next to requests, and a scan keeps the table free of LRU links. */
+typedef struct {
+    srv_session *best;
+} lru_ctx;
+
+static void lru_one(srv_session *s, void *arg)
+{
+    lru_ctx *c = arg;
+    if (is_idle(s) && (!c->best || s->last_used_ms < c->best->last_used_ms))
+        c->best = s;
+}
+
+/* Evict one session to make room. Its write (when it changed since its last snapshot) runs
+ * here, on the loop thread: the new session needs the slot now. Measured for a 17 KiB
+ * snapshot on this machine's overlay file system: ~0.1-2 ms with fsync (recurd_eviction_
+ * sync_write_us_max in /metrics reports the worst seen). Returns 0 or -1. */
+static int evict_lru(srv_residency *r)
+{
+    lru_ctx c = {NULL};
+    srv_table_foreach(r->app->table, lru_one, &c);
+    srv_session *s = c.best;
+    if (!s)
+        return -1;
+    if (!is_clean(r, s)) {
+        uint8_t *buf;
+        size_t len;
+        int rc = serialize(r, s, &buf, &len);
+        if (rc != 0) {
+            srv_log(SRV_LOG_ERROR, "snapshot_serialize_failed", "\"error\":\"%s\"",
+                    recur_strerror(rc));
+            return -1;
+        }
+        uint64_t t0 = uv_hrtime();
+        int err = srv_persist_write(r->p, s->id, buf, len);
+        uint64_t us = (uv_hrtime() - t0) / 1000;
+        free(buf);
+        r->sync_evict_writes++;
+        r->sync_evict_us_total += us;
+        if (us > r->sync_evict_us_max)
+            r->sync_evict_us_max = us;
+        if (err) {
+            write_failed(r, err, W_EVICT);
+            return -1; /* the session stays resident: nothing is lost */
+        }
+        write_ok(r, len);
+        s->saved_gen = s->mut_gen;
+    }
+    drop_clean(r, s);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- async writes */
+
+static void pump(srv_residency *r);
+
+static void work_cb(uv_work_t *req)
+{
+    wjob *j = req->data;
+    j->err = srv_persist_write(j->r->p, j->id, j->buf, j->len);
+}
+
+static void enqueue(srv_residency *r, const char *id, wkind kind)
+{
+    if (r->q_len == r->q_cap) {
+        size_t nc = r->q_cap ? r->q_cap * 2 : 64;
+        qitem *nq = malloc(nc * sizeof *nq);
+        if (!nq)
+            abort();
+        for (size_t i = 0; i < r->q_len; i++)
+            nq[i] = r->q[(r->q_head + i) % r->q_cap];
+        free(r->q);
+        r->q = nq;
+        r->q_cap = nc;
+        r->q_head = 0;
+    }
+    qitem *it = &r->q[(r->q_head + r->q_len) % r->q_cap];
+    memcpy(it->id, id, 33);
+    it->kind = kind;
+    r->q_len++;
+}
+
+static void shutdown_check_done(srv_residency *r)
+{
+    if (r->shutting_down && !r->shutdown_logged && r->inflight == 0 && r->q_len == 0) {
+        r->shutdown_logged = 1;
+        srv_log(r->shutdown_failed ? SRV_LOG_ERROR : SRV_LOG_INFO, "snapshot_flush_done",
+                "\"written\":%llu,\"failed\":%llu,\"sessions_on_disk\":%zu",
+                (unsigned long long)r->shutdown_ok, (unsigned long long)r->shutdown_failed,
+                r->n_entries);
+    }
+}
+
+static void after_cb(uv_work_t *req, int status)
+{
+    wjob *j = req->data;
+    srv_residency *r = j->r;
+    r->inflight--;
+    srv_session *s = j->s;
+    if (s)
+        s->pjob = NULL;
+    int err = status == UV_ECANCELED ? -ECANCELED : j->err;
+    if (err) {
+        write_failed(r, err, j->kind);
+        if (j->kind == W_SHUTDOWN)
+            r->shutdown_failed++;
+    } else {
+        write_ok(r, j->len);
+        if (j->kind == W_SHUTDOWN)
+            r->shutdown_ok++;
+        if (!s) {
+            /* Deleted while its write ran: the rename may have brought the file back. */
+            srv_persist_unlink(r->p, j->id, 0);
+        } else {
+            uint64_t now = uv_now(r->app->loop);
+            if (j->gen_valid)
+                s->saved_gen = j->gen;
+            idx_put(r, s->id, 1, now);
+            if (j->kind == W_IDLE && is_idle(s) && s->saved_gen == s->mut_gen &&
+                now - s->last_used_ms >= r->app->cfg.evict_idle_ms)
+                drop_clean(r, s);
+            else if (r->shutting_down && s->saved_gen != s->mut_gen)
+                enqueue(r, s->id, W_SHUTDOWN); /* changed while this write ran */
+        }
+    }
+    free(j->buf);
+    free(j);
+    pump(r);
+    shutdown_check_done(r);
+}
+
+/* Serialize and hand one queued session to the threadpool. Returns 1 when a write started. */
+static int dispatch(srv_residency *r, const qitem *it)
+{
+    srv_session *s = srv_table_peek(r->app->table, it->id);
+    if (!s || s->pjob)
+        return 0;
+    /* A worker may be writing the state: only between compute items (after SIGTERM the
+     * workers are joined, so everything is safe then). */
+    if (!r->shutting_down && s->q_head && s->q_head->in_flight)
+        return 0;
+    if (is_clean(r, s)) {
+        if (it->kind == W_IDLE && is_idle(s))
+            drop_clean(r, s);
+        return 0;
+    }
+    wjob *j = calloc(1, sizeof *j);
+    if (!j)
+        abort();
+    int rc = serialize(r, s, &j->buf, &j->len);
+    if (rc != 0) {
+        srv_log(SRV_LOG_ERROR, "snapshot_serialize_failed", "\"error\":\"%s\"", recur_strerror(rc));
+        free(j);
+        return 0;
+    }
+    j->r = r;
+    j->s = s;
+    memcpy(j->id, s->id, 33);
+    j->kind = it->kind;
+    j->gen = s->mut_gen;
+    j->gen_valid = r->shutting_down || s->q_len == 0;
+    j->req.data = j;
+    rc = uv_queue_work(r->app->loop, &j->req, work_cb, after_cb);
+    if (rc != 0) {
+        srv_log(SRV_LOG_ERROR, "snapshot_queue_failed", "\"error\":\"%s\"", uv_strerror(rc));
+        free(j->buf);
+        free(j);
+        return 0;
+    }
+    s->pjob = j;
+    r->inflight++;
+    return 1;
+}
+
+static void pump(srv_residency *r)
+{
+    while (r->inflight < MAX_INFLIGHT && r->q_len > 0) {
+        qitem it = r->q[r->q_head];
+        r->q_head = (r->q_head + 1) % r->q_cap;
+        r->q_len--;
+        dispatch(r, &it);
+    }
+}
+
+/* ---------------------------------------------------------------- table hooks */
+
+static srv_session *hook_load(void *ctx, const char *id)
+{
+    srv_residency *r = ctx;
+    entry *e = idx_find(r, id);
+    if (!e || e->resident)
+        return NULL;
+    srv_table *t = r->app->table;
+    if (r->max_resident && srv_table_count(t) >= (size_t)r->max_resident && evict_lru(r) != 0) {
+        /* Every resident session is busy: go over the budget rather than answer 404 for a
+         * session that exists. Bounded by the number of requests in progress. */
+        r->over_budget_loads++;
+        srv_log(SRV_LOG_WARN, "resident_budget_exceeded", "\"resident\":%zu,\"max\":%d",
+                srv_table_count(t), r->max_resident);
+    }
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    int rc = srv_persist_read(r->p, id, r->snap_max, &buf, &len);
+    if (rc == -ENOENT) { /* removed behind our back */
+        idx_del(r, id);
+        return NULL;
+    }
+    if (rc == -EFBIG || rc == -EINVAL || rc == -ELOOP) {
+        r->quarantined++;
+        srv_persist_quarantine(r->p, id, rc == -EFBIG ? "toolarge" : "notfile");
+        idx_del(r, id);
+        return NULL;
+    }
+    if (rc != 0) {
+        r->load_failures++;
+        srv_log(SRV_LOG_ERROR, "snapshot_read_failed", "\"error\":\"%s\"", strerror(-rc));
+        return NULL; /* kept: a later request may succeed (EMFILE, EIO) */
+    }
+    srv_session *s = NULL;
+    const char *why = NULL;
+    size_t core_len;
+    const uint8_t *lg = NULL;
+    proto_error perr;
+    if (proto_state_split(buf, len, r->app->info->vocab_size, &core_len, &lg, &perr) != 0) {
+        why = "trailer";
+    } else if (srv_table_adopt(t, id, uv_now(r->app->loop), &s) != 0) {
+        free(buf);
+        r->load_failures++;
+        srv_log(SRV_LOG_ERROR, "snapshot_load_no_memory", NULL);
+        return NULL;
+    } else {
+        rc = recur_snapshot_read(s->state, buf, core_len);
+        if (rc != 0) {
+            why = rc == RECUR_EMISMATCH    ? "othermodel"
+                  : rc == RECUR_ECHECKSUM  ? "checksum"
+                  : rc == RECUR_ETRUNCATED ? "truncated"
+                                           : "format";
+            srv_table_drop(t, s);
+            s = NULL;
+        }
+    }
+    if (why) {
+        free(buf);
+        r->quarantined++;
+        srv_persist_quarantine(r->p, id, why);
+        idx_del(r, id);
+        return NULL;
+    }
+    if (lg) {
+        memcpy(s->logits, lg, (size_t)r->app->info->vocab_size * sizeof(float));
+        s->has_logits = 1;
+    }
+    free(buf);
+    s->tokens_seen = recur_state_tokens_seen(s->state);
+    s->snapshot_bytes = recur_snapshot_size(s->state);
+    s->mut_gen = s->saved_gen = 1;
+    idx_set_resident(r, e, 1, uv_now(r->app->loop));
+    r->loads++;
+    return s;
+}
+
+static int hook_make_room(void *ctx)
+{
+    srv_residency *r = ctx;
+    if (!r->max_resident || srv_table_count(r->app->table) < (size_t)r->max_resident)
+        return 0;
+    return evict_lru(r);
+}
+
+static void hook_removed(void *ctx, srv_session *s)
+{
+    srv_residency *r = ctx;
+    if (s->pjob) {
+        ((wjob *)s->pjob)->s = NULL;
+        s->pjob = NULL;
+    }
+    if (idx_find(r, s->id)) {
+        idx_del(r, s->id);
+        /* No directory fsync: a DELETE lost to a crash brings the session back, which loses
+         * nothing; the next snapshot write fsyncs the directory anyway. */
+        int rc = srv_persist_unlink(r->p, s->id, 0);
+        if (rc != 0)
+            srv_log(SRV_LOG_ERROR, "snapshot_unlink_failed", "\"error\":\"%s\"", strerror(-rc));
+        else
+            r->deleted_files++;
+    }
+}
+
+static size_t hook_stored(void *ctx)
+{
+    return ((srv_residency *)ctx)->n_stored;
+}
+
+/* ---------------------------------------------------------------- timer */
+
+typedef struct {
+    srv_residency *r;
+    uint64_t now;
+    int periodic;
+} tick_ctx;
+
+static void tick_one(srv_session *s, void *arg)
+{
+    tick_ctx *c = arg;
+    srv_residency *r = c->r;
+    if (s->pjob)
+        return;
+    uint64_t idle_for = c->now - s->last_used_ms;
+    if (r->app->cfg.evict_idle_ms && is_idle(s) && idle_for >= r->app->cfg.evict_idle_ms) {
+        if (is_clean(r, s))
+            drop_clean(r, s);
+        else
+            enqueue(r, s->id, W_IDLE);
+        return;
+    }
+    if (c->periodic && !is_clean(r, s))
+        enqueue(r, s->id, W_PERIODIC);
+}
+
+static void expire_on_disk(srv_residency *r, uint64_t now)
+{
+    uint64_t ttl = r->app->cfg.idle_ttl_ms;
+    if (!ttl || !r->n_stored)
+        return;
+    size_t gone = 0;
+    for (size_t b = 0; b < r->n_buckets; b++)
+        for (entry **pp = &r->buckets[b]; *pp;) {
+            entry *e = *pp;
+            if (!e->resident && now - e->last_used_ms >= ttl) {
+                srv_persist_unlink(r->p, e->id, 0);
+                *pp = e->next;
+                r->n_stored--;
+                r->n_entries--;
+                free(e);
+                gone++;
+            } else {
+                pp = &e->next;
+            }
+        }
+    if (gone) {
+        r->expired_on_disk += gone;
+        r->app->counters.sessions_expired += gone;
+        srv_log(SRV_LOG_INFO, "sessions_expired_on_disk", "\"count\":%zu", gone);
+    }
+}
+
+static void on_tick(uv_timer_t *t)
+{
+    srv_residency *r = t->data;
+    uint64_t now = uv_now(r->app->loop);
+    uint64_t every = r->app->cfg.snapshot_interval_ms;
+    /* A new round only when the last one is written: a slow disk gets no pile-up. */
+    int periodic = every && now - r->last_periodic_ms >= every && r->q_len == 0;
+    if (periodic)
+        r->last_periodic_ms = now;
+    if (periodic || r->app->cfg.evict_idle_ms) {
+        tick_ctx c = {r, now, periodic};
+        srv_table_foreach(r->app->table, tick_one, &c);
+    }
+    expire_on_disk(r, now);
+    pump(r);
+}
+
+static void timer_closed(uv_handle_t *h) {}
+
+/* ---------------------------------------------------------------- lifecycle */
+
+int srv_residency_start(srv_app *app)
+{
+    srv_residency *r = calloc(1, sizeof *r);
+    if (!r)
+        abort();
+    r->app = app;
+    app->res = r;
+    const srv_config *cfg = &app->cfg;
+    if (!cfg->state_dir[0]) {
+        if (cfg->max_resident_sessions && cfg->max_resident_sessions < cfg->max_sessions) {
+            /* Nowhere to evict to: the budget is a plain session limit (503 + Retry-After). */
+            srv_table_set_max(app->table, cfg->max_resident_sessions);
+            srv_log(SRV_LOG_INFO, "max_resident_without_state_dir",
+                    "\"max_sessions\":%d", cfg->max_resident_sessions);
+        }
+        return 0;
+    }
+    r->max_resident = cfg->max_resident_sessions;
+    r->snap_max = app->info->state_bytes + 4096 +
+                  proto_state_trailer_size(app->info->vocab_size);
+    r->n_buckets = 1024;
+    r->buckets = calloc(r->n_buckets, sizeof *r->buckets);
+    if (!r->buckets)
+        abort();
+    char err[600];
+    if (srv_persist_open(cfg->state_dir, on_found, r, &r->p, err, sizeof err) != 0) {
+        char e[1400];
+        srv_log(SRV_LOG_ERROR, "state_dir_unusable", "\"message\":\"%s; refusing to start\"",
+                srv_log_str(err, e, sizeof e));
+        return -1;
+    }
+    srv_table_hooks h = {hook_load, hook_make_room, hook_removed, hook_stored, r};
+    srv_table_set_hooks(app->table, &h);
+    uint64_t tick = TICK_MAX_MS;
+    if (cfg->snapshot_interval_ms && cfg->snapshot_interval_ms / 2 < tick)
+        tick = cfg->snapshot_interval_ms / 2;
+    if (cfg->evict_idle_ms && cfg->evict_idle_ms / 4 < tick)
+        tick = cfg->evict_idle_ms / 4;
+    if (tick < TICK_MIN_MS)
+        tick = TICK_MIN_MS;
+    uv_timer_init(app->loop, &r->timer);
+    r->timer.data = r;
+    r->last_periodic_ms = uv_now(app->loop);
+    uv_timer_start(&r->timer, on_tick, tick, tick);
+    r->timer_on = 1;
+    srv_log(SRV_LOG_INFO, "persistence",
+            "\"sessions_on_disk\":%zu,\"max_resident_sessions\":%d,\"snapshot_interval_ms\":%llu,"
+            "\"evict_idle_ms\":%llu",
+            r->n_entries, r->max_resident, (unsigned long long)cfg->snapshot_interval_ms,
+            (unsigned long long)cfg->evict_idle_ms);
+    return 0;
+}
+
+static void shutdown_one(srv_session *s, void *arg)
+{
+    srv_residency *r = arg;
+    if (!is_clean(r, s) && !s->pjob)
+        enqueue(r, s->id, W_SHUTDOWN);
+}
+
+void srv_residency_shutdown(srv_app *app)
+{
+    srv_residency *r = app->res;
+    if (!r || !r->p || r->shutting_down)
+        return;
+    r->shutting_down = 1;
+    if (r->timer_on) {
+        uv_timer_stop(&r->timer);
+        uv_close((uv_handle_t *)&r->timer, timer_closed);
+        r->timer_on = 0;
+    }
+    r->q_len = 0; /* periodic/idle rounds are superseded by this one */
+    srv_table_foreach(app->table, shutdown_one, r);
+    srv_log(SRV_LOG_INFO, "snapshot_flush", "\"sessions\":%zu,\"in_flight\":%d",
+            r->q_len, r->inflight);
+    pump(r);
+    shutdown_check_done(r);
+}
+
+void srv_residency_free(srv_app *app)
+{
+    srv_residency *r = app->res;
+    if (!r)
+        return;
+    for (size_t b = 0; b < r->n_buckets; b++)
+        for (entry *e = r->buckets[b], *n; e; e = n) {
+            n = e->next;
+            free(e);
+        }
+    free(r->buckets);
+    free(r->q);
+    srv_persist_close(r->p);
+    free(r);
+    app->res = NULL;
+}
+
+/* ---------------------------------------------------------------- health, metrics */
+
+int srv_residency_health(srv_app *app, proto_buf *b)
+{
+    srv_residency *r = app->res;
+    if (r && r->p && r->degraded) {
+        proto_buf_puts(b, "{\"status\":\"degraded\",\"persistence\":");
+        proto_buf_json_str(b, r->last_error, strlen(r->last_error));
+        proto_buf_puts(b, "}");
+    } else {
+        proto_buf_puts(b, "{\"status\":\"ok\"}");
+    }
+    return 200;
+}
+
+static void metric(proto_buf *b, const char *name, const char *type, const char *help,
+                   unsigned long long v)
+{
+    proto_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name, type, name, v);
+}
+
+void srv_residency_metrics(srv_app *app, proto_buf *b)
+{
+    srv_residency *r = app->res;
+    if (!r)
+        return;
+    metric(b, "recurd_persistence_enabled", "gauge", "1 when state_dir is set.", r->p != NULL);
+    if (!r->p)
+        return;
+    metric(b, "recurd_persistence_degraded", "gauge",
+           "1 after a failed snapshot write, until the next successful one.", r->degraded);
+    metric(b, "recurd_snapshots_total", "counter", "Snapshot files written.", r->writes_ok);
+    metric(b, "recurd_snapshot_failures_total", "counter",
+           "Snapshot writes that failed (the previous file stays).", r->writes_failed);
+    metric(b, "recurd_snapshot_bytes_total", "counter", "Bytes of snapshot files written.",
+           r->bytes_written);
+    metric(b, "recurd_snapshot_writes_in_flight", "gauge", "Snapshot writes on the threadpool.",
+           (unsigned long long)r->inflight);
+    metric(b, "recurd_sessions_on_disk", "gauge", "Sessions with a snapshot file.", r->n_entries);
+    metric(b, "recurd_sessions_stored", "gauge", "Sessions on disk only (not resident).",
+           r->n_stored);
+    metric(b, "recurd_sessions_max_resident", "gauge", "max_resident_sessions (0 = max_sessions).",
+           (unsigned long long)r->max_resident);
+    metric(b, "recurd_sessions_evicted_total", "counter", "Sessions dropped from memory to disk.",
+           r->evictions);
+    metric(b, "recurd_sessions_loaded_total", "counter", "Sessions loaded from disk.", r->loads);
+    metric(b, "recurd_session_load_failures_total", "counter",
+           "Snapshot reads that failed with an I/O error (file kept).", r->load_failures);
+    metric(b, "recurd_snapshots_quarantined_total", "counter",
+           "Snapshot files that failed a check, moved to quarantine/.", r->quarantined);
+    metric(b, "recurd_resident_budget_exceeded_total", "counter",
+           "Lazy loads over max_resident_sessions because every resident session was busy.",
+           r->over_budget_loads);
+    metric(b, "recurd_eviction_sync_writes_total", "counter",
+           "Eviction writes done on the loop thread.", r->sync_evict_writes);
+    metric(b, "recurd_eviction_sync_write_us_total", "counter",
+           "Microseconds spent in eviction writes on the loop thread.", r->sync_evict_us_total);
+    metric(b, "recurd_eviction_sync_write_us_max", "gauge",
+           "Longest eviction write on the loop thread (microseconds).", r->sync_evict_us_max);
+}

@@ -1,0 +1,45 @@
+/*
+ * residency.h — which sessions live in memory, and when they are written to state_dir.
+ *
+ * Without state_dir: max_resident_sessions (when set) caps max_sessions; nothing is written.
+ * With state_dir (persist.h):
+ *   - at start every "<id>.snap" is indexed; a session is loaded on first access (lazy), and a
+ *     snapshot that fails any check is quarantined (404 for that id, others unaffected);
+ *   - max_resident_sessions: a session that must become resident (create, fork, lazy load)
+ *     when the budget is full first evicts the least recently used idle session (no queued or
+ *     running request, no write in flight): written to disk if it changed, then dropped;
+ *   - every snapshot_interval_ms, sessions changed since their last snapshot are written;
+ *   - every session idle for evict_idle_ms is written and dropped from memory;
+ *   - idle_ttl_ms deletes resident and disk-only sessions alike (the file too);
+ *   - SIGTERM (srv_residency_shutdown) writes every changed session before exit.
+ * Periodic, idle and shutdown writes run on libuv's threadpool; the state is serialized on the
+ * loop thread first (a copy, no disk I/O), so a worker never reads a live session. Budget
+ * evictions write on the loop thread (they must finish before the new session gets its slot).
+ *
+ * Everything here runs on the loop thread.
+ */
+#ifndef SRV_RESIDENCY_H
+#define SRV_RESIDENCY_H
+
+#include <stddef.h>
+
+#include "app.h"
+#include "buf.h"
+
+/* After srv_table_create: open state_dir (when configured) and install the table hooks.
+ * Returns 0, or -1 after logging why (the daemon must refuse to start). */
+int srv_residency_start(srv_app *app);
+/* SIGTERM, after the scheduler's workers were joined: stop the timer and write every changed
+ * session; the loop keeps running until the writes are done. */
+void srv_residency_shutdown(srv_app *app);
+/* After uv_run returned. */
+void srv_residency_free(srv_app *app);
+
+/* GET /healthz: fills b, returns the status code (200 {"status":"ok"}, or 200
+ * {"status":"degraded","persistence":"..."} after a failed snapshot write until the next
+ * successful one). */
+int srv_residency_health(srv_app *app, proto_buf *b);
+/* Prometheus lines for /metrics. */
+void srv_residency_metrics(srv_app *app, proto_buf *b);
+
+#endif /* SRV_RESIDENCY_H */

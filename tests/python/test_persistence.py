@@ -1,0 +1,549 @@
+"""Durability of sessions (HARDENING.md §2, docs/OPERATIONS.md) against the real daemon:
+state_dir snapshots across SIGTERM and kill -9, crash debris, corrupt files, a full disk, the
+resident-memory budget, and a state_dir that cannot be used."""
+import json
+import os
+import random
+import resource
+import shutil
+import signal
+import stat
+import subprocess
+import threading
+import time
+
+import pytest
+import requests
+
+from daemon import Daemon, RECURD, ROOT, TINY_MODEL
+
+VOCAB = 256
+
+
+# ---------------------------------------------------------------------------- helpers
+
+class FaultDaemon(Daemon):
+    """A Daemon whose process starts with a file-size limit (RLIMIT_FSIZE), when set."""
+
+    def __init__(self, *args, fsize=None, **kw):
+        super().__init__(*args, **kw)
+        self.fsize = fsize
+
+    def start(self):
+        if self.fsize is None:
+            return super().start()
+        real_popen = subprocess.Popen
+        limit = self.fsize
+
+        def popen(*a, **k):
+            k["preexec_fn"] = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+            return real_popen(*a, **k)
+
+        subprocess.Popen = popen
+        try:
+            return super().start()
+        finally:
+            subprocess.Popen = real_popen
+
+
+def pd(state_dir, *args, **kw):
+    """A daemon with persistence in state_dir."""
+    return Daemon("--state-dir", str(state_dir), *args, **kw)
+
+
+def create(d, tokens=None, expect=201):
+    r = requests.post(d.url("/v1/sessions"), json={"tokens": tokens} if tokens else None,
+                      timeout=30)
+    assert r.status_code == expect, r.text
+    return r.json()["id"] if expect == 201 else r
+
+
+def info(d, sid):
+    r = requests.get(d.url("/v1/sessions/%s" % sid), timeout=30)
+    return r.json() if r.status_code == 200 else r.status_code
+
+
+def fold(d, sid, tokens, top_k=5):
+    r = requests.post(d.url("/v1/sessions/%s/tokens" % sid),
+                      json={"tokens": tokens, "top_k": top_k}, timeout=60)
+    assert r.status_code == 200, r.text
+    lines = [json.loads(x) for x in r.text.split("\n") if x]
+    assert lines[-1]["done"] is True, lines[-1]
+    return lines
+
+
+def get_state(d, sid):
+    r = requests.get(d.url("/v1/sessions/%s/state" % sid), timeout=30)
+    assert r.status_code == 200, r.text
+    return r.content
+
+
+def probe(d, sid, token=65):
+    """The prediction after sid's history, read on a fork (sid itself is unchanged): the exact
+    text of the fold line for `token`: its logprob and the top-5 next-token logprobs."""
+    r = requests.post(d.url("/v1/sessions/%s/fork" % sid), timeout=30)
+    assert r.status_code == 201, r.text
+    fid = r.json()["id"]
+    lines = fold(d, fid, [token])
+    assert requests.delete(d.url("/v1/sessions/%s" % fid), timeout=30).status_code == 204
+    return lines[0]
+
+
+def metrics(d):
+    text = requests.get(d.url("/metrics"), timeout=10).text
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            k, v = line.rsplit(" ", 1)
+            out[k] = float(v)
+    return out
+
+
+def wait_for(cond, timeout=10.0, what="condition"):
+    end = time.time() + timeout
+    while time.time() < end:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.02)
+    raise AssertionError("timed out waiting for " + what)
+
+
+def snap_files(state_dir):
+    return sorted(f for f in os.listdir(state_dir) if f.endswith(".snap"))
+
+
+def events(d, name):
+    out = []
+    for line in d.logs():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if obj.get("event") == name:
+            out.append(obj)
+    return out
+
+
+def writes_settled(d, n_on_disk=None):
+    """Every changed session written: nothing in flight and nothing changed since."""
+    m = metrics(d)
+    ok = m.get("recurd_snapshot_writes_in_flight", 1) == 0
+    if n_on_disk is not None:
+        ok = ok and m.get("recurd_sessions_on_disk") == n_on_disk
+    return ok
+
+
+def random_histories(d, n, seed):
+    """n sessions, each with a random history: a prefill, token-by-token folds, or a fork."""
+    rng = random.Random(seed)
+    ids = []
+    for i in range(n):
+        kind = rng.random()
+        if kind < 0.1 and ids:
+            src = rng.choice(ids)
+            r = requests.post(d.url("/v1/sessions/%s/fork" % src), timeout=30)
+            assert r.status_code == 201
+            sid = r.json()["id"]
+        elif kind < 0.2:
+            sid = create(d)  # empty: must survive too
+        else:
+            sid = create(d, [rng.randrange(VOCAB) for _ in range(rng.randint(1, 40))])
+        if rng.random() < 0.5:
+            fold(d, sid, [rng.randrange(VOCAB) for _ in range(rng.randint(1, 4))], top_k=0)
+        ids.append(sid)
+    return ids
+
+
+# ---------------------------------------------------------------------------- SIGTERM / restart
+
+def test_sigterm_restart_is_bit_identical(tmp_path):
+    sd = tmp_path / "state"
+    with pd(sd) as d:
+        ids = random_histories(d, 100, seed=1)
+        before = {sid: (info(d, sid)["tokens_seen"], get_state(d, sid), probe(d, sid)) for sid in ids}
+        assert d.terminate() == 0
+        assert events(d, "snapshot_flush_done")[0]["failed"] == 0
+    assert os.stat(sd).st_mode & 0o777 == 0o700
+    assert len(snap_files(sd)) == 100
+    for f in snap_files(sd):
+        assert os.stat(sd / f).st_mode & 0o777 == 0o600
+    with pd(sd) as d:
+        assert metrics(d)["recurd_sessions"] == 0  # lazily loaded
+        for sid in ids:
+            seen, state, line = before[sid]
+            assert info(d, sid)["tokens_seen"] == seen
+            assert get_state(d, sid) == state  # state and next-token logits, byte for byte
+            assert probe(d, sid) == line       # logprob and top-5, bit-identical floats
+        m = metrics(d)
+        assert m["recurd_sessions_loaded_total"] == 100
+        assert m["recurd_snapshots_quarantined_total"] == 0
+
+
+def test_delete_removes_the_file(tmp_path):
+    sd = tmp_path / "state"
+    with pd(sd) as d:
+        a, b = create(d, [1, 2, 3]), create(d, [4, 5])
+        assert d.terminate() == 0
+    assert len(snap_files(sd)) == 2
+    with pd(sd) as d:
+        assert requests.delete(d.url("/v1/sessions/%s" % a), timeout=10).status_code == 204
+        # removed right after the 204 is written
+        wait_for(lambda: not os.path.exists(sd / (a + ".snap")), timeout=2, what="unlink")
+        assert d.terminate() == 0
+    with pd(sd) as d:
+        assert info(d, a) == 404
+        assert info(d, b)["tokens_seen"] == 2
+
+
+def test_without_state_dir_nothing_is_written(tmp_path):
+    with Daemon() as d:
+        sid = create(d, [1, 2])
+        assert metrics(d)["recurd_persistence_enabled"] == 0
+        assert d.terminate() == 0
+    with Daemon() as d:
+        assert info(d, sid) == 404
+
+
+# ---------------------------------------------------------------------------- kill -9
+
+def test_kill9_after_snapshot_interval(tmp_path):
+    sd = tmp_path / "state"
+    rng = random.Random(2)
+    with pd(sd, "--snapshot-interval-ms", "200") as d:
+        ids = [create(d, [rng.randrange(VOCAB) for _ in range(rng.randint(1, 20))]) for _ in range(20)]
+        for sid in ids[:10]:
+            fold(d, sid, [rng.randrange(VOCAB) for _ in range(3)], top_k=0)
+        wait_for(lambda: writes_settled(d, 20), what="first snapshots")
+        time.sleep(0.5)  # at least one more interval: the folds above are on disk too
+        wait_for(lambda: writes_settled(d, 20), what="snapshots")
+        snap = {sid: (info(d, sid)["tokens_seen"], get_state(d, sid)) for sid in ids}
+        # More work on half of the sessions, then kill -9 at once: each of them comes back
+        # either as snapshotted or with the new tokens, never anything in between.
+        after = {}
+        for sid in ids[:10]:
+            fold(d, sid, [7, 8], top_k=0)
+            after[sid] = (info(d, sid)["tokens_seen"], get_state(d, sid))
+        d.proc.send_signal(signal.SIGKILL)
+        d.proc.wait(10)
+    with pd(sd) as d:
+        for sid in ids:
+            got = (info(d, sid)["tokens_seen"], get_state(d, sid))
+            if sid in after:
+                assert got in (snap[sid], after[sid])
+            else:
+                assert got == snap[sid]
+        assert metrics(d)["recurd_snapshots_quarantined_total"] == 0
+
+
+def test_kill9_while_writing_leaves_the_previous_snapshot(tmp_path):
+    """Crash debris of a write: partial and empty temp files beside the real snapshots (what a
+    kill -9 between open and rename leaves). The temps are removed and never loaded; the real
+    files load."""
+    sd = tmp_path / "state"
+    with pd(sd) as d:
+        ids = [create(d, [i + 1, i + 2, i + 3]) for i in range(4)]
+        states = {sid: get_state(d, sid) for sid in ids}
+        assert d.terminate() == 0
+    full = open(sd / (ids[0] + ".snap"), "rb").read()
+    with open(sd / (ids[0] + ".snap.tmp"), "wb") as f:
+        f.write(full[: len(full) // 2])  # half-written newer state
+    open(sd / (ids[1] + ".snap.tmp"), "wb").close()  # created, nothing written
+    with open(sd / (ids[2] + ".snap.tmp"), "wb") as f:
+        f.write(b"\0" * len(full))  # full length, not yet fsynced garbage
+    orphan = "ab" * 16  # a first write that never reached its rename
+    with open(sd / (orphan + ".snap.tmp"), "wb") as f:
+        f.write(full)
+    with pd(sd) as d:
+        scanned = events(d, "state_dir_scanned")[0]
+        assert scanned["temp_removed"] == 4 and scanned["snapshots"] == 4
+        assert not [f for f in os.listdir(sd) if f.endswith(".tmp")]
+        for sid in ids:
+            assert get_state(d, sid) == states[sid]
+        assert info(d, orphan) == 404
+
+
+def test_kill9_during_busy_snapshots(tmp_path):
+    """kill -9 at a random moment while folds and 20 ms snapshot rounds run: every session loads
+    (none quarantined, none lost) at a count it really had."""
+    sd = tmp_path / "state"
+    seen = {}
+    with pd(sd, "--snapshot-interval-ms", "40") as d:
+        ids = [create(d, [1, 2]) for _ in range(12)]
+        for sid in ids:
+            seen[sid] = {2}
+        wait_for(lambda: writes_settled(d, 12), what="first snapshots")
+        stop = threading.Event()
+
+        def worker(my):
+            s = requests.Session()
+            while not stop.is_set():
+                for sid in my:
+                    try:
+                        r = s.post(d.url("/v1/sessions/%s/tokens" % sid),
+                                   json={"tokens": [3, 4, 5]}, timeout=10)
+                    except requests.RequestException:
+                        return  # killed
+                    if r.status_code != 200:
+                        return
+                    seen[sid].add(json.loads(r.text.strip().split("\n")[-1])["tokens_seen"])
+
+        ts = [threading.Thread(target=worker, args=(ids[i::2],)) for i in range(2)]
+        for t in ts:
+            t.start()
+        time.sleep(0.7 + random.random() * 0.3)
+        d.proc.send_signal(signal.SIGKILL)
+        d.proc.wait(10)
+        stop.set()
+        for t in ts:
+            t.join(10)
+    with pd(sd) as d:
+        for sid in ids:
+            got = info(d, sid)
+            assert got != 404, "session lost"
+            assert got["tokens_seen"] in seen[sid]
+        assert metrics(d)["recurd_snapshots_quarantined_total"] == 0
+
+
+# ---------------------------------------------------------------------------- corrupt files
+
+def test_corrupt_snapshots_are_quarantined_and_the_rest_load(tmp_path):
+    sd = tmp_path / "state"
+    with pd(sd) as d:
+        ids = [create(d, [i, i + 1, i + 2, i + 3]) for i in range(8)]
+        states = {sid: get_state(d, sid) for sid in ids}
+        assert d.terminate() == 0
+    with Daemon(seed=8) as other:  # same architecture, other weights: another fingerprint
+        foreign = get_state(other, create(other, [1, 2, 3]))
+    path = lambda sid: sd / (sid + ".snap")
+    bad = {}
+    data = bytearray(open(path(ids[0]), "rb").read())
+    data[len(data) // 3] ^= 0x10  # one flipped bit in the payload
+    open(path(ids[0]), "wb").write(data)
+    bad[ids[0]] = "checksum"
+    data = open(path(ids[1]), "rb").read()
+    open(path(ids[1]), "wb").write(data[: len(data) // 2])
+    bad[ids[1]] = "truncated"
+    open(path(ids[2]), "wb").close()
+    bad[ids[2]] = "empty"
+    open(path(ids[3]), "wb").write(foreign)
+    bad[ids[3]] = "othermodel"
+    data = bytearray(open(path(ids[4]), "rb").read())
+    data[-1] ^= 0x01  # the logits trailer's checksum
+    open(path(ids[4]), "wb").write(data)
+    bad[ids[4]] = "trailer"
+    open(path(ids[5]), "wb").write(b"RECURST1" + os.urandom(100))
+    bad[ids[5]] = None  # some reason
+    with pd(sd) as d:
+        for sid in ids:
+            if sid in bad:
+                assert info(d, sid) == 404
+                assert requests.post(d.url("/v1/sessions/%s/tokens" % sid), json={"tokens": [1]},
+                                     timeout=10).status_code == 404
+            else:
+                assert get_state(d, sid) == states[sid]
+        q = sorted(os.listdir(sd / "quarantine"))
+        assert len(q) == len(bad), q
+        for sid, why in bad.items():
+            assert not os.path.exists(path(sid))
+            mine = [f for f in q if f.startswith(sid + ".snap.")]
+            assert len(mine) == 1, (sid, q)
+            if why:  # a flipped bit fails the trailer's checksum (it covers the core) first
+                assert mine[0].split(".")[2] in {why, "checksum" if why == "trailer" else why,
+                                                 "trailer" if why == "checksum" else why}, mine
+        assert len(events(d, "snapshot_quarantined")) == len(bad)
+        assert metrics(d)["recurd_snapshots_quarantined_total"] == len(bad) - 1  # + 1 at scan
+        # Quarantined ids stay gone after another restart; the good ones stay.
+        assert d.terminate() == 0
+    with pd(sd) as d:
+        for sid in ids:
+            assert (info(d, sid) == 404) == (sid in bad)
+
+
+# ---------------------------------------------------------------------------- disk full
+
+def _mount_tiny_tmpfs(path):
+    os.makedirs(path, exist_ok=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(path)],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return r.returncode == 0
+
+
+def _fill(path, leave):
+    """Fill the file system of path until `leave` bytes are free."""
+    st = os.statvfs(path)
+    free = st.f_bavail * st.f_frsize
+    if free > leave:
+        with open(os.path.join(path, "filler"), "wb") as f:
+            f.write(b"\0" * (free - leave))
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def test_disk_full_is_reported_and_loses_nothing_written(tmp_path):
+    sd = tmp_path / "state"
+    # Phase 1, healthy disk: three sessions on disk.
+    sd.mkdir(mode=0o700)
+    with pd(sd) as d:
+        ids = [create(d, [i, 2 * i, 3 * i + 1]) for i in range(1, 4)]
+        states = {sid: get_state(d, sid) for sid in ids}
+        assert d.terminate() == 0
+    saved = {f: open(sd / f, "rb").read() for f in snap_files(sd)}
+
+    # Phase 2, the disk is full: a 64 KiB tmpfs holding those files and a filler, or (if mount
+    # is not allowed here) a file-size limit below one snapshot, so every write fails.
+    full = tmp_path / "full"
+    fsize = None
+    if not os.environ.get("RECUR_TEST_NO_MOUNT") and _mount_tiny_tmpfs(full):
+        mounted = True
+        (full / "quarantine").mkdir(mode=0o700)
+        for f, b in saved.items():
+            open(full / f, "wb").write(b)
+        _fill(str(full), 4096)  # the start-up probe fits, no snapshot does
+        expect = "No space left on device"
+    else:
+        mounted = False
+        shutil.copytree(sd, full)
+        fsize = 1024
+        expect = "File too large"
+    try:
+        d = FaultDaemon("--state-dir", str(full), "--snapshot-interval-ms", "100", fsize=fsize)
+        with d:
+            for sid in ids:  # the old sessions move on
+                fold(d, sid, [9, 9, 9], top_k=0)
+            new = create(d, [5, 6, 7])
+            wait_for(lambda: metrics(d).get("recurd_snapshot_failures_total", 0) >= 4,
+                     what="snapshot failures")
+            h = requests.get(d.url("/healthz"), timeout=10)
+            assert h.status_code == 200
+            assert h.json()["status"] == "degraded"
+            assert expect in h.json()["persistence"]
+            m = metrics(d)
+            assert m["recurd_persistence_degraded"] == 1
+            failed = events(d, "snapshot_failed")
+            assert failed and expect in failed[0]["error"]
+            # Still serving, every session intact in memory.
+            fold(d, new, [1], top_k=0)
+            assert info(d, new)["tokens_seen"] == 4
+            assert create(d, [1])
+            for sid in ids:
+                assert info(d, sid)["tokens_seen"] == 6
+            # No temp file left, the previous snapshots untouched.
+            assert not [f for f in os.listdir(full) if f.endswith(".tmp")]
+            for f, b in saved.items():
+                assert open(full / f, "rb").read() == b
+            assert d.terminate() == 0  # the final flush fails too, and says so
+            assert events(d, "snapshot_flush_done")[0]["failed"] >= 4
+        for f, b in saved.items():
+            assert open(full / f, "rb").read() == b
+        if mounted and os.path.exists(full / "filler"):
+            os.remove(full / "filler")
+        # Restart on a healthy disk: the last snapshot of each old session is there.
+        with pd(full) as d:
+            for sid in ids:
+                assert get_state(d, sid) == states[sid]
+            assert requests.get(d.url("/healthz"), timeout=10).json() == {"status": "ok"}
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(full)])
+
+
+# ---------------------------------------------------------------------------- resident budget
+
+def _round_robin(d, n_sessions, rounds, seed):
+    rng = random.Random(seed)
+    ids = [create(d, [rng.randrange(VOCAB) for _ in range(rng.randint(1, 12))]) for _ in range(n_sessions)]
+    out = []
+    for _ in range(rounds):
+        for sid in ids:
+            out.append(fold(d, sid, [rng.randrange(VOCAB) for _ in range(2)], top_k=3))
+    for sid in ids:
+        r = requests.post(d.url("/v1/sessions/%s/generate" % sid),
+                          json={"max_tokens": 5, "temperature": 0.8, "seed": 11}, timeout=30)
+        assert r.status_code == 200
+        out.append(r.text)
+        out.append(info(d, sid)["tokens_seen"])
+    return out
+
+
+def test_eviction_is_invisible(tmp_path):
+    with Daemon() as d:
+        reference = _round_robin(d, 20, 3, seed=5)
+    with pd(tmp_path / "state", "--max-resident-sessions", "4") as d:
+        got = _round_robin(d, 20, 3, seed=5)
+        m = metrics(d)
+        assert m["recurd_sessions"] <= 4
+        assert m["recurd_sessions_evicted_total"] >= 60
+        assert m["recurd_sessions_loaded_total"] >= 60
+        assert m["recurd_resident_budget_exceeded_total"] == 0
+    assert got == reference
+
+
+def test_busy_session_is_never_evicted(tmp_path):
+    with pd(tmp_path / "state", "--max-resident-sessions", "2") as d:
+        busy = create(d, [1, 2, 3])
+        result = {}
+
+        def gen():
+            r = requests.post(d.url("/v1/sessions/%s/generate" % busy),
+                              json={"max_tokens": 400, "temperature": 0}, timeout=60)
+            result["lines"] = [json.loads(x) for x in r.text.split("\n") if x]
+
+        t = threading.Thread(target=gen)
+        t.start()
+        wait_for(lambda: info(d, busy)["tokens_seen"] > 3, what="generation start")
+        others = [create(d, [i]) for i in range(6)]  # each evicts the idle one, never busy
+        t.join(60)
+        done = result["lines"][-1]
+        assert done["done"] and done["reason"] == "length" and done["tokens_seen"] == 403
+        assert len(result["lines"]) == 401
+        for sid in others:
+            assert info(d, sid)["tokens_seen"] == 1
+        assert metrics(d)["recurd_sessions_evicted_total"] >= 4
+
+
+def test_budget_without_state_dir_is_503():
+    with Daemon("--max-resident-sessions", "3") as d:
+        for i in range(3):
+            create(d, [i])
+        r = create(d, [1], expect=503)
+        assert r.headers.get("Retry-After")
+        assert r.json()["error"]["code"] == "max_sessions"
+
+
+def test_idle_eviction_and_ttl_reach_the_disk(tmp_path):
+    sd = tmp_path / "state"
+    with pd(sd, "--evict-idle-ms", "100", "--idle-ttl-ms", "1500") as d:
+        sid = create(d, [1, 2, 3])
+        wait_for(lambda: metrics(d)["recurd_sessions_evicted_total"] == 1, what="idle eviction")
+        assert metrics(d)["recurd_sessions"] == 0
+        assert os.path.exists(sd / (sid + ".snap"))
+        assert info(d, sid)["tokens_seen"] == 3  # lazily loaded again
+        # Not touched again (a GET would count as use): the file goes at idle_ttl.
+        wait_for(lambda: not os.path.exists(sd / (sid + ".snap")), timeout=6, what="idle_ttl")
+        assert info(d, sid) == 404
+        assert metrics(d)["recurd_sessions_expired_total"] == 1
+
+
+# ---------------------------------------------------------------------------- unusable state_dir
+
+@pytest.mark.parametrize("kind", ["under_a_file", "a_file", "unwritable_fs"])
+def test_unusable_state_dir_refuses_to_start(tmp_path, kind):
+    f = tmp_path / "plain"
+    f.write_bytes(b"x")
+    target = {"under_a_file": f / "state", "a_file": f, "unwritable_fs": "/proc/recurd-state"}[kind]
+    p = subprocess.run([RECURD, "--config", "", "--port", "0", "--model-config", TINY_MODEL,
+                        "--state-dir", str(target)], cwd=ROOT, capture_output=True, timeout=30)
+    assert p.returncode != 0
+    err = p.stderr.decode()
+    assert "state_dir_unusable" in err and "refusing to start" in err, err
+    assert "listening" not in err
+
+
+def test_state_dir_is_created_0700(tmp_path):
+    sd = tmp_path / "new" / "state"
+    (tmp_path / "new").mkdir()
+    with pd(sd) as d:
+        create(d)
+    assert stat.S_IMODE(os.stat(sd).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(sd / "quarantine").st_mode) == 0o700
