@@ -280,6 +280,15 @@ def fmt(x, nd=1):
     return "–" if x is None else f"{x:,.{nd}f}"
 
 
+def median_run(reps, key):
+    """The report whose key(report) is the median of the repeated runs."""
+    reps = sorted(reps, key=key)
+    return reps[len(reps) // 2]
+
+
+REPEATS = 3
+
+
 def create_session(port):
     req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/sessions", data=b"", method="POST")
     with urllib.request.urlopen(req, timeout=30) as r:
@@ -293,11 +302,11 @@ def scenario_throughput(tools, budget):
     rows = []
     with recurd(margs) as srv:
         for s in SESSION_COUNTS:
-            rep = require_ok(load(srv.port, [
-                "--sessions", s, "--connections", s, "--mode", "tokens", "--duration", 4,
-                "--server-pid", srv.pid, "--metrics-interval", 0, "--seed", s], budget,
-                f"throughput_{s}"))
-            rows.append((s, rep))
+            reps = [require_ok(load(srv.port, [
+                "--sessions", s, "--connections", s, "--mode", "tokens", "--duration", 3,
+                "--server-pid", srv.pid, "--metrics-interval", 0, "--seed", 10 * s + i], budget,
+                f"throughput_{s}_{i}")) for i in range(REPEATS)]
+            rows.append((s, median_run(reps, lambda r: r["tokens_per_s"])))
         cmd = rows[-1][1]["_cmd"]
     bb = {}
     note = ""
@@ -310,7 +319,7 @@ def scenario_throughput(tools, budget):
         note = "\nIn-process rate unavailable: bench_batch did not build.\n"
 
     md = [f"Model: {mname}; recurd defaults (workers, max_batch); one connection per session; "
-          "4 s per point; single-token `/tokens` requests.\n",
+          f"single-token `/tokens` requests; each point is the median of {REPEATS} runs of 3 s.\n",
           "| sessions | HTTP tokens/s | p50 ms | p99 ms | in-process B=sessions tokens/s | HTTP / in-process |",
           "|---:|---:|---:|---:|---:|---:|"]
     dat = []
@@ -555,13 +564,19 @@ def scenario_capacity(tools, budget):
 def scenario_overhead(tools, budget):
     if "hello_server" not in tools:
         raise BenchError("hello_server did not build")
-    args = ["--sessions", 16, "--connections", 16, "--duration", 4, "--metrics-interval", 0]
-    with Server([tools["hello_server"], "--port", "0"], "hello_server") as hello:
-        h = require_ok(load(hello.port, args + ["--server-pid", hello.pid], budget, "overhead_hello"))
-    with recurd(["--model-config", TINY_CONFIG, "--model-seed", "1"]) as srv:
+    args = ["--sessions", 16, "--connections", 16, "--duration", 3, "--metrics-interval", 0]
+    hs, rs = [], []
+    with Server([tools["hello_server"], "--port", "0"], "hello_server") as hello, \
+            recurd(["--model-config", TINY_CONFIG, "--model-seed", "1"]) as srv:
         m0 = srv.metrics()
-        r = require_ok(load(srv.port, args + ["--server-pid", srv.pid], budget, "overhead_recurd"))
+        for i in range(REPEATS):  # alternated, so that other load on the machine hits both alike
+            hs.append(require_ok(load(hello.port, args + ["--server-pid", hello.pid], budget,
+                                      f"overhead_hello_{i}")))
+            rs.append(require_ok(load(srv.port, args + ["--server-pid", srv.pid], budget,
+                                      f"overhead_recurd_{i}")))
         m1 = srv.metrics()
+    h = median_run(hs, lambda r: r["server"]["cpu_us_per_request"] or 0)
+    r = median_run(rs, lambda r: r["server"]["cpu_us_per_request"] or 0)
     batches = m1.get("recurd_decode_batches_total", 0) - m0.get("recurd_decode_batches_total", 0)
     steps = (m1.get("recurd_decode_batched_tokens_total", 0)
              - m0.get("recurd_decode_batched_tokens_total", 0))
@@ -578,9 +593,10 @@ def scenario_overhead(tools, budget):
     hc = h["server"]["cpu_us_per_request"]
     rc = r["server"]["cpu_us_per_request"]
     excl = rc - model_us if rc is not None and model_us is not None else None
-    md = ["Both servers driven by the same recur-load command (16 sessions, 16 connections, 4 s, "
-          "single-token `/tokens` requests, every answer checked); server CPU = utime + stime of the "
-          "server process over the drive phase, from /proc.\n",
+    md = ["Both servers driven by the same recur-load command (16 sessions, 16 connections, 3 s, "
+          "single-token `/tokens` requests, every answer checked), alternated "
+          f"{REPEATS} times, median run shown; server CPU = utime + stime of the server process over "
+          "the drive phase, from /proc.\n",
           "| server | requests/s | server CPU µs/request | p50 ms | p99 ms |",
           "|---|---:|---:|---:|---:|",
           f"| hello_server (libuv + llhttp, no model) | {fmt(h['requests_per_s'])} | {fmt(hc, 2)} | "
