@@ -32,6 +32,7 @@ struct recur_workspace {
     float *ff;      /* [R][2*d_ff] gate | up, then silu(gate)*up in the first half */
     float *tmp;     /* [max(K,V) * 2] */
     float *scores;  /* [PREFILL_PIECE][max_context] softmax layers only */
+    float *backup;  /* [rec_floats] a session's recurrent state before a prefill (rollback) */
     void *block;    /* every buffer above (recur__big_alloc) */
     size_t block_bytes;
 };
@@ -49,6 +50,7 @@ int recur_workspace_create(const recur_model *m, int max_batch, recur_workspace 
         R * d, R * d, R * (size_t)m->max_in, R * H * K, R * H * K, R * H * V, R * H * K, R * H, R * H,
         R * H * V, R * 2 * (size_t)c->d_ff, 2 * (K > V ? K : V),
         m->n_softmax ? (size_t)PREFILL_PIECE * (size_t)c->max_context : 0,
+        m->rec_floats,
     };
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += (sizes[i] + 15) / 16 * 16;
@@ -57,7 +59,7 @@ int recur_workspace_create(const recur_model *m, int max_batch, recur_workspace 
     if (!ws || !b) { free(ws); recur__big_free(b, total * sizeof(float)); return RECUR_ENOMEM; }
     memset(b, 0, total * sizeof(float)); /* touch once, here, never on the hot path */
     float **slots[] = {&ws->x, &ws->h, &ws->proj, &ws->q, &ws->k, &ws->v, &ws->gk, &ws->gs,
-                       &ws->beta, &ws->o, &ws->ff, &ws->tmp, &ws->scores};
+                       &ws->beta, &ws->o, &ws->ff, &ws->tmp, &ws->scores, &ws->backup};
     size_t off = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         *slots[i] = b + off;
@@ -308,12 +310,15 @@ static void preprocess_rows(const recur_model *m, const recur_layer *L, recur_wo
         memcpy(v, p + 2 * HK, HV * sizeof(float));
         switch (L->kind) {
         case RECUR_MIXER_GLA:
-            /* g = logsigmoid(gk_proj h) / 16 = -softplus(-x) / 16 */
-            for (size_t i = 0; i < HK; i++) ws->gk[r * HK + i] = -softplus(-p[L->off_gk + i]) / 16.0f;
+            /* g = logsigmoid(gk_proj h) / 16 = -softplus(-x) / 16; kept finite like the gated
+             * DeltaNet gate below (fmaxf also maps NaN to the bound) */
+            for (size_t i = 0; i < HK; i++)
+                ws->gk[r * HK + i] = fmaxf(-softplus(-p[L->off_gk + i]) / 16.0f, -1e30f);
             break;
         case RECUR_MIXER_GATED_DELTANET:
-            /* g = -exp(A_log) * softplus(a_proj h + dt_bias); an overflow to -inf is kept finite
-             * (exp(g) is 0 either way) so that the chunkwise kernel never sees a non-finite gate */
+            /* g = -exp(A_log) * softplus(a_proj h + dt_bias); an overflow to -inf (or NaN from
+             * overflowing activations) is kept finite, exp(g) is 0 either way: the chunkwise kernel
+             * never sees a non-finite gate, so prefill fails on numerics no more than a step does */
             for (int hd = 0; hd < H; hd++)
                 ws->gs[(size_t)r * H + hd] =
                     fmaxf(-expf(L->A_log[hd]) * softplus(p[L->off_a + hd] + L->dt_bias[hd]), -1e30f);
@@ -446,12 +451,20 @@ int recur_model_prefill(const recur_model *m, recur_workspace *ws, recur_state *
     for (int64_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab_size) return RECUR_ETOKEN;
     if (m->n_softmax && s->tokens_seen + (uint64_t)n > (uint64_t)m->cfg.max_context) return RECUR_ECONTEXT;
+    /* a kernel can still fail (out of memory): then the state is rolled back to where it was
+     * (KV rows past the old tokens_seen are dead by definition) */
+    uint64_t seen0 = s->tokens_seen;
+    if (n > 0) memcpy(ws->backup, s->rec, m->rec_floats * sizeof(float));
     int piece_max = PREFILL_PIECE;
     for (int64_t off = 0; off < n; off += piece_max) {
         int T = (int)(n - off < piece_max ? n - off : piece_max);
         rc = forward_rows(m, ws, &s, tokens + off, T, 1,
                           logits ? logits + (size_t)off * m->cfg.vocab_size : NULL);
-        if (rc) return rc;
+        if (rc) {
+            memcpy(s->rec, ws->backup, m->rec_floats * sizeof(float));
+            s->tokens_seen = seen0;
+            return rc;
+        }
         s->tokens_seen += (uint64_t)T;
     }
     return RECUR_OK;

@@ -669,3 +669,28 @@ Test(state, destroy_after_model_free)
     recur_model_free(m);
     recur_state_destroy(s);
 }
+
+Test(forms, overflowing_weights_fail_no_more_in_prefill_than_in_step)
+{
+    /* fuzz finding: finite but absurd weights overflow the activations; the gates handed to the
+     * chunkwise kernels stay finite, so prefill (like step) folds and returns garbage logits
+     * instead of failing half-way */
+    recur_model *m;
+    recur_workspace *ws;
+    recur_state *a, *b;
+    cr_assert_eq(recur_model_init_seed(hybrid_cfg, 2, &m), 0);
+    for (size_t i = 0; i < m->arena_floats; i++) m->arena[i] *= 1e30f;
+    cr_assert_eq(recur_workspace_create(m, 1, &ws), 0);
+    cr_assert_eq(recur_state_create(m, &a), 0);
+    cr_assert_eq(recur_state_create(m, &b), 0);
+    int32_t tok[4] = {1, 2, 3, 4};
+    float *l = malloc(sizeof(float) * 4 * m->cfg.vocab_size);
+    cr_assert_eq(recur_model_prefill(m, ws, a, tok, 4, l), 0);
+    for (int i = 0; i < 4; i++) cr_assert_eq(recur_model_step(m, ws, b, tok[i], l), 0);
+    cr_assert_eq(recur_state_tokens_seen(a), 4);
+    free(l);
+    recur_state_destroy(a);
+    recur_state_destroy(b);
+    recur_workspace_free(ws);
+    recur_model_free(m);
+}
