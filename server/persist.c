@@ -319,8 +319,9 @@ int srv_persist_quarantine(srv_persist *p, const char *id, const char *why)
         fsync(p->qfd);
         fsync(p->dfd);
     }
+    /* Ids are capabilities: only a prefix is logged, enough to find the file in quarantine/. */
     srv_log(rc ? SRV_LOG_ERROR : SRV_LOG_WARN, "snapshot_quarantined",
-            "\"reason\":\"%s\",\"file\":\"quarantine/%s\"%s%s%s", why, dst,
+            "\"reason\":\"%s\",\"id_prefix\":\"%.8s\"%s%s%s", why, id,
             rc ? ",\"error\":\"" : "", rc ? strerror(-rc) : "", rc ? "\"" : "");
     return rc;
 }

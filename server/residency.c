@@ -13,14 +13,20 @@
 /* Async snapshot writes in flight at once: bounds the memory held by serialized copies
  * (each about state_bytes) and leaves libuv's threadpool (4 threads) some room. */
 #define MAX_INFLIGHT 8
+/* Eviction writes in flight at once; past it, evictions write on the loop thread. */
+#define MAX_EVICT_INFLIGHT 16
 #define TICK_MIN_MS 50
 #define TICK_MAX_MS 1000
 
-/* An id with a snapshot file: resident (also in the table) or on disk only. */
+struct wjob;
+
+/* An id with a snapshot file (or an eviction write of its first one in flight): resident
+ * (also in the table) or on disk only. */
 typedef struct entry {
     char id[33];
     int resident;
-    uint64_t last_used_ms; /* disk-only: when it left memory (idle_ttl) */
+    uint64_t last_used_ms;  /* disk-only: its last use (idle_ttl) */
+    struct wjob *pending;   /* disk-only: its eviction write is in flight; these bytes are it */
     struct entry *next;
 } entry;
 
@@ -34,10 +40,17 @@ typedef struct {
 
 typedef struct srv_residency srv_residency;
 
-typedef struct {
+typedef enum {
+    J_ATTACHED, /* s is the resident session */
+    J_EVICTED,  /* s was dropped from memory: buf is its only copy until the write is done */
+    J_DELETED   /* s was deleted: the file is removed again once the write is done */
+} jstate;
+
+typedef struct wjob {
     uv_work_t req;
     srv_residency *r;
-    srv_session *s;   /* NULL once the session was deleted (then the file is removed again) */
+    jstate st;
+    srv_session *s;   /* J_ATTACHED only */
     char id[33];
     wkind kind;
     uint8_t *buf;     /* serialized on the loop thread; owned */
@@ -58,7 +71,7 @@ struct srv_residency {
 
     qitem *q;         /* ids waiting for a write slot (FIFO ring) */
     size_t q_head, q_len, q_cap;
-    int inflight;
+    int inflight, evict_inflight;
 
     uv_timer_t timer;
     int timer_on;
@@ -232,6 +245,92 @@ static void drop_clean(srv_residency *r, srv_session *s)
     r->evictions++;
 }
 
+/* ---------------------------------------------------------------- restore */
+
+/* A resident session id from snapshot bytes (a file, or an eviction write still in flight).
+ * Returns 0 with *out, -1 when the bytes fail a check (*why: quarantine reason; nothing is
+ * left in the table), -2 when no session could be allocated. */
+static int restore(srv_residency *r, const char *id, const uint8_t *buf, size_t len,
+                   srv_session **out, const char **why)
+{
+    srv_table *t = r->app->table;
+    int vocab = r->app->info->vocab_size;
+    size_t core_len;
+    const uint8_t *lg = NULL;
+    proto_error perr;
+    if (proto_state_split(buf, len, vocab, &core_len, &lg, &perr) != 0) {
+        *why = "trailer";
+        return -1;
+    }
+    srv_session *s;
+    if (srv_table_adopt(t, id, uv_now(r->app->loop), &s) != 0)
+        return -2;
+    int rc = recur_snapshot_read(s->state, buf, core_len);
+    if (rc != 0) {
+        *why = rc == RECUR_EMISMATCH    ? "othermodel"
+               : rc == RECUR_ECHECKSUM  ? "checksum"
+               : rc == RECUR_ETRUNCATED ? "truncated"
+                                        : "format";
+        srv_table_drop(t, s);
+        return -1;
+    }
+    if (lg) {
+        memcpy(s->logits, lg, (size_t)vocab * sizeof(float));
+        s->has_logits = 1;
+    }
+    s->tokens_seen = recur_state_tokens_seen(s->state);
+    s->snapshot_bytes = recur_snapshot_size(s->state);
+    *out = s;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- async writes */
+
+static void pump(srv_residency *r);
+static void after_cb(uv_work_t *req, int status);
+
+static void work_cb(uv_work_t *req)
+{
+    wjob *j = req->data;
+    j->err = srv_persist_write(j->r->p, j->id, j->buf, j->len);
+}
+
+/* Serialize s (no worker may be touching it) and hand the bytes to the threadpool. */
+static wjob *start_job(srv_residency *r, srv_session *s, wkind kind)
+{
+    wjob *j = calloc(1, sizeof *j);
+    if (!j)
+        abort();
+    int rc = serialize(r, s, &j->buf, &j->len);
+    if (rc != 0) {
+        srv_log(SRV_LOG_ERROR, "snapshot_serialize_failed", "\"error\":\"%s\"", recur_strerror(rc));
+        free(j);
+        return NULL;
+    }
+    j->r = r;
+    j->st = J_ATTACHED;
+    j->s = s;
+    memcpy(j->id, s->id, 33);
+    j->kind = kind;
+    j->gen = s->mut_gen;
+    j->gen_valid = r->shutting_down || s->q_len == 0;
+    j->req.data = j;
+    rc = uv_queue_work(r->app->loop, &j->req, work_cb, after_cb);
+    if (rc != 0) {
+        srv_log(SRV_LOG_ERROR, "snapshot_queue_failed", "\"error\":\"%s\"", uv_strerror(rc));
+        free(j->buf);
+        free(j);
+        return NULL;
+    }
+    s->pjob = j;
+    r->inflight++;
+    if (kind == W_EVICT)
+        r->evict_inflight++;
+    return j;
+}
+
+/* ---------------------------------------------------------------- eviction */
+
 /* The least recently used idle resident session, or NULL. O(resident sessions): evictions
  * are rare next to requests, and a scan keeps the table free of LRU links. */
 typedef struct {
@@ -245,10 +344,13 @@ static void lru_one(srv_session *s, void *arg)
         c->best = s;
 }
 
-/* Evict one session to make room. Its write (when it changed since its last snapshot) runs
- * here, on the loop thread: the new session needs the slot now. Measured for a 17 KiB
- * snapshot on this machine's overlay file system: ~0.1-2 ms with fsync (recurd_eviction_
- * sync_write_us_max in /metrics reports the worst seen). Returns 0 or -1. */
+/* Evict one idle session to make room now. Clean: dropped at once. Changed since its last
+ * snapshot: serialized (a copy, on the loop thread), dropped, and written on the threadpool;
+ * until that write is done its bytes stay in memory (entry->pending), a request for it
+ * restores it from them, and a failed write restores it as a resident session (nothing is
+ * lost). Only when MAX_EVICT_INFLIGHT such writes are pending, or persistence is degraded,
+ * the write happens here on the loop thread (about 10 ms for a 17 KiB snapshot with fsync on
+ * this machine's ext4; recurd_eviction_sync_write_us_* in /metrics). Returns 0 or -1. */
 static int evict_lru(srv_residency *r)
 {
     lru_ctx c = {NULL};
@@ -256,43 +358,50 @@ static int evict_lru(srv_residency *r)
     srv_session *s = c.best;
     if (!s)
         return -1;
-    if (!is_clean(r, s)) {
-        uint8_t *buf;
-        size_t len;
-        int rc = serialize(r, s, &buf, &len);
-        if (rc != 0) {
-            srv_log(SRV_LOG_ERROR, "snapshot_serialize_failed", "\"error\":\"%s\"",
-                    recur_strerror(rc));
-            return -1;
-        }
-        uint64_t t0 = uv_hrtime();
-        int err = srv_persist_write(r->p, s->id, buf, len);
-        uint64_t us = (uv_hrtime() - t0) / 1000;
-        free(buf);
-        r->sync_evict_writes++;
-        r->sync_evict_us_total += us;
-        if (us > r->sync_evict_us_max)
-            r->sync_evict_us_max = us;
-        if (err) {
-            write_failed(r, err, W_EVICT);
-            return -1; /* the session stays resident: nothing is lost */
-        }
-        write_ok(r, len);
-        s->saved_gen = s->mut_gen;
+    if (is_clean(r, s)) {
+        drop_clean(r, s);
+        return 0;
     }
+    if (r->evict_inflight < MAX_EVICT_INFLIGHT && !r->degraded) {
+        wjob *j = start_job(r, s, W_EVICT);
+        if (!j)
+            return -1;
+        s->pjob = NULL;
+        j->st = J_EVICTED;
+        j->s = NULL;
+        entry *e = idx_put(r, s->id, 0, s->last_used_ms);
+        e->pending = j;
+        srv_table_drop(r->app->table, s);
+        r->evictions++;
+        return 0;
+    }
+    uint8_t *buf;
+    size_t len;
+    int rc = serialize(r, s, &buf, &len);
+    if (rc != 0) {
+        srv_log(SRV_LOG_ERROR, "snapshot_serialize_failed", "\"error\":\"%s\"",
+                recur_strerror(rc));
+        return -1;
+    }
+    uint64_t t0 = uv_hrtime();
+    int err = srv_persist_write(r->p, s->id, buf, len);
+    uint64_t us = (uv_hrtime() - t0) / 1000;
+    free(buf);
+    r->sync_evict_writes++;
+    r->sync_evict_us_total += us;
+    if (us > r->sync_evict_us_max)
+        r->sync_evict_us_max = us;
+    if (err) {
+        write_failed(r, err, W_EVICT);
+        return -1; /* the session stays resident: nothing is lost */
+    }
+    write_ok(r, len);
+    s->saved_gen = s->mut_gen;
     drop_clean(r, s);
     return 0;
 }
 
-/* ---------------------------------------------------------------- async writes */
-
-static void pump(srv_residency *r);
-
-static void work_cb(uv_work_t *req)
-{
-    wjob *j = req->data;
-    j->err = srv_persist_write(j->r->p, j->id, j->buf, j->len);
-}
+/* ---------------------------------------------------------------- write completion */
 
 static void enqueue(srv_residency *r, const char *id, wkind kind)
 {
@@ -325,14 +434,36 @@ static void shutdown_check_done(srv_residency *r)
     }
 }
 
+/* An eviction write failed: its bytes are the only copy of the session's latest state. */
+static void evicted_write_failed(srv_residency *r, wjob *j)
+{
+    entry *e = idx_find(r, j->id);
+    srv_session *s;
+    const char *why = NULL;
+    if (restore(r, j->id, j->buf, j->len, &s, &why) != 0) {
+        /* Our own bytes of a moment ago: cannot fail but for memory. */
+        srv_log(SRV_LOG_ERROR, "session_lost", "\"reason\":\"%s\"", why ? why : "no memory");
+        if (e)
+            idx_del(r, j->id);
+        return;
+    }
+    s->mut_gen = 2; /* resident and changed since its last snapshot: written again later */
+    s->saved_gen = 1;
+    if (e)
+        idx_set_resident(r, e, 1, uv_now(r->app->loop));
+    else
+        idx_put(r, j->id, 1, uv_now(r->app->loop));
+    srv_log(SRV_LOG_WARN, "eviction_undone", "\"resident\":%zu",
+            srv_table_count(r->app->table));
+}
+
 static void after_cb(uv_work_t *req, int status)
 {
     wjob *j = req->data;
     srv_residency *r = j->r;
     r->inflight--;
-    srv_session *s = j->s;
-    if (s)
-        s->pjob = NULL;
+    if (j->kind == W_EVICT)
+        r->evict_inflight--;
     int err = status == UV_ECANCELED ? -ECANCELED : j->err;
     if (err) {
         write_failed(r, err, j->kind);
@@ -342,11 +473,22 @@ static void after_cb(uv_work_t *req, int status)
         write_ok(r, j->len);
         if (j->kind == W_SHUTDOWN)
             r->shutdown_ok++;
-        if (!s) {
-            /* Deleted while its write ran: the rename may have brought the file back. */
+    }
+    if (j->st == J_DELETED) {
+        /* Deleted while its write ran: the rename may have brought the file back. */
+        if (!err)
             srv_persist_unlink(r->p, j->id, 0);
-        } else {
-            uint64_t now = uv_now(r->app->loop);
+    } else if (j->st == J_EVICTED) {
+        entry *e = idx_find(r, j->id);
+        if (e && e->pending == j)
+            e->pending = NULL;
+        if (err)
+            evicted_write_failed(r, j);
+    } else {
+        srv_session *s = j->s;
+        s->pjob = NULL;
+        uint64_t now = uv_now(r->app->loop);
+        if (!err) {
             if (j->gen_valid)
                 s->saved_gen = j->gen;
             idx_put(r, s->id, 1, now);
@@ -363,47 +505,22 @@ static void after_cb(uv_work_t *req, int status)
     shutdown_check_done(r);
 }
 
-/* Serialize and hand one queued session to the threadpool. Returns 1 when a write started. */
-static int dispatch(srv_residency *r, const qitem *it)
+/* Hand one queued session to the threadpool (or drop it when it is clean and idle-due). */
+static void dispatch(srv_residency *r, const qitem *it)
 {
     srv_session *s = srv_table_peek(r->app->table, it->id);
     if (!s || s->pjob)
-        return 0;
+        return;
     /* A worker may be writing the state: only between compute items (after SIGTERM the
      * workers are joined, so everything is safe then). */
     if (!r->shutting_down && s->q_head && s->q_head->in_flight)
-        return 0;
+        return;
     if (is_clean(r, s)) {
         if (it->kind == W_IDLE && is_idle(s))
             drop_clean(r, s);
-        return 0;
+        return;
     }
-    wjob *j = calloc(1, sizeof *j);
-    if (!j)
-        abort();
-    int rc = serialize(r, s, &j->buf, &j->len);
-    if (rc != 0) {
-        srv_log(SRV_LOG_ERROR, "snapshot_serialize_failed", "\"error\":\"%s\"", recur_strerror(rc));
-        free(j);
-        return 0;
-    }
-    j->r = r;
-    j->s = s;
-    memcpy(j->id, s->id, 33);
-    j->kind = it->kind;
-    j->gen = s->mut_gen;
-    j->gen_valid = r->shutting_down || s->q_len == 0;
-    j->req.data = j;
-    rc = uv_queue_work(r->app->loop, &j->req, work_cb, after_cb);
-    if (rc != 0) {
-        srv_log(SRV_LOG_ERROR, "snapshot_queue_failed", "\"error\":\"%s\"", uv_strerror(rc));
-        free(j->buf);
-        free(j);
-        return 0;
-    }
-    s->pjob = j;
-    r->inflight++;
-    return 1;
+    start_job(r, s, it->kind);
 }
 
 static void pump(srv_residency *r)
@@ -418,6 +535,8 @@ static void pump(srv_residency *r)
 
 /* ---------------------------------------------------------------- table hooks */
 
+static int make_room(srv_residency *r);
+
 static srv_session *hook_load(void *ctx, const char *id)
 {
     srv_residency *r = ctx;
@@ -425,12 +544,32 @@ static srv_session *hook_load(void *ctx, const char *id)
     if (!e || e->resident)
         return NULL;
     srv_table *t = r->app->table;
-    if (r->max_resident && srv_table_count(t) >= (size_t)r->max_resident && evict_lru(r) != 0) {
+    if (make_room(r) != 0) {
         /* Every resident session is busy: go over the budget rather than answer 404 for a
          * session that exists. Bounded by the number of requests in progress. */
         r->over_budget_loads++;
         srv_log(SRV_LOG_WARN, "resident_budget_exceeded", "\"resident\":%zu,\"max\":%d",
                 srv_table_count(t), r->max_resident);
+    }
+    srv_session *s = NULL;
+    const char *why = NULL;
+    if (e->pending) {
+        /* Evicted a moment ago and still being written: back from those very bytes, and the
+         * write in flight becomes this session's (it is clean once that write is done). */
+        wjob *j = e->pending;
+        if (restore(r, id, j->buf, j->len, &s, &why) != 0)
+            return NULL; /* only without memory: our own bytes */
+        e->pending = NULL;
+        j->st = J_ATTACHED;
+        j->s = s;
+        j->gen = 2;
+        j->gen_valid = 1;
+        s->pjob = j;
+        s->mut_gen = 2;
+        s->saved_gen = 1;
+        idx_set_resident(r, e, 1, uv_now(r->app->loop));
+        r->loads++;
+        return s;
     }
     uint8_t *buf = NULL;
     size_t len = 0;
@@ -450,62 +589,47 @@ static srv_session *hook_load(void *ctx, const char *id)
         srv_log(SRV_LOG_ERROR, "snapshot_read_failed", "\"error\":\"%s\"", strerror(-rc));
         return NULL; /* kept: a later request may succeed (EMFILE, EIO) */
     }
-    srv_session *s = NULL;
-    const char *why = NULL;
-    size_t core_len;
-    const uint8_t *lg = NULL;
-    proto_error perr;
-    if (proto_state_split(buf, len, r->app->info->vocab_size, &core_len, &lg, &perr) != 0) {
-        why = "trailer";
-    } else if (srv_table_adopt(t, id, uv_now(r->app->loop), &s) != 0) {
-        free(buf);
-        r->load_failures++;
-        srv_log(SRV_LOG_ERROR, "snapshot_load_no_memory", NULL);
-        return NULL;
-    } else {
-        rc = recur_snapshot_read(s->state, buf, core_len);
-        if (rc != 0) {
-            why = rc == RECUR_EMISMATCH    ? "othermodel"
-                  : rc == RECUR_ECHECKSUM  ? "checksum"
-                  : rc == RECUR_ETRUNCATED ? "truncated"
-                                           : "format";
-            srv_table_drop(t, s);
-            s = NULL;
-        }
-    }
-    if (why) {
-        free(buf);
+    rc = restore(r, id, buf, len, &s, &why);
+    free(buf);
+    if (rc == -1) {
         r->quarantined++;
         srv_persist_quarantine(r->p, id, why);
         idx_del(r, id);
         return NULL;
     }
-    if (lg) {
-        memcpy(s->logits, lg, (size_t)r->app->info->vocab_size * sizeof(float));
-        s->has_logits = 1;
+    if (rc != 0) {
+        r->load_failures++;
+        srv_log(SRV_LOG_ERROR, "snapshot_load_no_memory", NULL);
+        return NULL;
     }
-    free(buf);
-    s->tokens_seen = recur_state_tokens_seen(s->state);
-    s->snapshot_bytes = recur_snapshot_size(s->state);
     s->mut_gen = s->saved_gen = 1;
     idx_set_resident(r, e, 1, uv_now(r->app->loop));
     r->loads++;
     return s;
 }
 
+/* Evict until one more session fits (more than one after loads that went over the budget).
+ * Returns 0 or -1. */
+static int make_room(srv_residency *r)
+{
+    while (r->max_resident && srv_table_count(r->app->table) >= (size_t)r->max_resident)
+        if (evict_lru(r) != 0)
+            return -1;
+    return 0;
+}
+
 static int hook_make_room(void *ctx)
 {
-    srv_residency *r = ctx;
-    if (!r->max_resident || srv_table_count(r->app->table) < (size_t)r->max_resident)
-        return 0;
-    return evict_lru(r);
+    return make_room(ctx);
 }
 
 static void hook_removed(void *ctx, srv_session *s)
 {
     srv_residency *r = ctx;
     if (s->pjob) {
-        ((wjob *)s->pjob)->s = NULL;
+        wjob *j = s->pjob;
+        j->st = J_DELETED;
+        j->s = NULL;
         s->pjob = NULL;
     }
     if (idx_find(r, s->id)) {
@@ -560,7 +684,7 @@ static void expire_on_disk(srv_residency *r, uint64_t now)
     for (size_t b = 0; b < r->n_buckets; b++)
         for (entry **pp = &r->buckets[b]; *pp;) {
             entry *e = *pp;
-            if (!e->resident && now - e->last_used_ms >= ttl) {
+            if (!e->resident && !e->pending && now - e->last_used_ms >= ttl) {
                 srv_persist_unlink(r->p, e->id, 0);
                 *pp = e->next;
                 r->n_stored--;

@@ -5,7 +5,6 @@ import json
 import os
 import random
 import resource
-import shutil
 import signal
 import stat
 import subprocess
@@ -380,6 +379,22 @@ def _fill(path, leave):
             os.fsync(f.fileno())
 
 
+def _full_disk(path, files):
+    """A state_dir holding files where no snapshot write succeeds: a 64 KiB tmpfs filled up, or
+    (if mount is not allowed here) a file-size limit below one snapshot for the daemon.
+    Returns (mounted, fsize for FaultDaemon, the strerror text to expect)."""
+    if not os.environ.get("RECUR_TEST_NO_MOUNT") and _mount_tiny_tmpfs(path):
+        (path / "quarantine").mkdir(mode=0o700)
+        for f, b in files.items():
+            open(path / f, "wb").write(b)
+        _fill(str(path), 4096)  # the start-up probe fits, no snapshot does
+        return True, None, "No space left on device"
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    for f, b in files.items():
+        open(path / f, "wb").write(b)
+    return False, 1024, "File too large"
+
+
 def test_disk_full_is_reported_and_loses_nothing_written(tmp_path):
     sd = tmp_path / "state"
     # Phase 1, healthy disk: three sessions on disk.
@@ -390,22 +405,9 @@ def test_disk_full_is_reported_and_loses_nothing_written(tmp_path):
         assert d.terminate() == 0
     saved = {f: open(sd / f, "rb").read() for f in snap_files(sd)}
 
-    # Phase 2, the disk is full: a 64 KiB tmpfs holding those files and a filler, or (if mount
-    # is not allowed here) a file-size limit below one snapshot, so every write fails.
+    # Phase 2, the disk is full.
     full = tmp_path / "full"
-    fsize = None
-    if not os.environ.get("RECUR_TEST_NO_MOUNT") and _mount_tiny_tmpfs(full):
-        mounted = True
-        (full / "quarantine").mkdir(mode=0o700)
-        for f, b in saved.items():
-            open(full / f, "wb").write(b)
-        _fill(str(full), 4096)  # the start-up probe fits, no snapshot does
-        expect = "No space left on device"
-    else:
-        mounted = False
-        shutil.copytree(sd, full)
-        fsize = 1024
-        expect = "File too large"
+    mounted, fsize, expect = _full_disk(full, saved)
     try:
         d = FaultDaemon("--state-dir", str(full), "--snapshot-interval-ms", "100", fsize=fsize)
         with d:
@@ -547,3 +549,30 @@ def test_state_dir_is_created_0700(tmp_path):
         create(d)
     assert stat.S_IMODE(os.stat(sd).st_mode) == 0o700
     assert stat.S_IMODE(os.stat(sd / "quarantine").st_mode) == 0o700
+
+
+def test_failed_eviction_write_keeps_the_session(tmp_path):
+    """Disk full under max_resident_sessions: the eviction write fails, the evicted session is
+    put back in memory (nothing lost), and once persistence is degraded a create that would
+    need an eviction is refused with 503 + Retry-After."""
+    full = tmp_path / "full"
+    mounted, fsize, expect = _full_disk(full, {})
+    try:
+        d = FaultDaemon("--state-dir", str(full), "--max-resident-sessions", "2",
+                        "--snapshot-interval-ms", "0", fsize=fsize)
+        with d:
+            a, b = create(d, [1, 2, 3]), create(d, [4, 5])
+            state_a = get_state(d, a)
+            c = create(d, [6])  # evicts a (LRU); its write fails; a comes back
+            wait_for(lambda: metrics(d)["recurd_snapshot_failures_total"] >= 1, what="failure")
+            assert events(d, "eviction_undone")
+            r = create(d, [7], expect=503)
+            assert r.headers.get("Retry-After")
+            for sid, n in ((a, 3), (b, 2), (c, 1)):
+                assert info(d, sid)["tokens_seen"] == n
+            assert get_state(d, a) == state_a
+            assert requests.get(d.url("/healthz"), timeout=10).json()["status"] == "degraded"
+            assert not [f for f in os.listdir(full) if f.endswith(".tmp")]
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(full)])
