@@ -106,12 +106,17 @@ static void l2norm(float *x, int n)
     for (int i = 0; i < n; i++) x[i] *= r;
 }
 
-/* C[R][N] = beta * C + A[R][Kd] W[N][Kd]^T   (nn.Linear on R rows) */
+/* C[R][N] = beta * C + A[R][Kd] W[N][Kd]^T   (nn.Linear on R rows). A few rows go through sgemv
+ * row by row: sgemm packs all of W for every call, which costs more than it saves below ~4 rows
+ * (measured on the default model: batch 2 decode ~1.7x faster per CPU second this way). */
+#define GEMV_MAX_ROWS 4
 static void linear_rows(int R, int N, int Kd, const float *A, int lda, const float *W, float beta,
                         float *C, int ldc)
 {
-    if (R == 1)
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, N, Kd, 1.0f, W, Kd, A, 1, beta, C, 1);
+    if (R <= GEMV_MAX_ROWS)
+        for (int r = 0; r < R; r++)
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, N, Kd, 1.0f, W, Kd, A + (size_t)r * lda, 1, beta,
+                        C + (size_t)r * ldc, 1);
     else
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, N, Kd, 1.0f, A, lda, W, Kd, beta, C, ldc);
 }
