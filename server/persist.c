@@ -170,6 +170,14 @@ int srv_persist_open(const char *dir, void (*found)(const char *id, void *ctx), 
     if (dfd < 0)
         return errf(err, errlen, "state_dir %s: cannot open it as a directory: %s", dir,
                     strerror(errno));
+    struct stat dst;
+    if (fstat(dfd, &dst) == 0 && (dst.st_mode & 077)) {
+        char d[600];
+        srv_log(SRV_LOG_WARN, "state_dir_permissions",
+                "\"path\":\"%s\",\"mode\":\"%03o\",\"message\":\"readable by others; 0700 "
+                "expected\"",
+                srv_log_str(dir, d, sizeof d), (unsigned)(dst.st_mode & 0777));
+    }
     int rc = probe_writable(dfd);
     if (rc != 0) {
         close(dfd);
