@@ -170,16 +170,18 @@ int recur_block_topk_attention(const recur_dims *d, const float *q, const float 
                 const float qi = qt[i];
                 const float *kr = kbh + (size_t)i * nblk;
                 for (int64_t b = 0; b < nfull; b++)
-                    sc[b] += qi * kr[b];
+                    sc[b] = fmaf(qi, kr[b], sc[b]); /* fmaf in both paths: see below */
             }
             /* ... and the causal current block from the mean of its keys j <= t, same arithmetic */
             if (causal) {
                 const double cnt = (double)(t - tb * block + 1);
                 for (int i = 0; i < K; i++)
                     cur[i] = (float)(cursum[(size_t)h * K + i] / cnt);
+                /* explicit fmaf, as above: with -ffp-contract=fast the compiler fused the
+                 * vectorised loop and not this one, and equal blocks stopped tying */
                 float acc = 0.0f;
                 for (int i = 0; i < K; i++)
-                    acc += qt[i] * cur[i];
+                    acc = fmaf(qt[i], cur[i], acc);
                 sc[tb] = acc;
             }
             for (int64_t b = 0; b < ncand; b++) {
