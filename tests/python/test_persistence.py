@@ -576,3 +576,27 @@ def test_failed_eviction_write_keeps_the_session(tmp_path):
     finally:
         if mounted:
             subprocess.run(["umount", str(full)])
+
+
+def test_sigterm_mid_stream_saves_what_was_folded(tmp_path):
+    """SIGTERM while a generation streams: the stream finishes (drain), and the snapshot taken
+    after the drain holds exactly what the stream's done line reported."""
+    sd = tmp_path / "state"
+    with pd(sd, "--snapshot-interval-ms", "0") as d:
+        sid = create(d, [1, 2, 3])
+        result = {}
+
+        def gen():
+            r = requests.post(d.url("/v1/sessions/%s/generate" % sid),
+                              json={"max_tokens": 300, "temperature": 0}, timeout=60)
+            result["done"] = json.loads(r.text.strip().split("\n")[-1])
+
+        t = threading.Thread(target=gen)
+        t.start()
+        wait_for(lambda: info(d, sid)["tokens_seen"] > 3, what="generation start")
+        d.proc.send_signal(signal.SIGTERM)
+        t.join(60)
+        assert d.proc.wait(30) == 0
+        assert result["done"]["done"] and result["done"]["reason"] == "length"
+    with pd(sd) as d:
+        assert info(d, sid)["tokens_seen"] == result["done"]["tokens_seen"] == 303
