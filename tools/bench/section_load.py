@@ -17,7 +17,7 @@ section instead of breaking the bench. Plots are PNGs made with gnuplot, written
 For tools/bench/run_all.py: TITLE, ORDER and run(ctx): a 10-minute budget (3 with ctx.quick),
 or RECUR_BENCH_LOAD_BUDGET seconds. The 1M-token fold needs about 8k tokens/s of prefill to fit;
 on a busy machine the section stops earlier and says where.
-Run alone:  /usr/bin/python3 tools/bench/section_load.py [--budget SECONDS] > /tmp/load.md
+Run alone:  /usr/bin/python3 tools/bench/section_load.py [--budget SECONDS] [--quick] > /tmp/load.md
 """
 import json
 import os
@@ -287,6 +287,7 @@ def median_run(reps, key):
 
 
 REPEATS = 3
+THROUGHPUT_SECONDS = 3
 
 
 def create_session(port):
@@ -303,7 +304,7 @@ def scenario_throughput(tools, budget):
     with recurd(margs) as srv:
         for s in SESSION_COUNTS:
             reps = [require_ok(load(srv.port, [
-                "--sessions", s, "--connections", s, "--mode", "tokens", "--duration", 3,
+                "--sessions", s, "--connections", s, "--mode", "tokens", "--duration", THROUGHPUT_SECONDS,
                 "--server-pid", srv.pid, "--metrics-interval", 0, "--seed", 10 * s + i], budget,
                 f"throughput_{s}_{i}")) for i in range(REPEATS)]
             rows.append((s, median_run(reps, lambda r: r["tokens_per_s"])))
@@ -319,7 +320,7 @@ def scenario_throughput(tools, budget):
         note = "\nIn-process rate unavailable: bench_batch did not build.\n"
 
     md = [f"Model: {mname}; recurd defaults (workers, max_batch); one connection per session; "
-          f"single-token `/tokens` requests; each point is the median of {REPEATS} runs of 3 s.\n",
+          f"single-token `/tokens` requests; each point is the median of {REPEATS} run(s) of {THROUGHPUT_SECONDS} s.\n",
           "| sessions | HTTP tokens/s | p50 ms | p99 ms | in-process B=sessions tokens/s | HTTP / in-process |",
           "|---:|---:|---:|---:|---:|---:|"]
     dat = []
@@ -631,9 +632,14 @@ def machine():
             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
 
 
-def section(budget_seconds=600, header=True):
+def section(budget_seconds=600, header=True, quick=False):
     """The markdown of every scenario, within budget_seconds (about; each recur-load run is
-    bounded by --max-time). header=False leaves out the heading and the machine line."""
+    bounded by --max-time). header=False leaves out the heading and the machine line; quick
+    runs smaller sizes (one run per point, 2,000 sessions, positions up to 100k)."""
+    global REPEATS, THROUGHPUT_SECONDS, CAPACITY_SESSIONS, POSITIONS
+    if quick:
+        REPEATS, THROUGHPUT_SECONDS, CAPACITY_SESSIONS = 1, 2, 2000
+        POSITIONS = [p for p in POSITIONS if p <= 102400]
     t0 = time.monotonic()
     budget = Budget(budget_seconds)
     out = ([f"## {TITLE}", "", f"Machine: {machine()}."] if header else []) + [
@@ -657,7 +663,7 @@ def section(budget_seconds=600, header=True):
     # shares of the budget, in the order that matters most for the issue's targets
     plan = [("(2) Throughput vs concurrent sessions", scenario_throughput, 0.15),
             ("(5) HTTP overhead vs a minimal responder", scenario_overhead, 0.07),
-            ("(4) Capacity: 10,000 resident sessions", scenario_capacity, 0.18),
+            ("(4) Capacity: resident sessions", scenario_capacity, 0.18),
             ("(1) Memory vs tokens folded, (3) latency vs position", scenario_memory_latency, 0.60)]
     for i, (title, fn, share) in enumerate(plan):
         out.append(f"### {title}\n")
@@ -681,11 +687,12 @@ def run(ctx):
     RECURD, LOAD = os.path.join(BUILD, "recurd"), os.path.join(BUILD, "recur-load")
     OUT = os.path.join(BUILD, "bench", "load")
     budget = float(os.environ.get("RECUR_BENCH_LOAD_BUDGET", 180 if ctx.quick else 600))
-    return section(budget, header=False)
+    return section(budget, header=False, quick=ctx.quick)
 
 
 if __name__ == "__main__":
     budget = float(os.environ.get("RECUR_BENCH_LOAD_BUDGET", 600))
-    if len(sys.argv) == 3 and sys.argv[1] == "--budget":
-        budget = float(sys.argv[2])
-    print(section(budget))
+    quick = "--quick" in sys.argv
+    if "--budget" in sys.argv:
+        budget = float(sys.argv[sys.argv.index("--budget") + 1])
+    print(section(budget, quick=quick))
