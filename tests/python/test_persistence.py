@@ -488,17 +488,18 @@ def test_busy_session_is_never_evicted(tmp_path):
 
         def gen():
             r = requests.post(d.url("/v1/sessions/%s/generate" % busy),
-                              json={"max_tokens": 400, "temperature": 0}, timeout=60)
+                              json={"max_tokens": 4000, "temperature": 0}, timeout=60)
             result["lines"] = [json.loads(x) for x in r.text.split("\n") if x]
 
         t = threading.Thread(target=gen)
         t.start()
         wait_for(lambda: info(d, busy)["tokens_seen"] > 3, what="generation start")
         others = [create(d, [i]) for i in range(6)]  # each evicts the idle one, never busy
+        assert t.is_alive(), "the generation ended before the evictions: test proves nothing"
         t.join(60)
         done = result["lines"][-1]
-        assert done["done"] and done["reason"] == "length" and done["tokens_seen"] == 403
-        assert len(result["lines"]) == 401
+        assert done["done"] and done["reason"] == "length" and done["tokens_seen"] == 4003
+        assert len(result["lines"]) == 4001
         for sid in others:
             assert info(d, sid)["tokens_seen"] == 1
         assert metrics(d)["recurd_sessions_evicted_total"] >= 4
@@ -588,15 +589,16 @@ def test_sigterm_mid_stream_saves_what_was_folded(tmp_path):
 
         def gen():
             r = requests.post(d.url("/v1/sessions/%s/generate" % sid),
-                              json={"max_tokens": 300, "temperature": 0}, timeout=60)
+                              json={"max_tokens": 4000, "temperature": 0}, timeout=60)
             result["done"] = json.loads(r.text.strip().split("\n")[-1])
 
         t = threading.Thread(target=gen)
         t.start()
         wait_for(lambda: info(d, sid)["tokens_seen"] > 3, what="generation start")
         d.proc.send_signal(signal.SIGTERM)
+        assert t.is_alive(), "the generation ended before SIGTERM: test proves nothing"
         t.join(60)
         assert d.proc.wait(30) == 0
         assert result["done"]["done"] and result["done"]["reason"] == "length"
     with pd(sd) as d:
-        assert info(d, sid)["tokens_seen"] == result["done"]["tokens_seen"] == 303
+        assert info(d, sid)["tokens_seen"] == result["done"]["tokens_seen"] == 4003
