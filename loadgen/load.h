@@ -217,6 +217,7 @@ typedef struct {
     char **reuse_ids;         /* --session ID (repeatable): drive existing sessions */
     int n_reuse;
     int keep_sessions;
+    int sse;                  /* Accept: text/event-stream (SSE framing) instead of NDJSON */
     int quiet;
 } lg_opts;
 

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <arpa/inet.h>
 
 typedef struct lg_req {
@@ -33,6 +34,8 @@ typedef struct lg_req {
     int max_tokens;
     lg_check chk;
     double t_prev_line;
+    int payload_lines;  /* JSON lines of the stream (SSE: data lines other than [DONE]) */
+    int sse_done;       /* SSE: "data: [DONE]" seen */
 } lg_req;
 
 enum { REQ_INFO, REQ_CREATE, REQ_GET, REQ_DRIVE, REQ_DELETE };
@@ -252,10 +255,45 @@ static void drive_line(lg_conn *c, char *line, size_t len)
     lg_req *q = c->user;
     if (q->run->teardown)
         return;
-    if (c->lines > 1)
+    if (q->run->o.sse) {
+        /* SSE: "data: {...}" then a blank line per event; the stream ends with "data: [DONE]" */
+        if (len == 0 || line[0] == ':' || strncmp(line, "event:", 6) == 0 || strncmp(line, "id:", 3) == 0 ||
+            strncmp(line, "retry:", 6) == 0)
+            return;
+        if (strncmp(line, "data:", 5) != 0) {
+            lg_check_fail(&q->chk, LG_CHK_FRAMING, "SSE line without data: %.40s", line);
+            return;
+        }
+        line += 5;
+        len -= 5;
+        if (len && line[0] == ' ') {
+            line++;
+            len--;
+        }
+        if (len == 6 && memcmp(line, "[DONE]", 6) == 0) {
+            if (q->sse_done || !q->chk.done)
+                lg_check_fail(&q->chk, LG_CHK_FRAMING, "[DONE] %s", q->sse_done ? "twice" : "before the done line");
+            q->sse_done = 1;
+            return;
+        }
+        if (q->sse_done) {
+            lg_check_fail(&q->chk, LG_CHK_FRAMING, "data after [DONE]");
+            return;
+        }
+    }
+    if (++q->payload_lines > 1)
         lg_samples_add(&q->run->gap, (c->t_last_line - q->t_prev_line) * 1e3);
     q->t_prev_line = c->t_last_line;
     lg_check_line(&q->chk, line, len);
+}
+
+/* The media type of the stream, without parameters, against the framing asked for. */
+static void check_content_type(lg_req *q, const lg_conn *c)
+{
+    const char *want = q->run->o.sse ? "text/event-stream" : "application/x-ndjson";
+    size_t n = strcspn(c->content_type, "; ");
+    if (n != strlen(want) || strncasecmp(c->content_type, want, n) != 0)
+        lg_check_fail(&q->chk, LG_CHK_FRAMING, "Content-Type \"%.40s\", expected %s", c->content_type, want);
 }
 
 static void drive_complete(lg_conn *c)
@@ -268,6 +306,11 @@ static void drive_complete(lg_conn *c)
     count_status(r, c->status);
     lg_session *s = &r->sessions[q->sess];
     lg_check *k = &q->chk;
+    if (c->status == 200) {
+        check_content_type(q, c);
+        if (r->o.sse && !q->sse_done)
+            lg_check_fail(k, LG_CHK_FRAMING, "SSE stream without data: [DONE]");
+    }
     int fails = lg_check_end(k, c->status, c->chunked, c->chunk_split_lines);
     uint64_t folded = r->o.mode == LG_MODE_TOKENS ? (uint64_t)q->n : (uint64_t)k->lines;
     s->busy = 0;
@@ -350,6 +393,8 @@ static int send_drive(lg_run *r, int ci)
     q->kind = REQ_DRIVE;
     q->sess = si;
     q->t_prev_line = 0;
+    q->payload_lines = 0;
+    q->sse_done = 0;
     s->busy = 1;
     uint64_t remaining = r->o.total_tokens ? r->o.total_tokens - r->tokens_issued : UINT64_MAX;
     if (r->o.mode == LG_MODE_TOKENS) {
@@ -380,6 +425,11 @@ static int send_drive(lg_run *r, int ci)
         r->tokens_issued += (uint64_t)q->max_tokens;
     }
     request_head(r, &req, "POST", path, body.len, 1);
+    if (r->o.sse) {
+        /* insert the Accept header before the blank line that ends the head */
+        req.len -= 2;
+        lg_buf_printf(&req, "Accept: text/event-stream\r\n\r\n");
+    }
     lg_buf_append(&req, body.p, body.len);
     r->requests_sent++;
     issue(r, ci, &req, 1, &drive_cb);
@@ -669,6 +719,7 @@ static void usage(FILE *f)
             "  --seed S               random seed (default 1)\n"
             "  --session ID           drive an existing session instead of creating (repeatable; kept)\n"
             "  --keep-sessions        do not delete the sessions at the end\n"
+            "  --sse                  ask for SSE framing (Accept: text/event-stream) instead of NDJSON\n"
             "  --json FILE            write the report as JSON\n"
             "  --metrics-interval MS  sample GET /metrics every MS ms (default 500; 0: off)\n"
             "  --rss-metric NAME      RSS metric name (default process_resident_memory_bytes)\n"
@@ -706,7 +757,7 @@ static int parse_args(int argc, char **argv, lg_opts *o)
     enum {
         O_HOST = 256, O_PORT, O_SESSIONS, O_CONNS, O_MODE, O_DURATION, O_TOKENS, O_BATCH, O_MAXTOK,
         O_PREFILL, O_VOCAB, O_TOPK, O_TEMP, O_SEED, O_SESSION, O_KEEP, O_JSON, O_MINT, O_RSSM, O_STATEM,
-        O_SESSM, O_PID, O_RTO, O_MAXTIME, O_QUIET, O_HELP
+        O_SESSM, O_PID, O_RTO, O_MAXTIME, O_QUIET, O_HELP, O_SSE
     };
     static const struct option opts[] = {
         {"host", 1, 0, O_HOST}, {"port", 1, 0, O_PORT}, {"sessions", 1, 0, O_SESSIONS},
@@ -717,7 +768,7 @@ static int parse_args(int argc, char **argv, lg_opts *o)
         {"keep-sessions", 0, 0, O_KEEP}, {"json", 1, 0, O_JSON}, {"metrics-interval", 1, 0, O_MINT},
         {"rss-metric", 1, 0, O_RSSM}, {"state-metric", 1, 0, O_STATEM}, {"sessions-metric", 1, 0, O_SESSM},
         {"server-pid", 1, 0, O_PID}, {"request-timeout", 1, 0, O_RTO}, {"max-time", 1, 0, O_MAXTIME},
-        {"quiet", 0, 0, O_QUIET}, {"help", 0, 0, O_HELP}, {0, 0, 0, 0},
+        {"quiet", 0, 0, O_QUIET}, {"help", 0, 0, O_HELP}, {"sse", 0, 0, O_SSE}, {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
     snprintf(o->host, sizeof o->host, "127.0.0.1");
@@ -796,6 +847,7 @@ static int parse_args(int argc, char **argv, lg_opts *o)
         case O_RTO: NUM(0.001, 86400); o->request_timeout = x; break;
         case O_MAXTIME: NUM(0.001, 86400 * 7); o->max_time = x; break;
         case O_QUIET: o->quiet = 1; break;
+        case O_SSE: o->sse = 1; break;
         case O_HELP:
         case 'h':
             usage(stdout);

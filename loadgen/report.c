@@ -75,6 +75,7 @@ static int write_json(lg_run *r, int exit_code)
     cJSON_AddNumberToObject(cfg, "batch", r->o.batch);
     cJSON_AddNumberToObject(cfg, "max_tokens", r->o.max_tokens);
     cJSON_AddNumberToObject(cfg, "prefill", r->o.prefill);
+    cJSON_AddBoolToObject(cfg, "sse", r->o.sse);
     cJSON_AddNumberToObject(cfg, "vocab", r->o.vocab);
     cJSON_AddNumberToObject(cfg, "top_k", r->o.top_k);
     cJSON_AddNumberToObject(cfg, "temperature", r->o.temperature);

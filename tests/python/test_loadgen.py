@@ -107,12 +107,12 @@ def assert_report_shape(report):
         assert k in report["sessions"]
 
 
-@pytest.mark.parametrize("mode", ["tokens", "generate"])
-def test_loadgen_against_recurd(daemon, tmp_path, mode):
+@pytest.mark.parametrize("mode,sse", [("tokens", False), ("generate", False), ("generate", True)])
+def test_loadgen_against_recurd(daemon, tmp_path, mode, sse):
     out = tmp_path / f"{mode}.json"
     args = ["--port", daemon.port, "--sessions", 8, "--connections", 4, "--mode", mode,
-            "--duration", 5, "--max-tokens", 8, "--metrics-interval", 250,
-            "--server-pid", daemon.proc.pid, "--max-time", 60, "--seed", 3]
+            "--duration", 3 if sse else 5, "--max-tokens", 8, "--metrics-interval", 250,
+            "--server-pid", daemon.proc.pid, "--max-time", 60, "--seed", 3] + (["--sse"] if sse else [])
     p, report = run_load(args, out)
     assert p.returncode == 0, p.stdout + p.stderr
     assert report is not None
@@ -137,15 +137,33 @@ def test_loadgen_against_recurd(daemon, tmp_path, mode):
         assert report["tokens"] == report["requests"]
 
 
-def test_loadgen_token_count_and_batches(daemon, tmp_path):
+@pytest.mark.parametrize("sse", [False, True])
+def test_loadgen_token_count_and_batches(daemon, tmp_path, sse):
     """--tokens N folds exactly N verified tokens, with several tokens per request."""
     out = tmp_path / "count.json"
     args = ["--port", daemon.port, "--sessions", 3, "--tokens", 600, "--batch", 7, "--top-k", 3,
-            "--max-time", 60, "--metrics-interval", 0]
+            "--max-time", 60, "--metrics-interval", 0] + (["--sse"] if sse else [])
     p, report = run_load(args, out)
     assert p.returncode == 0, p.stdout + p.stderr
     assert report["check_failures"] == 0, report["failure_examples"]
     assert report["tokens"] == 600
+    assert report["config"]["sse"] is sse
+
+
+def test_loadgen_session_reuse(daemon, tmp_path):
+    """--session ID continues an existing session from its tokens_seen and keeps it."""
+    import urllib.request
+    req = urllib.request.Request(f"http://127.0.0.1:{daemon.port}/v1/sessions",
+                                 data=json.dumps({"tokens": [1, 2, 3]}).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        sid = json.loads(r.read())["id"]
+    p, report = run_load(["--port", daemon.port, "--session", sid, "--tokens", 50, "--batch", 5,
+                          "--max-time", 60, "--metrics-interval", 0], tmp_path / "reuse.json")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert report["tokens"] == 50 and report["sessions"]["deleted"] == 0
+    with urllib.request.urlopen(f"http://127.0.0.1:{daemon.port}/v1/sessions/{sid}", timeout=10) as r:
+        assert json.loads(r.read())["tokens_seen"] == 53
 
 
 # ---------------------------------------------------------------- fake servers: the checker can fail
