@@ -602,3 +602,21 @@ def test_sigterm_mid_stream_saves_what_was_folded(tmp_path):
         assert result["done"]["done"] and result["done"]["reason"] == "length"
     with pd(sd) as d:
         assert info(d, sid)["tokens_seen"] == result["done"]["tokens_seen"] == 4003
+
+
+def test_hybrid_model_variable_size_snapshots_survive(tmp_path):
+    """A model with a softmax layer: snapshots grow with the KV cache; they restart exactly,
+    including one at the context limit."""
+    hybrid = os.path.join(ROOT, "tests", "fixtures", "tiny_hybrid.json")
+    sd = tmp_path / "state"
+    with pd(sd, model_config=hybrid) as d:
+        limit = requests.get(d.url("/v1/model"), timeout=10).json()["max_context"]
+        lens = [1, 7, limit // 2, limit]
+        ids = [create(d, [(i * 31 + j) % VOCAB for j in range(n)]) for i, n in enumerate(lens)]
+        before = {sid: get_state(d, sid) for sid in ids}
+        assert len(set(len(b) for b in before.values())) == len(lens)
+        assert d.terminate() == 0
+    with pd(sd, model_config=hybrid) as d:
+        for sid in ids:
+            assert get_state(d, sid) == before[sid]
+        assert metrics(d)["recurd_snapshots_quarantined_total"] == 0
