@@ -124,6 +124,12 @@ def events(d, name):
     return out
 
 
+def wait_event(d, name, n=1):
+    """The log lines of event name, once at least n arrived (stderr is read by a thread)."""
+    return wait_for(lambda: len(events(d, name)) >= n and events(d, name), timeout=10,
+                    what="log event " + name)
+
+
 def writes_settled(d, n_on_disk=None):
     """Every changed session written: nothing in flight and nothing changed since."""
     m = metrics(d)
@@ -162,7 +168,7 @@ def test_sigterm_restart_is_bit_identical(tmp_path):
         ids = random_histories(d, 100, seed=1)
         before = {sid: (info(d, sid)["tokens_seen"], get_state(d, sid), probe(d, sid)) for sid in ids}
         assert d.terminate() == 0
-        assert events(d, "snapshot_flush_done")[0]["failed"] == 0
+        assert wait_event(d, "snapshot_flush_done")[0]["failed"] == 0
     assert os.stat(sd).st_mode & 0o777 == 0o700
     assert len(snap_files(sd)) == 100
     for f in snap_files(sd):
@@ -350,7 +356,7 @@ def test_corrupt_snapshots_are_quarantined_and_the_rest_load(tmp_path):
             if why:  # a flipped bit fails the trailer's checksum (it covers the core) first
                 assert mine[0].split(".")[2] in {why, "checksum" if why == "trailer" else why,
                                                  "trailer" if why == "checksum" else why}, mine
-        assert len(events(d, "snapshot_quarantined")) == len(bad)
+        assert len(wait_event(d, "snapshot_quarantined", len(bad))) == len(bad)
         assert metrics(d)["recurd_snapshots_quarantined_total"] == len(bad) - 1  # + 1 at scan
         # Quarantined ids stay gone after another restart; the good ones stay.
         assert d.terminate() == 0
@@ -422,7 +428,7 @@ def test_disk_full_is_reported_and_loses_nothing_written(tmp_path):
             assert expect in h.json()["persistence"]
             m = metrics(d)
             assert m["recurd_persistence_degraded"] == 1
-            failed = events(d, "snapshot_failed")
+            failed = wait_event(d, "snapshot_failed")
             assert failed and expect in failed[0]["error"]
             # Still serving, every session intact in memory.
             fold(d, new, [1], top_k=0)
@@ -435,7 +441,7 @@ def test_disk_full_is_reported_and_loses_nothing_written(tmp_path):
             for f, b in saved.items():
                 assert open(full / f, "rb").read() == b
             assert d.terminate() == 0  # the final flush fails too, and says so
-            assert events(d, "snapshot_flush_done")[0]["failed"] >= 4
+            assert wait_event(d, "snapshot_flush_done")[0]["failed"] >= 4
         for f, b in saved.items():
             assert open(full / f, "rb").read() == b
         if mounted and os.path.exists(full / "filler"):
@@ -566,7 +572,7 @@ def test_failed_eviction_write_keeps_the_session(tmp_path):
             state_a = get_state(d, a)
             c = create(d, [6])  # evicts a (LRU); its write fails; a comes back
             wait_for(lambda: metrics(d)["recurd_snapshot_failures_total"] >= 1, what="failure")
-            assert events(d, "eviction_undone")
+            assert wait_event(d, "eviction_undone")
             r = create(d, [7], expect=503)
             assert r.headers.get("Retry-After")
             for sid, n in ((a, 3), (b, 2), (c, 1)):
@@ -620,3 +626,38 @@ def test_hybrid_model_variable_size_snapshots_survive(tmp_path):
         for sid in ids:
             assert get_state(d, sid) == before[sid]
         assert metrics(d)["recurd_snapshots_quarantined_total"] == 0
+
+
+def test_fd_exhaustion_fails_the_write_then_recovers(tmp_path):
+    """EMFILE on a snapshot write (prlimit on the running daemon): reported, previous file kept,
+    a kept-alive connection is still served; once fds are available again the next round
+    succeeds and /healthz is ok again."""
+    sd = tmp_path / "state"
+    with pd(sd, "--snapshot-interval-ms", "100") as d:
+        s = requests.Session()
+        sid = create(d, [1, 2, 3])
+        wait_for(lambda: writes_settled(d, 1), what="first snapshot")
+        wait_for(lambda: metrics(d)["recurd_snapshots_total"] >= 1, what="first snapshot")
+        saved = open(sd / (sid + ".snap"), "rb").read()
+        s.get(d.url("/healthz"), timeout=10)  # the connection we keep
+        n_open = len(os.listdir("/proc/%d/fd" % d.pid))
+        old = resource.prlimit(d.pid, resource.RLIMIT_NOFILE)
+        resource.prlimit(d.pid, resource.RLIMIT_NOFILE, (n_open, old[1]))
+        try:
+            r = s.post(d.url("/v1/sessions/%s/tokens" % sid), json={"tokens": [4, 5]}, timeout=10)
+            assert r.status_code == 200
+            wait_for(lambda: s.get(d.url("/healthz"), timeout=10).json()["status"] == "degraded",
+                     what="degraded")
+            assert "Too many open files" in s.get(d.url("/healthz"), timeout=10).json()["persistence"]
+            assert open(sd / (sid + ".snap"), "rb").read() == saved
+            assert s.get(d.url("/v1/sessions/%s" % sid), timeout=10).json()["tokens_seen"] == 5
+        finally:
+            resource.prlimit(d.pid, resource.RLIMIT_NOFILE, old)
+        wait_for(lambda: requests.get(d.url("/healthz"), timeout=10).json() == {"status": "ok"},
+                 what="recovery")
+        wait_event(d, "snapshot_recovered")
+        assert open(sd / (sid + ".snap"), "rb").read() != saved
+        d.proc.send_signal(signal.SIGKILL)
+        d.proc.wait(10)
+    with pd(sd) as d:
+        assert info(d, sid)["tokens_seen"] == 5
