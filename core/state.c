@@ -23,7 +23,8 @@ static float *kv_map(size_t bytes)
     return p == MAP_FAILED ? NULL : p;
 }
 
-/* Give back the pages of the first `used` bytes (they read as zeros afterwards). */
+/* Give back the pages of the first `used` bytes (they read as zeros afterwards; pages never
+ * touched cost nothing). */
 static void kv_release(float *p, size_t used)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
@@ -68,10 +69,10 @@ void recur_state_reset(recur_state *s)
     if (!s) return;
     const recur_model *m = s->m;
     memset(s->rec, 0, m->rec_floats * sizeof(float));
-    size_t HK = (size_t)m->cfg.n_heads * m->cfg.head_k, HV = (size_t)m->cfg.n_heads * m->cfg.head_v;
+    /* the whole mapping, not only the live rows: a snapshot read may have shortened the live part */
     for (int l = 0; l < m->cfg.n_layers; l++) {
-        kv_release(s->kcache[l], (size_t)s->tokens_seen * HK * sizeof(float));
-        kv_release(s->vcache[l], (size_t)s->tokens_seen * HV * sizeof(float));
+        kv_release(s->kcache[l], s->kbytes);
+        kv_release(s->vcache[l], s->vbytes);
     }
     s->tokens_seen = 0;
 }
