@@ -482,8 +482,11 @@ static void after_cb(uv_work_t *req, int status)
         entry *e = idx_find(r, j->id);
         if (e && e->pending == j)
             e->pending = NULL;
-        if (err)
+        if (err) {
             evicted_write_failed(r, j);
+            if (r->shutting_down)
+                enqueue(r, j->id, W_SHUTDOWN); /* one more try before exit */
+        }
     } else {
         srv_session *s = j->s;
         s->pjob = NULL;
@@ -497,6 +500,8 @@ static void after_cb(uv_work_t *req, int status)
                 drop_clean(r, s);
             else if (r->shutting_down && s->saved_gen != s->mut_gen)
                 enqueue(r, s->id, W_SHUTDOWN); /* changed while this write ran */
+        } else if (r->shutting_down && j->kind != W_SHUTDOWN) {
+            enqueue(r, s->id, W_SHUTDOWN); /* a round's write failed: one more try before exit */
         }
     }
     free(j->buf);
