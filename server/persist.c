@@ -24,6 +24,7 @@
 struct srv_persist {
     int dfd; /* state_dir, O_DIRECTORY */
     int qfd; /* state_dir/quarantine */
+    size_t scan_quarantined;
 };
 
 int srv_persist_valid_id(const char *s)
@@ -152,6 +153,7 @@ static int scan(srv_persist *p, void (*found)(const char *id, void *ctx), void *
         return errf(err, errlen, "cannot list it: %s", strerror(rerr));
     if (n_tmp)
         fsync(p->dfd);
+    p->scan_quarantined = n_short;
     srv_log(SRV_LOG_INFO, "state_dir_scanned",
             "\"snapshots\":%zu,\"temp_removed\":%zu,\"quarantined\":%zu,\"ignored\":%zu", n_snap,
             n_tmp, n_short, n_other);
@@ -207,6 +209,11 @@ int srv_persist_open(const char *dir, void (*found)(const char *id, void *ctx), 
     }
     *out = p;
     return 0;
+}
+
+size_t srv_persist_scan_quarantined(const srv_persist *p)
+{
+    return p->scan_quarantined;
 }
 
 void srv_persist_close(srv_persist *p)

@@ -34,6 +34,8 @@ typedef struct srv_persist srv_persist;
 int srv_persist_open(const char *dir, void (*found)(const char *id, void *ctx), void *ctx,
                      srv_persist **out, char *err, size_t errlen);
 void srv_persist_close(srv_persist *p);
+/* Files quarantined by the scan of srv_persist_open. */
+size_t srv_persist_scan_quarantined(const srv_persist *p);
 
 /* Write len bytes as id's snapshot, atomically and durably. Returns 0 or -errno. */
 int srv_persist_write(srv_persist *p, const char *id, const uint8_t *buf, size_t len);

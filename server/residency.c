@@ -759,6 +759,7 @@ int srv_residency_start(srv_app *app)
                 srv_log_str(err, e, sizeof e));
         return -1;
     }
+    r->quarantined = srv_persist_scan_quarantined(r->p);
     srv_table_hooks h = {hook_load, hook_make_room, hook_removed, hook_stored, r};
     srv_table_set_hooks(app->table, &h);
     uint64_t tick = TICK_MAX_MS;
@@ -873,7 +874,8 @@ void srv_residency_metrics(srv_app *app, proto_buf *b)
     metric(b, "recurd_session_load_failures_total", "counter",
            "Snapshot reads that failed with an I/O error (file kept).", r->load_failures);
     metric(b, "recurd_snapshots_quarantined_total", "counter",
-           "Snapshot files that failed a check, moved to quarantine/.", r->quarantined);
+           "Snapshot files that failed a check (at start or on load), moved to quarantine/.",
+           r->quarantined);
     metric(b, "recurd_resident_budget_exceeded_total", "counter",
            "Lazy loads over max_resident_sessions because every resident session was busy.",
            r->over_budget_loads);
