@@ -34,7 +34,8 @@ typedef struct srv_session {
 
 typedef struct srv_table srv_table;
 
-/* max_sessions bounds resident sessions; freed states are kept for reuse (up to a small pool). */
+/* max_sessions bounds sessions (resident, plus those on disk with persistence); freed states
+ * are kept for reuse (up to a small pool). */
 srv_table *srv_table_create(const recur_model *m, int max_sessions);
 void srv_table_destroy(srv_table *t);
 
@@ -55,7 +56,9 @@ void srv_table_foreach(srv_table *t, void (*fn)(srv_session *s, void *arg), void
  *   srv_table_find   on a miss for a well-formed id, returns load(ctx, id) (lazy load);
  *   srv_table_new    counts stored(ctx) (sessions on disk only) against max_sessions, then
  *                    calls make_room(ctx) (0: room, may evict; else it returns -2);
- *   srv_table_remove calls removed(ctx, s) first: the session is gone for good. */
+ *   srv_table_remove calls removed(ctx, s) first: the session is gone for good.
+ * So with hooks, srv_table_find and srv_table_new may evict (free) another session that is
+ * idle (no queued op): never hold a pointer to an idle session across those calls. */
 typedef struct {
     srv_session *(*load)(void *ctx, const char *id);
     int (*make_room)(void *ctx);
