@@ -471,6 +471,10 @@ def _round_robin(d, n_sessions, rounds, seed):
         assert r.status_code == 200
         out.append(r.text)
         out.append(info(d, sid)["tokens_seen"])
+    for sid in ids[:8]:  # forks need a resident slot too
+        r = requests.post(d.url("/v1/sessions/%s/fork" % sid), timeout=30)
+        assert r.status_code == 201, r.text
+        out.append(fold(d, r.json()["id"], [42], top_k=3))
     return out
 
 
