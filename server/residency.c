@@ -75,7 +75,7 @@ struct srv_residency {
 
     uv_timer_t timer;
     int timer_on;
-    uint64_t last_periodic_ms;
+    uint64_t last_periodic_ms, last_expire_ms;
     int shutting_down, shutdown_logged;
     uint64_t shutdown_ok, shutdown_failed;
 
@@ -680,11 +680,17 @@ static void tick_one(srv_session *s, void *arg)
         enqueue(r, s->id, W_PERIODIC);
 }
 
+/* Delete disk-only sessions idle for idle_ttl_ms. A sweep walks the whole index, so it runs
+ * every ttl/8 (between 1 s and 60 s), not every tick. */
 static void expire_on_disk(srv_residency *r, uint64_t now)
 {
     uint64_t ttl = r->app->cfg.idle_ttl_ms;
     if (!ttl || !r->n_stored)
         return;
+    uint64_t every = ttl / 8 < 1000 ? 1000 : ttl / 8 > 60000 ? 60000 : ttl / 8;
+    if (now - r->last_expire_ms < every)
+        return;
+    r->last_expire_ms = now;
     size_t gone = 0;
     for (size_t b = 0; b < r->n_buckets; b++)
         for (entry **pp = &r->buckets[b]; *pp;) {
