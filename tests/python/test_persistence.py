@@ -665,3 +665,27 @@ def test_fd_exhaustion_fails_the_write_then_recovers(tmp_path):
         d.proc.wait(10)
     with pd(sd) as d:
         assert info(d, sid)["tokens_seen"] == 5
+
+
+@pytest.mark.parametrize("delay_ms", [0, 5, 20])
+def test_kill9_during_the_sigterm_flush(tmp_path, delay_ms):
+    """kill -9 while the final SIGTERM writes run (real writes, cut at a few points): each
+    session loads either its previous snapshot or its new one, never a mixture or nothing."""
+    sd = tmp_path / "state"
+    with pd(sd) as d:
+        ids = [create(d, [i % VOCAB, 1, 2]) for i in range(60)]
+        assert d.terminate() == 0
+    with pd(sd) as d:
+        old = {sid: get_state(d, sid) for sid in ids}
+        for sid in ids:
+            fold(d, sid, [3, 4], top_k=0)
+        new = {sid: get_state(d, sid) for sid in ids}
+        d.proc.send_signal(signal.SIGTERM)
+        time.sleep(delay_ms / 1000)
+        d.proc.send_signal(signal.SIGKILL)
+        d.proc.wait(10)
+    with pd(sd) as d:
+        got = {sid: get_state(d, sid) for sid in ids}
+        for sid in ids:
+            assert got[sid] in (old[sid], new[sid])
+        assert metrics(d)["recurd_snapshots_quarantined_total"] == 0
