@@ -85,6 +85,7 @@ struct srv_residency {
     uint64_t sync_evict_writes, sync_evict_us_total, sync_evict_us_max;
     int degraded;
     char last_error[96];
+    int load_error; /* the last hook_load failed transiently (srv_residency_take_load_error) */
 };
 
 /* ---------------------------------------------------------------- index */
@@ -545,6 +546,7 @@ static int make_room(srv_residency *r);
 static srv_session *hook_load(void *ctx, const char *id)
 {
     srv_residency *r = ctx;
+    r->load_error = 0;
     entry *e = idx_find(r, id);
     if (!e || e->resident)
         return NULL;
@@ -562,8 +564,10 @@ static srv_session *hook_load(void *ctx, const char *id)
         /* Evicted a moment ago and still being written: back from those very bytes, and the
          * write in flight becomes this session's (it is clean once that write is done). */
         wjob *j = e->pending;
-        if (restore(r, id, j->buf, j->len, &s, &why) != 0)
-            return NULL; /* only without memory: our own bytes */
+        if (restore(r, id, j->buf, j->len, &s, &why) != 0) {
+            r->load_error = 1; /* only without memory: our own bytes */
+            return NULL;
+        }
         e->pending = NULL;
         j->st = J_ATTACHED;
         j->s = s;
@@ -592,6 +596,7 @@ static srv_session *hook_load(void *ctx, const char *id)
     if (rc != 0) {
         r->load_failures++;
         srv_log(SRV_LOG_ERROR, "snapshot_read_failed", "\"error\":\"%s\"", strerror(-rc));
+        r->load_error = 1;
         return NULL; /* kept: a later request may succeed (EMFILE, EIO) */
     }
     rc = restore(r, id, buf, len, &s, &why);
@@ -605,6 +610,7 @@ static srv_session *hook_load(void *ctx, const char *id)
     if (rc != 0) {
         r->load_failures++;
         srv_log(SRV_LOG_ERROR, "snapshot_load_no_memory", NULL);
+        r->load_error = 1;
         return NULL;
     }
     s->mut_gen = s->saved_gen = 1;
@@ -829,6 +835,15 @@ void srv_residency_free(srv_app *app)
     srv_persist_close(r->p);
     free(r);
     app->res = NULL;
+}
+
+int srv_residency_take_load_error(srv_app *app)
+{
+    srv_residency *r = app->res;
+    if (!r || !r->load_error)
+        return 0;
+    r->load_error = 0;
+    return 1;
 }
 
 /* ---------------------------------------------------------------- health, metrics */

@@ -35,6 +35,10 @@ void srv_residency_shutdown(srv_app *app);
 /* After uv_run returned. */
 void srv_residency_free(srv_app *app);
 
+/* 1 when the last lookup found the session's snapshot but could not read it (an I/O error
+ * or no memory: the file is kept, a retry may succeed); clears the flag. */
+int srv_residency_take_load_error(srv_app *app);
+
 /* GET /healthz: fills b, returns the status code (200 {"status":"ok"}, or 200
  * {"status":"degraded","persistence":"..."} after a failed snapshot write until the next
  * successful one). */

@@ -176,12 +176,25 @@ static void handle_create(srv_app *app, srv_conn *c, const srv_request *req)
     submit(app, c, op); /* a fresh session's queue is empty: never 429 */
 }
 
+/* No session for the id: 404, or 503 + Retry-After when its snapshot exists but could not be
+ * read just now (persistence: EMFILE, EIO, no memory; residency.h). */
+static void session_missing(srv_app *app, srv_conn *c)
+{
+    if (srv_residency_take_load_error(app)) {
+        srv_app_error(c, 503, "session_unavailable",
+                      "the session's snapshot could not be read just now; retry",
+                      "Retry-After: 1\r\n");
+        return;
+    }
+    srv_respond_error(c, 404, "session_not_found", "no such session");
+}
+
 /* Look the session up and queue op kind for it; 404 / 429 otherwise. */
 static srv_op *queue_op(srv_app *app, srv_conn *c, const char *id, srv_op_kind kind)
 {
     srv_session *s = srv_table_find(app->table, id);
     if (!s) {
-        srv_respond_error(c, 404, "session_not_found", "no such session");
+        session_missing(app, c);
         return NULL;
     }
     if (s->q_len >= app->cfg.max_queued_ops_per_session) {
@@ -214,7 +227,7 @@ static void handle_session(srv_app *app, srv_conn *c, const srv_request *req, co
              * stream (pending_ops says how many requests are queued or running). */
             srv_session *s = srv_table_find(app->table, id);
             if (!s) {
-                srv_respond_error(c, 404, "session_not_found", "no such session");
+                session_missing(app, c);
                 return;
             }
             if (!s->snapshot_bytes)
@@ -241,7 +254,7 @@ static void handle_session(srv_app *app, srv_conn *c, const srv_request *req, co
             return;
         proto_tokens_req tr;
         if (!srv_table_find(app->table, id)) { /* 404 before 422: the resource comes first */
-            srv_respond_error(c, 404, "session_not_found", "no such session");
+            session_missing(app, c);
             return;
         }
         if (proto_decode_tokens_req(req->body, req->body_len, &lim, &tr, &e)) {
@@ -267,7 +280,7 @@ static void handle_session(srv_app *app, srv_conn *c, const srv_request *req, co
         if (!json_body_ok(c, req))
             return;
         if (!srv_table_find(app->table, id)) {
-            srv_respond_error(c, 404, "session_not_found", "no such session");
+            session_missing(app, c);
             return;
         }
         proto_generate_req g;

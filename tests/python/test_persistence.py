@@ -689,3 +689,29 @@ def test_kill9_during_the_sigterm_flush(tmp_path, delay_ms):
         for sid in ids:
             assert got[sid] in (old[sid], new[sid])
         assert metrics(d)["recurd_snapshots_quarantined_total"] == 0
+
+
+def test_unreadable_snapshot_is_503_not_404(tmp_path):
+    """A session on disk whose file cannot be opened just now (EMFILE) answers 503 +
+    Retry-After, not 404 — it exists — and loads once fds are available again."""
+    sd = tmp_path / "state"
+    with pd(sd) as d:
+        sid = create(d, [1, 2, 3])
+        assert d.terminate() == 0
+    with pd(sd) as d:
+        s = requests.Session()
+        assert s.get(d.url("/healthz"), timeout=10).status_code == 200  # the connection we keep
+        n_open = len(os.listdir("/proc/%d/fd" % d.pid))
+        old = resource.prlimit(d.pid, resource.RLIMIT_NOFILE)
+        resource.prlimit(d.pid, resource.RLIMIT_NOFILE, (n_open, old[1]))
+        try:
+            r = s.get(d.url("/v1/sessions/%s" % sid), timeout=10)
+            assert r.status_code == 503, r.text
+            assert r.headers.get("Retry-After") and r.json()["error"]["code"] == "session_unavailable"
+            r = s.post(d.url("/v1/sessions/%s/tokens" % sid), json={"tokens": [1]}, timeout=10)
+            assert r.status_code == 503
+            assert s.get(d.url("/v1/sessions/%032x" % 5), timeout=10).status_code == 404
+        finally:
+            resource.prlimit(d.pid, resource.RLIMIT_NOFILE, old)
+        assert s.get(d.url("/v1/sessions/%s" % sid), timeout=10).json()["tokens_seen"] == 3
+        assert metrics(d)["recurd_session_load_failures_total"] == 2
