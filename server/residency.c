@@ -81,7 +81,7 @@ struct srv_residency {
 
     /* /metrics */
     uint64_t writes_ok, writes_failed, bytes_written, evictions, loads, load_failures,
-        quarantined, over_budget_loads, deleted_files, expired_on_disk;
+        quarantined, over_budget, deleted_files, expired_on_disk;
     uint64_t sync_evict_writes, sync_evict_us_total, sync_evict_us_max;
     int degraded;
     char last_error[96];
@@ -332,7 +332,17 @@ static wjob *start_job(srv_residency *r, srv_session *s, wkind kind)
 
 /* ---------------------------------------------------------------- eviction */
 
-/* The least recently used idle resident session, or NULL. O(resident sessions): evictions
+/* No request queued or running, and either no write in flight or one whose bytes are exactly
+ * the session as it is now (that write then becomes its eviction write). */
+static int evictable(const srv_session *s)
+{
+    if (s->q_len || s->running)
+        return 0;
+    const wjob *j = s->pjob;
+    return !j || (j->st == J_ATTACHED && j->gen_valid && j->gen == s->mut_gen);
+}
+
+/* The least recently used evictable resident session, or NULL. O(resident sessions): evictions
  * are rare next to requests, and a scan keeps the table free of LRU links. */
 typedef struct {
     srv_session *best;
@@ -341,7 +351,7 @@ typedef struct {
 static void lru_one(srv_session *s, void *arg)
 {
     lru_ctx *c = arg;
-    if (is_idle(s) && (!c->best || s->last_used_ms < c->best->last_used_ms))
+    if (evictable(s) && (!c->best || s->last_used_ms < c->best->last_used_ms))
         c->best = s;
 }
 
@@ -351,14 +361,26 @@ static void lru_one(srv_session *s, void *arg)
  * restores it from them, and a failed write restores it as a resident session (nothing is
  * lost). Only when MAX_EVICT_INFLIGHT such writes are pending, or persistence is degraded,
  * the write happens here on the loop thread (about 10 ms for a 17 KiB snapshot with fsync on
- * this machine's ext4; recurd_eviction_sync_write_us_* in /metrics). Returns 0 or -1. */
+ * this machine's ext4; recurd_eviction_sync_write_us_* in /metrics). Returns 0, 1 when no
+ * session is evictable (all busy), -1 when the eviction write failed (nothing is lost). */
 static int evict_lru(srv_residency *r)
 {
     lru_ctx c = {NULL};
     srv_table_foreach(r->app->table, lru_one, &c);
     srv_session *s = c.best;
     if (!s)
-        return -1;
+        return 1;
+    if (s->pjob) { /* its write in flight holds exactly its state: that is the eviction */
+        wjob *j = s->pjob;
+        s->pjob = NULL;
+        j->st = J_EVICTED;
+        j->s = NULL;
+        entry *e = idx_put(r, s->id, 0, s->last_used_ms);
+        e->pending = j;
+        srv_table_drop(r->app->table, s);
+        r->evictions++;
+        return 0;
+    }
     if (is_clean(r, s)) {
         drop_clean(r, s);
         return 0;
@@ -550,13 +572,10 @@ static srv_session *hook_load(void *ctx, const char *id)
     entry *e = idx_find(r, id);
     if (!e || e->resident)
         return NULL;
-    srv_table *t = r->app->table;
     if (make_room(r) != 0) {
-        /* Every resident session is busy: go over the budget rather than answer 404 for a
-         * session that exists. Bounded by the number of requests in progress. */
-        r->over_budget_loads++;
-        srv_log(SRV_LOG_WARN, "resident_budget_exceeded", "\"resident\":%zu,\"max\":%d",
-                srv_table_count(t), r->max_resident);
+        /* The eviction write failed (logged): load anyway rather than answer 404 or 503 for
+         * a session that exists. */
+        r->over_budget++;
     }
     srv_session *s = NULL;
     const char *why = NULL;
@@ -623,9 +642,20 @@ static srv_session *hook_load(void *ctx, const char *id)
  * Returns 0 or -1. */
 static int make_room(srv_residency *r)
 {
-    while (r->max_resident && srv_table_count(r->app->table) >= (size_t)r->max_resident)
-        if (evict_lru(r) != 0)
+    while (r->max_resident && srv_table_count(r->app->table) >= (size_t)r->max_resident) {
+        int rc = evict_lru(r);
+        if (rc > 0) {
+            /* Every resident session has a request (or a write) in flight: go over the
+             * budget rather than refuse. Bounded by the requests in progress; the next
+             * evictions bring it back under. */
+            r->over_budget++;
+            srv_log(SRV_LOG_DEBUG, "resident_budget_exceeded", "\"resident\":%zu,\"max\":%d",
+                    srv_table_count(r->app->table), r->max_resident);
+            return 0;
+        }
+        if (rc < 0)
             return -1;
+    }
     return 0;
 }
 
@@ -898,8 +928,8 @@ void srv_residency_metrics(srv_app *app, proto_buf *b)
            "Snapshot files that failed a check (at start or on load), moved to quarantine/.",
            r->quarantined);
     metric(b, "recurd_resident_budget_exceeded_total", "counter",
-           "Lazy loads over max_resident_sessions because every resident session was busy.",
-           r->over_budget_loads);
+           "Sessions made resident over max_resident_sessions (every resident one was busy).",
+           r->over_budget);
     metric(b, "recurd_eviction_sync_writes_total", "counter",
            "Eviction writes done on the loop thread.", r->sync_evict_writes);
     metric(b, "recurd_eviction_sync_write_us_total", "counter",

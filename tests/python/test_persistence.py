@@ -715,3 +715,76 @@ def test_unreadable_snapshot_is_503_not_404(tmp_path):
             resource.prlimit(d.pid, resource.RLIMIT_NOFILE, old)
         assert s.get(d.url("/v1/sessions/%s" % sid), timeout=10).json()["tokens_seen"] == 3
         assert metrics(d)["recurd_session_load_failures_total"] == 2
+
+
+def test_concurrent_clients_with_every_snapshot_path_on(tmp_path):
+    """4 clients on their own sessions, each doing random folds, generations, forks, deletes and
+    state reads, while the budget (3 resident), 50 ms snapshot rounds and 30 ms idle eviction
+    all move sessions between memory and disk. Every session's count stays exactly what its
+    client folded, before and after a restart."""
+    sd = tmp_path / "state"
+    expect = {}
+    lock = threading.Lock()
+    errors = []
+
+    def client(d, seed):
+        rng = random.Random(seed)
+        s = requests.Session()
+        mine = {}
+        try:
+            for _ in range(40):
+                op = rng.random()
+                if op < 0.15 or not mine:
+                    n = rng.randint(1, 6)
+                    r = s.post(d.url("/v1/sessions"), json={"tokens": [rng.randrange(VOCAB)] * n},
+                               timeout=30)
+                    assert r.status_code == 201, r.text
+                    mine[r.json()["id"]] = n
+                    continue
+                sid = rng.choice(sorted(mine))
+                if op < 0.5:
+                    n = rng.randint(1, 5)
+                    r = s.post(d.url("/v1/sessions/%s/tokens" % sid),
+                               json={"tokens": [rng.randrange(VOCAB) for _ in range(n)]}, timeout=30)
+                    assert r.status_code == 200, r.text
+                    mine[sid] += n
+                elif op < 0.65:
+                    n = rng.randint(1, 8)
+                    r = s.post(d.url("/v1/sessions/%s/generate" % sid),
+                               json={"max_tokens": n, "seed": 1}, timeout=30)
+                    assert r.status_code == 200, r.text
+                    mine[sid] += n
+                elif op < 0.75:
+                    r = s.post(d.url("/v1/sessions/%s/fork" % sid), timeout=30)
+                    assert r.status_code == 201, r.text
+                    mine[r.json()["id"]] = mine[sid]
+                elif op < 0.82:
+                    assert s.delete(d.url("/v1/sessions/%s" % sid), timeout=30).status_code == 204
+                    del mine[sid]
+                else:
+                    r = s.get(d.url("/v1/sessions/%s/state" % sid), timeout=30)
+                    assert r.status_code == 200
+                if rng.random() < 0.2:
+                    time.sleep(0.04)  # let idle eviction happen
+            with lock:
+                expect.update(mine)
+        except Exception as e:  # reported by the main thread
+            errors.append(repr(e))
+
+    args = ("--max-resident-sessions", "3", "--snapshot-interval-ms", "50", "--evict-idle-ms", "30")
+    with pd(sd, *args) as d:
+        ts = [threading.Thread(target=client, args=(d, i)) for i in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(120)
+        assert not errors, errors
+        for sid, n in expect.items():
+            assert info(d, sid)["tokens_seen"] == n
+        m = metrics(d)
+        assert m["recurd_sessions_evicted_total"] > 0 and m["recurd_snapshot_failures_total"] == 0
+        assert d.terminate() == 0
+    assert len(snap_files(sd)) == len(expect)
+    with pd(sd) as d:
+        for sid, n in expect.items():
+            assert info(d, sid)["tokens_seen"] == n
