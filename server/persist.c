@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -172,6 +173,15 @@ int srv_persist_open(const char *dir, void (*found)(const char *id, void *ctx), 
     if (dfd < 0)
         return errf(err, errlen, "state_dir %s: cannot open it as a directory: %s", dir,
                     strerror(errno));
+    /* One daemon per directory: two writers would undo each other's deletes and evictions.
+     * The lock goes with the process, kill -9 included. */
+    if (flock(dfd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        close(dfd);
+        if (e == EWOULDBLOCK)
+            return errf(err, errlen, "state_dir %s: in use by another recurd (locked)", dir);
+        return errf(err, errlen, "state_dir %s: cannot lock it: %s", dir, strerror(e));
+    }
     struct stat dst;
     if (fstat(dfd, &dst) == 0 && (dst.st_mode & 077)) {
         char d[600];

@@ -26,7 +26,8 @@
 
 typedef struct srv_persist srv_persist;
 
-/* Open (create with mode 0700 if missing) dir, check that it is a directory we can write
+/* Open (create with mode 0700 if missing) dir, lock it (flock: one daemon per directory),
+ * check that it is a directory we can write
  * (a probe file is created, fsynced and removed), create quarantine/, remove leftover temp
  * files, and call found(id, ctx) for every "<id>.snap". Files too short to hold a snapshot
  * header (zero-length included) are quarantined here instead. Returns 0, or -1 with a clear

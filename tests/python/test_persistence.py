@@ -788,3 +788,17 @@ def test_concurrent_clients_with_every_snapshot_path_on(tmp_path):
     with pd(sd) as d:
         for sid, n in expect.items():
             assert info(d, sid)["tokens_seen"] == n
+
+
+def test_one_daemon_per_state_dir(tmp_path):
+    sd = tmp_path / "state"
+    with pd(sd) as d:
+        p = subprocess.run([RECURD, "--config", "", "--port", "0", "--model-config", TINY_MODEL,
+                            "--state-dir", str(sd)], cwd=ROOT, capture_output=True, timeout=30)
+        assert p.returncode != 0
+        assert "in use by another recurd" in p.stderr.decode()
+        sid = create(d, [1])
+        d.proc.send_signal(signal.SIGKILL)  # the lock goes with the process
+        d.proc.wait(10)
+    with pd(sd) as d:
+        assert info(d, sid) == 404  # never snapshotted: lost by kill -9, as documented
