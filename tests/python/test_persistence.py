@@ -802,3 +802,18 @@ def test_one_daemon_per_state_dir(tmp_path):
         d.proc.wait(10)
     with pd(sd) as d:
         assert info(d, sid) == 404  # never snapshotted: lost by kill -9, as documented
+
+
+def test_max_sessions_counts_sessions_on_disk(tmp_path):
+    sd = tmp_path / "state"
+    with pd(sd, "--max-sessions", "5", "--max-resident-sessions", "2") as d:
+        ids = [create(d, [i]) for i in range(5)]
+        r = create(d, [9], expect=503)
+        assert r.json()["error"]["code"] == "max_sessions" and r.headers.get("Retry-After")
+        m = metrics(d)
+        assert m["recurd_sessions"] <= 2 and m["recurd_sessions_stored"] >= 3
+        assert requests.delete(d.url("/v1/sessions/%s" % ids[0]), timeout=10).status_code == 204
+        create(d, [9])
+        assert d.terminate() == 0
+    with pd(sd, "--max-sessions", "5") as d:  # after a restart too
+        create(d, [1], expect=503)
