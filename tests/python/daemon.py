@@ -72,10 +72,12 @@ class Daemon:
         """SIGTERM and wait; returns the exit code."""
         self.proc.send_signal(signal.SIGTERM)
         try:
-            return self.proc.wait(timeout)
+            code = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
             raise
+        self._reader.join(5)  # the last lines (e.g. "exit") are in logs() once terminate returns
+        return code
 
     def kill(self):
         if self.proc and self.proc.poll() is None:
