@@ -342,11 +342,11 @@ Test(safetensors, f16_and_bf16_convert)
 
 static void batch_equals_single(const char *cfg)
 {
-    enum { B = 5, STEPS = 12 };
+    enum { B = 12, STEPS = 12 }; /* more rows than go through sgemv: the sgemm path is compared */
     recur_model *m;
     recur_workspace *ws;
     cr_assert_eq(recur_model_init_seed(cfg, 11, &m), 0);
-    cr_assert_eq(recur_workspace_create(m, 8, &ws), 0);
+    cr_assert_eq(recur_workspace_create(m, 16, &ws), 0);
     int vocab = m->cfg.vocab_size;
     recur_state *a[B], *b[B];
     for (int i = 0; i < B; i++) {
@@ -356,7 +356,7 @@ static void batch_equals_single(const char *cfg)
     float *lb = malloc(sizeof(float) * B * vocab), *ls = malloc(sizeof(float) * vocab);
     /* sessions at different positions: session i starts after i prefilled tokens */
     for (int i = 0; i < B; i++) {
-        int32_t pre[8];
+        int32_t pre[B];
         for (int j = 0; j < i; j++) pre[j] = (7 * i + 3 * j) % vocab;
         cr_assert_eq(recur_model_prefill(m, ws, a[i], pre, i, NULL), 0);
         cr_assert_eq(recur_state_copy(b[i], a[i]), 0);
@@ -380,7 +380,7 @@ static void batch_equals_single(const char *cfg)
     cr_assert_eq(recur_model_step_batch(m, ws, a, bad, B, lb), RECUR_ETOKEN);
     recur_state *dup[2] = {a[0], a[0]};
     cr_assert_eq(recur_model_step_batch(m, ws, dup, bad, 2, lb), RECUR_EINVAL);
-    cr_assert_eq(recur_model_step_batch(m, ws, a, bad, 9, lb), RECUR_ESHAPE);
+    cr_assert_eq(recur_model_step_batch(m, ws, a, bad, 17, lb), RECUR_ESHAPE);
     cr_assert_eq(recur_state_tokens_seen(a[0]), seen);
     for (int i = 0; i < B; i++) {
         recur_state_destroy(a[i]);
