@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "exp_nonpos.h"
 #include "model_internal.h"
 
 #define PREFILL_PIECE 256 /* tokens per prefill piece (a multiple of the chunk) */
@@ -83,26 +84,49 @@ void recur_workspace_free(recur_workspace *ws)
 
 /* ---------------------------------------------------------------- small math */
 
-static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 static inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* softplus(x) = log(1 + e^x), without overflow */
 static inline float softplus(float x) { return fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x))); }
 
+/* silu(x) = x sigma(x) with sigma(x) = (x >= 0 ? 1 : e) / (1 + e), e = exp(-|x|) <= 1: only a
+ * non-positive argument is exponentiated (recur__exp_nonpos, rel. error < 1e-7) and the select is
+ * arithmetic, so loops over it vectorise (libm's expf does not). */
+static inline float silu_v(float x)
+{
+    uint32_t xi;
+    memcpy(&xi, &x, sizeof xi);
+    float neg = (float)(xi >> 31); /* 1 for x < 0 */
+    uint32_t ai = xi & 0x7fffffffu;
+    float ax;
+    memcpy(&ax, &ai, sizeof ax);
+    float e = recur__exp_nonpos(-ax);
+    return x * (1.0f + neg * (e - 1.0f)) / (1.0f + e);
+}
+
+/* sum(x^2): 16 independent float lanes (vectorisable without reassociation), added in double */
+static double sumsq(const float *x, int n)
+{
+    float acc[16] = {0};
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++) acc[j] += x[i + j] * x[i + j];
+    double ss = 0.0;
+    for (int j = 0; j < 16; j++) ss += acc[j];
+    for (; i < n; i++) ss += (double)x[i] * x[i];
+    return ss;
+}
+
 /* y = x / sqrt(mean(x^2) + eps) * w */
 static void rmsnorm(float *y, const float *x, const float *w, int n, float eps)
 {
-    double ss = 0.0;
-    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
-    float r = (float)(1.0 / sqrt(ss / n + eps));
+    float r = (float)(1.0 / sqrt(sumsq(x, n) / n + eps));
     for (int i = 0; i < n; i++) y[i] = x[i] * r * w[i];
 }
 
 /* L2norm(x) = x / sqrt(sum(x^2) + 1e-6) */
 static void l2norm(float *x, int n)
 {
-    double ss = 0.0;
-    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
-    float r = (float)(1.0 / sqrt(ss + 1e-6));
+    float r = (float)(1.0 / sqrt(sumsq(x, n) + 1e-6));
     for (int i = 0; i < n; i++) x[i] *= r;
 }
 
@@ -331,7 +355,7 @@ static void preprocess_rows(const recur_model *m, const recur_layer *L, recur_wo
             /* fall through */
         case RECUR_MIXER_DELTANET:
             /* q, k = L2norm(silu(.)) per head ; beta = sigmoid(b_proj h), kept inside (0, 1] */
-            for (size_t i = 0; i < HK; i++) { q[i] = silu(q[i]); k[i] = silu(k[i]); }
+            for (size_t i = 0; i < HK; i++) { q[i] = silu_v(q[i]); k[i] = silu_v(k[i]); }
             for (int hd = 0; hd < H; hd++) { l2norm(q + (size_t)hd * K, K); l2norm(k + (size_t)hd * K, K); }
             for (int hd = 0; hd < H; hd++)
                 ws->beta[(size_t)r * H + hd] = fmaxf(sigmoid(p[L->off_b + hd]), FLT_MIN);
@@ -389,7 +413,7 @@ static int forward_rows(const recur_model *m, recur_workspace *ws, recur_state *
             float *o = ws->o + r * HV;
             const float *g = ws->proj + (size_t)r * L->n_in + L->off_g;
             for (int hd = 0; hd < H; hd++) rmsnorm(o + (size_t)hd * V, o + (size_t)hd * V, L->o_norm, V, eps);
-            for (size_t i = 0; i < HV; i++) o[i] *= silu(g[i]);
+            for (size_t i = 0; i < HV; i++) o[i] *= silu_v(g[i]);
         }
         linear_rows(R, d, (int)HV, ws->o, (int)HV, L->wo, 1.0f, ws->x, d);
 
@@ -399,7 +423,7 @@ static int forward_rows(const recur_model *m, recur_workspace *ws, recur_state *
         linear_rows(R, 2 * ff, d, ws->h, d, L->w_gate_up, 0.0f, ws->ff, 2 * ff);
         for (int r = 0; r < R; r++) {
             float *f = ws->ff + (size_t)r * 2 * ff;
-            for (int j = 0; j < ff; j++) f[j] = silu(f[j]) * f[ff + j];
+            for (int j = 0; j < ff; j++) f[j] = silu_v(f[j]) * f[ff + j];
         }
         linear_rows(R, d, ff, ws->ff, 2 * ff, L->w_down, 1.0f, ws->x, d);
     }
