@@ -2,6 +2,7 @@
 #include "requests.h"
 
 #include <cJSON.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -368,8 +369,8 @@ int proto_decode_generate_req(const uint8_t *body, size_t len, const proto_limit
         if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || it->valuedouble <= 0 ||
             it->valuedouble > 1)
             rc = fail_field(err, "top_p", "a number in (0, 1] (1 = off)");
-        else
-            out->top_p = (float)it->valuedouble;
+        else /* a positive double below FLT_TRUE_MIN would round to 0, which means "off" */
+            out->top_p = fmaxf((float)it->valuedouble, FLT_TRUE_MIN);
     }
     if (rc == 0 && (it = cJSON_GetObjectItemCaseSensitive(root, "seed"))) {
         if (get_integer(it, 0, 9007199254740991.0, &v) != 0)
