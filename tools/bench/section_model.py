@@ -26,6 +26,7 @@ import json
 import os
 import statistics
 import subprocess
+import time
 
 TITLE = "Model: decode and prefill, C vs the PyTorch twin, and the sgemm bound (issue 3)"
 ORDER = 30
@@ -125,6 +126,18 @@ def run(ctx):
         r = os.path.relpath(p, ctx.root)
         return p if r.startswith("..") else r
 
+    # which librecur this run measures (the C model is still moving: say so if the library is
+    # older than its sources)
+    lib_time = os.path.getmtime(lib)
+    srcs = [os.path.join(ctx.root, "core", f) for f in os.listdir(os.path.join(ctx.root, "core"))
+            if f.endswith((".c", ".h"))]
+    newer = sorted(os.path.basename(f) for f in srcs if os.path.getmtime(f) > lib_time)
+    core_head = subprocess.run(["git", "-C", ctx.root, "log", "-1", "--format=%h %s", "--", "core"],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout.strip()
+    lib_note = (f"librecur: `{rel(lib)}` built {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(lib_time))}; "
+                f"last commit touching core/: {core_head or '?'}." +
+                (f" **Warning: {', '.join(newer)} changed after the library was built (run `make`).**"
+                 if newer else ""))
     ctx.run(["cc", "-std=c11", "-O2", "-march=native", "-Wall", "-Icore", *_pkg("--cflags"),
              "tools/bench/bench_model.c", rel(lib), *_pkg("--libs"), "-lcjson", "-lm", "-lpthread",
              "-o", rel(exe)])
@@ -147,7 +160,7 @@ def run(ctx):
             for side, out in (("c", c_out), ("torch", t_out)):
                 for r in out:
                     f.write(json.dumps(dict(r, model=mdl["key"], side=side)) + "\n")
-    return render(results, loads, rel(raw), ctx.quick)
+    return lib_note + "\n\n" + render(results, loads, rel(raw), ctx.quick)
 
 
 # ---------------------------------------------------------------- rendering
