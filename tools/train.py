@@ -108,6 +108,8 @@ def main(argv=None):
     ap.add_argument("--eval-every", type=int, default=200)
     ap.add_argument("--eval-bytes", type=int, default=16384,
                     help="held-out bytes used by the periodic evaluation")
+    ap.add_argument("--save-every-eval", action="store_true",
+                    help="also export the model to --out at every periodic evaluation")
     ap.add_argument("--no-stream-eval", action="store_true",
                     help="skip the final whole-stream held-out evaluation")
     args = ap.parse_args(argv)
@@ -164,6 +166,8 @@ def main(argv=None):
             history.append({"step": step, "seconds": round(time.time() - t0, 1), "heldout_bpb": b})
             print("step %5d  held-out (first %d bytes, windowed) %.4f bpb" % (
                 step, args.eval_bytes, b), flush=True)
+            if args.save_every_eval:
+                export(model, cfg, args.out, args.dtype)   # a usable model if the run is cut short
     train_seconds = time.time() - t0
 
     export(model, cfg, args.out, args.dtype)
