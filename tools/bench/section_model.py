@@ -145,13 +145,19 @@ def run(ctx):
     loads = [open("/proc/loadavg").read().split()[:3]]
     results = []
     for mdl in _models(ctx):
-        p = QUICK if ctx.quick else PLAN[mdl["key"]]
+        p = dict(QUICK if ctx.quick else PLAN[mdl["key"]])
+        cfg = json.load(open(mdl["config"]))
+        prefill = PREFILL
+        if "softmax" in cfg["mixers"]:  # a KV cache is bounded by max_context
+            mc = cfg.get("max_context", 4096)
+            prefill = min(prefill, mc)
+            p["tokens"] = max(1, min(p["tokens"], (mc - 8) // p["reps"]))
+        mdl["prefill"] = prefill
         common = ["--batches", blist, "--reps", str(p["reps"]), "--tokens-per-rep", str(p["tokens"]),
-                  "--prefill", str(PREFILL), "--prefill-reps", str(p["prefill_reps"])]
+                  "--prefill", str(prefill), "--prefill-reps", str(p["prefill_reps"])]
         c_out = _jsonl(ctx.run([rel(exe), *mdl["c_args"], *common], timeout=1800))
         t_out = _jsonl(ctx.run([ctx.python, "tools/bench/bench_torch_model.py", *mdl["t_args"], *common,
                                 "--chunks", p["chunks"]], timeout=1800))
-        cfg = json.load(open(mdl["config"]))
         results.append((mdl, cfg, c_out, t_out))
         loads.append(open("/proc/loadavg").read().split()[:3])
     raw = os.path.join(ctx.build, "bench", "model_raw.jsonl")
@@ -160,7 +166,28 @@ def run(ctx):
             for side, out in (("c", c_out), ("torch", t_out)):
                 for r in out:
                     f.write(json.dumps(dict(r, model=mdl["key"], side=side)) + "\n")
-    return lib_note + "\n\n" + render(results, loads, rel(raw), ctx.quick)
+    return lib_note + " " + _torch_blas(ctx) + "\n\n" + render(results, loads, rel(raw), ctx.quick)
+
+
+def _torch_blas(ctx):
+    """Which BLAS the twin's matmuls use (libtorch_cpu's libblas.so.3, resolved)."""
+    try:
+        libdir = subprocess.run([ctx.python, "-c", "import torch, os; print(os.path.join("
+                                 "os.path.dirname(torch.__file__), 'lib'))"], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True, timeout=60).stdout.strip()
+        ldd = subprocess.run(["ldd", os.path.join(libdir, "libtorch_cpu.so")], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True, timeout=60).stdout
+        for line in ldd.splitlines():
+            if line.strip().startswith("libblas.so"):
+                target = os.path.realpath(line.split("=>")[1].split("(")[0].strip())
+                same = (": the same OpenBLAS as librecur (fp32 `nn.Linear` is BLAS sgemm), so both sides"
+                        " multiply with the same sgemm" if "openblas" in target else "")
+                return f"The twin's matmuls go through `libblas.so.3` → `{target}`{same}."
+
+    except (OSError, IndexError, subprocess.SubprocessError):
+        pass
+    return ""
+
 
 
 # ---------------------------------------------------------------- rendering
@@ -195,6 +222,7 @@ def analyse(cfg, c_out, t_out):
         pre["c_cpu"] = c["tokens"] / _med(c["cpu_s"])
         pre["c_wall"] = c["tokens"] / _med(c["wall_s"])
         pre["c_reps"] = len(c["cpu_s"])
+        pre["n"] = c["tokens"]
     if tp:
         best = max(tp, key=lambda r: r["tokens"] / _med(r["cpu_s"]))
         pre["t_cpu"] = best["tokens"] / _med(best["cpu_s"])
@@ -299,7 +327,7 @@ def render(results, loads, raw, quick=False):
         pr = p["c_cpu"] / p["t_cpu"] if "c_cpu" in p and "t_cpu" in p else None
         pw = p["c_wall"] / p["t_wall"] if "c_wall" in p and "t_wall" in p else None
         tch = ", ".join(f"chunk {k}: {_fmt_rate(v)}" for k, v in sorted(p.get("t_all", {}).items()))
-        out.append(f"| prefill, {PREFILL} tokens | {_fmt_rate(p.get('c_cpu'))} | {_fmt_rate(p.get('t_cpu'))} "
+        out.append(f"| prefill, {p.get('n', PREFILL)} tokens | {_fmt_rate(p.get('c_cpu'))} | {_fmt_rate(p.get('t_cpu'))} "
                    f"(chunk {p.get('t_chunk', '–')}) | {_fmt_ratio(pr)} | {_fmt_ratio(pw)} | "
                    f"{p.get('c_reps', '–')} / {p.get('t_reps', '–')} |")
         verdicts.append((mdl["key"], "prefill ≥ 3× PyTorch", pr, TARGET_PREFILL, pw))
@@ -346,13 +374,14 @@ def render(results, loads, raw, quick=False):
             out.append(f"Each GEMM shape alone at M = {a['sgemm_M']} (cache-hot, GFLOP/s; N×K): {shapes}.")
             verdicts.append((mdl["key"], "decode at B = 64 ≥ 85 % of the sgemm bound", frac, TARGET_BOUND, fw))
             if "prefill_gemm_s" in a and "c_cpu" in p:
-                tc = PREFILL / p["c_cpu"]
-                best_ratio = (PREFILL / p["t_cpu"]) / a["prefill_gemm_s"] if "t_cpu" in p else None
+                n = p.get("n", PREFILL)
+                tc = n / p["c_cpu"]
+                best_ratio = (n / p["t_cpu"]) / a["prefill_gemm_s"] if "t_cpu" in p else None
                 out.append("")
                 out.append(
                     f"**Prefill against its GEMMs.** The same GEMM sequence at M = {a['prefill_M']} "
                     f"(the prefill's piece) runs at {a['prefill_gemm_gflops']:.1f} GFLOP/s: the "
-                    f"projections, MLP and head of {PREFILL} tokens alone take "
+                    f"projections, MLP and head of {n} tokens alone take "
                     f"{a['prefill_gemm_s'] * 1e3:.0f} ms, the whole C prefill {tc * 1e3:.0f} ms "
                     f"({100 * a['prefill_gemm_s'] / tc:.0f} % of it is GEMM at sgemm speed). Even with "
                     f"the mixer and everything else free, C could be at most "
