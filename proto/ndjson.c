@@ -8,6 +8,27 @@ const char *proto_frame_content_type(proto_framing f)
     return f == PROTO_FRAME_SSE ? "text/event-stream" : "application/x-ndjson";
 }
 
+/* Decimal integers without printf (these lines are written once per token). */
+static void put_u64(proto_buf *b, unsigned long long v)
+{
+    char tmp[24], *e = tmp + sizeof tmp, *q = e;
+    do {
+        *--q = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    proto_buf_append(b, q, (size_t)(e - q));
+}
+
+static void put_int(proto_buf *b, int v)
+{
+    if (v < 0) {
+        proto_buf_append(b, "-", 1);
+        put_u64(b, (unsigned long long)(-(long long)v));
+    } else {
+        put_u64(b, (unsigned long long)v);
+    }
+}
+
 static void begin(proto_buf *b, proto_framing f)
 {
     if (f == PROTO_FRAME_SSE)
@@ -26,15 +47,22 @@ void proto_fold_line(proto_buf *b, proto_framing f, uint64_t pos, int32_t token,
                      float logprob, const int32_t *top_ids, const float *top_lps, int n_top)
 {
     begin(b, f);
-    proto_buf_printf(b, "{\"pos\":%llu,\"token\":%d,\"logprob\":", (unsigned long long)pos,
-                     (int)token);
+    proto_buf_append(b, "{\"pos\":", 7);
+    put_u64(b, (unsigned long long)pos);
+    proto_buf_append(b, ",\"token\":", 9);
+    put_int(b, (int)token);
+    proto_buf_append(b, ",\"logprob\":", 11);
     if (has_logprob)
         proto_buf_float(b, logprob);
     else
         proto_buf_append(b, "null", 4);
     proto_buf_append(b, ",\"top\":[", 8);
     for (int i = 0; i < n_top; i++) {
-        proto_buf_printf(b, "%s{\"token\":%d,\"logprob\":", i ? "," : "", (int)top_ids[i]);
+        if (i)
+            proto_buf_append(b, ",", 1);
+        proto_buf_append(b, "{\"token\":", 9);
+        put_int(b, (int)top_ids[i]);
+        proto_buf_append(b, ",\"logprob\":", 11);
         proto_buf_float(b, top_lps[i]);
         proto_buf_append(b, "}", 1);
     }
@@ -46,8 +74,11 @@ void proto_gen_line(proto_buf *b, proto_framing f, uint64_t pos, int32_t token, 
                     size_t text_len, float logprob)
 {
     begin(b, f);
-    proto_buf_printf(b, "{\"pos\":%llu,\"token\":%d,\"text\":", (unsigned long long)pos,
-                     (int)token);
+    proto_buf_append(b, "{\"pos\":", 7);
+    put_u64(b, (unsigned long long)pos);
+    proto_buf_append(b, ",\"token\":", 9);
+    put_int(b, (int)token);
+    proto_buf_append(b, ",\"text\":", 8);
     proto_buf_json_str(b, text, text_len);
     proto_buf_append(b, ",\"logprob\":", 11);
     proto_buf_float(b, logprob);
@@ -58,7 +89,9 @@ void proto_gen_line(proto_buf *b, proto_framing f, uint64_t pos, int32_t token, 
 void proto_fold_done(proto_buf *b, proto_framing f, uint64_t tokens_seen)
 {
     begin(b, f);
-    proto_buf_printf(b, "{\"done\":true,\"tokens_seen\":%llu}", (unsigned long long)tokens_seen);
+    proto_buf_append(b, "{\"done\":true,\"tokens_seen\":", 27);
+    put_u64(b, (unsigned long long)tokens_seen);
+    proto_buf_append(b, "}", 1);
     end(b, f);
     if (f == PROTO_FRAME_SSE)
         proto_buf_puts(b, "data: [DONE]\n\n");

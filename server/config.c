@@ -37,6 +37,8 @@ static const opt OPTS[] = {
      "allow a non-loopback host without api_key"},
     {"workers", OPT_INT, F(workers), 1, 64, "compute worker threads"},
     {"max_batch", OPT_INT, F(max_batch), 1, 1024, "sessions per batched decode step"},
+    {"decode_workers", OPT_INT, F(decode_workers), 1, 64,
+     "workers that may run a decode batch at the same time (the others take prefill slices)"},
     {"prefill_slice", OPT_INT, F(prefill_slice), 1, 65536,
      "tokens per prefill slice (interleaved with decode batches)"},
     {"log_level", OPT_STR, F(log_level), 0, 0, "debug | info | warn | error"},
@@ -86,6 +88,7 @@ static void defaults(srv_config *c)
     snprintf(c->model, sizeof c->model, "models/default");
     c->workers = 2;
     c->max_batch = 64;
+    c->decode_workers = 1;
     c->prefill_slice = 256;
     snprintf(c->log_level, sizeof c->log_level, "info");
     srv_http_limits_default(&c->http);

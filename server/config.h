@@ -26,6 +26,7 @@ typedef struct {
     int allow_insecure_bind;
     int workers;
     int max_batch;
+    int decode_workers;              /* decode batches running at once (<= workers) */
     int prefill_slice;
     char log_level[16];              /* "debug", "info", "warn", "error" */
 

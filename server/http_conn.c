@@ -561,10 +561,8 @@ static void conn_dispatch(srv_conn *c)
     srv_server *s = c->srv;
     c->phase = PH_IN_FLIGHT;
     c->in_flight = 1;
-    if (c->reading) {
-        uv_read_stop((uv_stream_t *)&c->tcp);
-        c->reading = 0;
-    }
+    /* Reading goes on (stopping and restarting it costs two epoll_ctl per request): bytes that
+     * arrive while the request is in flight are kept with the tail and stop reading (on_read). */
     uv_timer_stop(&c->timer);
     c->requests++;
     c->is_head = c->parser.method == HTTP_HEAD;
@@ -675,8 +673,8 @@ static void conn_resume(srv_conn *c)
         uv_timer_start(&c->timer, on_timer, 0, 0);
         return;
     }
-    if (c->peer_eof) {
-        srv_conn_close_now(c);
+    if (c->peer_eof) { /* the peer half-closed: send what is queued, then close */
+        conn_close_graceful(c);
         return;
     }
     conn_start_reading(c);
@@ -730,13 +728,30 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         uv_read_stop(st);
         c->reading = 0;
         c->peer_eof = 1;
-        /* EOF between requests or in the middle of one: nothing to answer */
-        if (!c->in_flight)
+        /* EOF between requests or in the middle of one: nothing to answer. With a response
+         * still to finish or send, conn_resume closes after it. */
+        if (!c->in_flight && c->phase != PH_IN_FLIGHT && !c->resume_pending)
             srv_conn_close_now(c);
         return;
     }
     if (c->lingering) /* discarding after an error or Connection: close */
         return;
+    if (c->phase == PH_IN_FLIGHT || c->resume_pending) {
+        /* the next pipelined request while one is in flight (or its response is still queued
+         * above the high watermark, or the saved tail is parsed next turn): keep the bytes after
+         * the tail, stop reading (TCP backpressure), parse them when the response is done */
+        char *t = realloc(c->tail, c->tail_len + (size_t)nread);
+        if (!t) {
+            srv_conn_close_now(c);
+            return;
+        }
+        memcpy(t + c->tail_len, buf->base, (size_t)nread);
+        c->tail = t;
+        c->tail_len += (size_t)nread;
+        uv_read_stop(st);
+        c->reading = 0;
+        return;
+    }
     c->t_last_read = uv_now(c->srv->loop);
     srv_conn_ref(c);
     conn_process(c, buf->base, (size_t)nread);
@@ -787,6 +802,15 @@ static void close_handles(srv_conn *c, int reset)
     c->phase = PH_CLOSING;
     c->lingering = 0;
     c->resume_pending = 0;
+    if (!reset && c->out.len && c->pending_writes == 0) {
+        /* this turn's output: one non-blocking attempt, as uv_write made at once before the
+         * output was coalesced; what the kernel does not take is dropped, like libuv's queue */
+        uv_buf_t b = uv_buf_init(c->out.p, (unsigned int)c->out.len);
+        int r = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+        if (r > 0)
+            c->srv->stats.bytes_written += (uint64_t)r;
+    }
+    srv_out_discard(c);
     if (c->reading) {
         uv_read_stop((uv_stream_t *)&c->tcp);
         c->reading = 0;
@@ -847,6 +871,9 @@ static void conn_close_graceful(srv_conn *c)
         c->reading = 0;
     }
     uv_timer_stop(&c->timer);
+    srv_flush_conn(c, 0); /* the shutdown waits for libuv's queue: put this turn's output in it */
+    if (c->closing)
+        return;
     c->shutdown_req.data = c;
     if (uv_shutdown(&c->shutdown_req, (uv_stream_t *)&c->tcp, on_shutdown))
         srv_conn_close_now(c);
@@ -952,6 +979,7 @@ void srv_conn_unref(srv_conn *c)
         return;
     srv_buf_free(&c->url);
     srv_buf_free(&c->body);
+    srv_buf_free(&c->out);
     for (int i = 0; i < HDR_COUNT; i++)
         srv_buf_free(&c->hdr[i]);
     free(c->tail);

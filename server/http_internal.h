@@ -165,6 +165,13 @@ struct srv_conn {
     uint64_t bytes_queued;   /* every byte ever given to uv_write */
     uint64_t stall_mark;     /* bytes the kernel had accepted at the last progress seen */
     uint64_t last_progress;  /* uv_now of that progress */
+
+    /* ---- output coalescing: bytes produced during one loop turn, written with one syscall at
+     * the end of the turn (srv_flush_all from the server's prepare/check handles). Each chunk is
+     * still framed on its own; only the syscalls are merged. */
+    srv_buf out;
+    srv_conn *flush_next;    /* srv->flush_list */
+    int in_flush_list;
 };
 
 struct srv_server {
@@ -184,6 +191,12 @@ struct srv_server {
     srv_http_stats stats;
     char *read_buf;          /* SRV_READ_BUF_SIZE, shared by every connection of this server */
     int read_buf_busy;
+    /* connections with unwritten output; flushed after the I/O callbacks of a loop turn (check)
+     * and before the loop blocks (prepare: output made by timers or close callbacks) */
+    srv_conn *flush_list;
+    uv_prepare_t flush_prepare;
+    uv_check_t flush_check;
+    int flush_handles_open;
 };
 
 /* http_conn.c */
@@ -207,6 +220,12 @@ void srv_send_response(srv_conn *c, int status, const char *content_type, const 
 void srv_send_error_json(srv_conn *c, int status, const char *code, const char *message,
                          const char *extra_headers);
 int srv_write(srv_conn *c, srv_buf *owned);    /* queue bytes (ownership taken); 0 or uv error */
+/* The connection's output buffer, to append to directly (then srv_out_queued). NULL if closing. */
+srv_buf *srv_out(srv_conn *c);
+void srv_out_queued(srv_conn *c);               /* bytes were appended to srv_out(c) */
+void srv_flush_conn(srv_conn *c, int notify);   /* write c->out now (notify: on_drained allowed) */
+void srv_flush_all(srv_server *s);              /* every connection of the flush list */
+void srv_out_discard(srv_conn *c);              /* closing: drop unwritten output */
 void srv_stall_start_or_stop(srv_conn *c);
 size_t srv_write_queue_size(const srv_conn *c);
 

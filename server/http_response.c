@@ -1,9 +1,13 @@
 /*
  * http_response.c — writing responses: status line and headers, Content-Length bodies, chunked
- * streams (one uv_write per chunk, so each chunk is flushed), JSON errors, the write queue
- * (high/low watermarks -> srv_stream_writable / on_drain) and the send-stall timer.
+ * streams (one chunk per srv_stream_write), JSON errors, the write queue (high/low watermarks ->
+ * srv_stream_writable / on_drain) and the send-stall timer.
  *
- * Every uv_write owns one malloc'd block (header + body in one piece) that its callback frees.
+ * Output is appended to the connection's buffer (c->out) and written at the end of the loop turn
+ * (srv_flush_all, from the server's uv_check / uv_prepare handles): a single-token response —
+ * head, line chunk, done chunk, last chunk — leaves in one syscall, and a stream still flushes
+ * every line in the turn that produced it. uv_try_write first; what the kernel does not take goes
+ * to uv_write with a malloc'd block that its callback frees.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -19,15 +23,22 @@ typedef struct {
     char *data;
 } srv_write_req;
 
-size_t srv_write_queue_size(const srv_conn *c)
+/* Bytes handed to libuv and not yet taken by the kernel. */
+static size_t uv_queue_size(const srv_conn *c)
 {
     return uv_stream_get_write_queue_size((const uv_stream_t *)&c->tcp);
+}
+
+/* Everything not yet taken by the kernel: libuv's queue + this turn's unwritten output. */
+size_t srv_write_queue_size(const srv_conn *c)
+{
+    return uv_queue_size(c) + c->out.len;
 }
 
 /* Bytes the kernel has taken so far: monotonic, grows on partial writes too. */
 static uint64_t bytes_accepted(const srv_conn *c)
 {
-    return c->bytes_queued - srv_write_queue_size(c);
+    return c->bytes_queued - uv_queue_size(c);
 }
 
 static void note_progress(srv_conn *c)
@@ -116,54 +127,152 @@ static void on_write(uv_write_t *req, int status)
     }
 }
 
+srv_buf *srv_out(srv_conn *c)
+{
+    return c->closing ? NULL : &c->out;
+}
+
+/* Output was appended: make sure it is written at the end of this loop turn. */
+void srv_out_queued(srv_conn *c)
+{
+    if (c->closing || c->out.len == 0)
+        return;
+    if (!c->in_flush_list) {
+        srv_server *s = c->srv;
+        c->in_flush_list = 1;
+        c->flush_next = s->flush_list;
+        s->flush_list = c;
+        srv_conn_ref(c); /* released by srv_flush_all */
+    }
+    if (srv_write_queue_size(c) > c->srv->limits.write_high_watermark)
+        c->above_high = 1;
+}
+
 int srv_write(srv_conn *c, srv_buf *owned)
 {
     if (c->closing) {
         srv_buf_free(owned);
         return UV_ECANCELED;
     }
-    srv_write_req *w = malloc(sizeof *w);
-    if (!w)
-        abort();
-    w->c = c;
-    w->len = owned->len;
-    w->data = owned->p;
-    owned->p = NULL;
-    owned->len = owned->cap = 0;
-    uv_buf_t b = uv_buf_init(w->data, (unsigned int)w->len);
-    int r = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write);
-    if (r) {
-        free(w->data);
-        free(w);
+    if (c->out.len == 0 && owned->cap >= c->out.cap) { /* take the block: no copy */
+        srv_buf t = c->out;
+        c->out = *owned;
+        *owned = t;
+    } else if (srv_buf_append(&c->out, owned->p, owned->len)) {
+        srv_buf_free(owned);
         srv_conn_close_now(c);
-        return r;
+        return UV_ENOMEM;
     }
-    c->pending_writes++;
-    c->bytes_queued += w->len;
-    if (srv_write_queue_size(c) > c->srv->limits.write_high_watermark)
-        c->above_high = 1;
-    srv_stall_start_or_stop(c);
+    srv_buf_free(owned);
+    srv_out_queued(c);
     return 0;
+}
+
+void srv_out_discard(srv_conn *c)
+{
+    srv_buf_free(&c->out);
+}
+
+/* Writes c->out: directly (uv_try_write) when libuv's queue is empty, the rest through uv_write
+ * (which owns its block until on_write). notify = 0 inside an srv_* call (no app callbacks). */
+void srv_flush_conn(srv_conn *c, int notify)
+{
+    if (c->closing || c->out.len == 0)
+        return;
+    size_t len = c->out.len, done = 0;
+    c->bytes_queued += len;
+    if (c->pending_writes == 0) {
+        uv_buf_t b = uv_buf_init(c->out.p, (unsigned int)len);
+        int r = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+        if (r >= 0) {
+            done = (size_t)r;
+        } else if (r != UV_EAGAIN) { /* EPIPE / ECONNRESET: the peer left */
+            c->out.len = 0;
+            srv_conn_close_now(c);
+            return;
+        }
+    }
+    c->srv->stats.bytes_written += done;
+    if (done == len) {
+        srv_buf_reset(&c->out); /* the block is kept for the next turn */
+    } else {
+        srv_write_req *w = malloc(sizeof *w);
+        if (!w)
+            abort();
+        w->c = c;
+        w->len = len - done;
+        if (done == 0) { /* hand the block over */
+            w->data = c->out.p;
+            c->out.p = NULL;
+            c->out.len = c->out.cap = 0;
+        } else {
+            w->data = malloc(w->len);
+            if (!w->data)
+                abort();
+            memcpy(w->data, c->out.p + done, w->len);
+            srv_buf_reset(&c->out);
+        }
+        uv_buf_t b = uv_buf_init(w->data, (unsigned int)w->len);
+        int r = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write);
+        if (r) {
+            free(w->data);
+            free(w);
+            srv_conn_close_now(c);
+            return;
+        }
+        c->pending_writes++;
+        srv_stall_start_or_stop(c);
+    }
+    if (c->above_high && srv_write_queue_size(c) < c->srv->limits.write_low_watermark) {
+        if (notify) {
+            c->above_high = 0;
+            srv_conn_on_drained(c);
+        } else if (c->pending_writes == 0) {
+            c->above_high = 0; /* nothing pending: on_write will not run */
+        }
+    }
+}
+
+void srv_flush_all(srv_server *s)
+{
+    while (s->flush_list) {
+        srv_conn *c = s->flush_list;
+        s->flush_list = c->flush_next;
+        c->flush_next = NULL;
+        c->in_flush_list = 0;
+        srv_flush_conn(c, 1);
+        srv_conn_unref(c);
+    }
 }
 
 /* ------------------------------------------------------------------ heads */
 
-static int appendf(srv_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int appendf(srv_buf *b, const char *fmt, ...)
-{
-    char tmp[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= sizeof tmp)
-        return UV_EINVAL;
-    return srv_buf_append(b, tmp, (size_t)n);
-}
-
 static int has_no_body(int status)
 {
     return (status >= 100 && status < 200) || status == 204 || status == 304;
+}
+
+static int append_str(srv_buf *b, const char *str)
+{
+    return srv_buf_append(b, str, strlen(str));
+}
+
+/* Decimal / hex of v into tmp (returns the start; tmp has room for 24 bytes). */
+static char *fmt_u64(char *tmp, uint64_t v, int hex)
+{
+    char *e = tmp + 24, *p = e;
+    do {
+        *--p = "0123456789abcdef"[hex ? v & 15 : v % 10];
+        v = hex ? v >> 4 : v / 10;
+    } while (v);
+    return p;
+}
+
+static int append_u64(srv_buf *b, uint64_t v, int hex)
+{
+    char tmp[24];
+    char *p = fmt_u64(tmp, v, hex);
+    return srv_buf_append(b, p, (size_t)(tmp + 24 - p));
 }
 
 /* Decides keep-alive for the response being started and writes the common head. framing:
@@ -178,18 +287,21 @@ static int build_head(srv_conn *c, srv_buf *b, int status, const char *content_t
         c->keep_alive = 0;
     c->resp_started = 1;
     s->stats.responses_by_class[status / 100]++;
-    int r = appendf(b, "HTTP/1.1 %d %s\r\n", status, srv_reason_phrase(status));
+    char st[4] = {(char)('0' + status / 100), (char)('0' + status / 10 % 10), (char)('0' + status % 10), ' '};
+    int r = srv_buf_append(b, "HTTP/1.1 ", 9) || srv_buf_append(b, st, 4) ||
+            append_str(b, srv_reason_phrase(status)) || srv_buf_append(b, "\r\n", 2);
     if (!r && content_type && !has_no_body(status))
-        r = srv_buf_append(b, "Content-Type: ", 14) || srv_buf_append(b, content_type, strlen(content_type)) ||
+        r = srv_buf_append(b, "Content-Type: ", 14) || append_str(b, content_type) ||
             srv_buf_append(b, "\r\n", 2);
     if (!r && !has_no_body(status)) {
         if (framing == 0)
-            r = appendf(b, "Content-Length: %zu\r\n", len);
+            r = srv_buf_append(b, "Content-Length: ", 16) || append_u64(b, len, 0) ||
+                srv_buf_append(b, "\r\n", 2);
         else if (framing == 1)
             r = srv_buf_append(b, "Transfer-Encoding: chunked\r\n", 28);
     }
     if (!r && extra)
-        r = srv_buf_append(b, extra, strlen(extra));
+        r = append_str(b, extra);
     if (!r)
         r = c->keep_alive ? srv_buf_append(b, "Connection: keep-alive\r\n\r\n", 26)
                           : srv_buf_append(b, "Connection: close\r\n\r\n", 21);
@@ -199,21 +311,19 @@ static int build_head(srv_conn *c, srv_buf *b, int status, const char *content_t
 void srv_send_response(srv_conn *c, int status, const char *content_type, const void *body,
                        size_t len, const char *extra_headers)
 {
-    srv_buf b = {0};
+    srv_buf *b = srv_out(c);
+    if (!b)
+        return;
     if (has_no_body(status))
         len = 0;
-    if (srv_buf_reserve(&b, 160 + (content_type ? strlen(content_type) : 0) +
-                                (extra_headers ? strlen(extra_headers) : 0) + (c->is_head ? 0 : len))) {
+    if (srv_buf_reserve(b, b->len + 160 + (content_type ? strlen(content_type) : 0) +
+                               (extra_headers ? strlen(extra_headers) : 0) + (c->is_head ? 0 : len)) ||
+        build_head(c, b, status, content_type, 0, len, extra_headers) ||
+        (len && !c->is_head && srv_buf_append(b, body, len))) {
         srv_conn_close_now(c);
         return;
     }
-    if (build_head(c, &b, status, content_type, 0, len, extra_headers) ||
-        (len && !c->is_head && srv_buf_append(&b, body, len))) {
-        srv_buf_free(&b);
-        srv_conn_close_now(c);
-        return;
-    }
-    srv_write(c, &b);
+    srv_out_queued(c);
 }
 
 void srv_send_error_json(srv_conn *c, int status, const char *code, const char *message,
@@ -266,39 +376,40 @@ void srv_stream_begin(srv_conn *c, int status, const char *content_type)
 {
     if (!can_respond(c))
         return;
-    srv_buf b = {0};
+    srv_buf *b = srv_out(c);
     if (c->http10) { /* HTTP/1.0 has no chunked coding: the body ends when the connection does */
         c->keep_alive = 0;
         c->stream_raw = 1;
     } else {
         c->stream_raw = 0;
     }
-    if (build_head(c, &b, status, content_type, c->stream_raw ? 2 : 1, 0, NULL)) {
-        srv_buf_free(&b);
+    if (build_head(c, b, status, content_type, c->stream_raw ? 2 : 1, 0, NULL)) {
         srv_conn_close_now(c);
         return;
     }
     c->streaming = 1;
-    srv_write(c, &b);
+    srv_out_queued(c);
 }
 
+/* One chunk per call (one NDJSON line per chunk); chunks made in the same loop turn leave in
+ * one write at the end of the turn. */
 void srv_stream_write(srv_conn *c, const void *data, size_t len)
 {
     if (!c || !c->streaming || c->closing || c->shutting || len == 0 || c->is_head)
         return;
-    srv_buf b = {0};
-    int r = srv_buf_reserve(&b, len + 24);
+    srv_buf *b = &c->out;
+    int r = srv_buf_reserve(b, b->len + len + 24);
+    if (!r && !c->stream_raw) {
+        r = append_u64(b, len, 1) || srv_buf_append(b, "\r\n", 2);
+    }
+    r = r || srv_buf_append(b, data, len);
     if (!r && !c->stream_raw)
-        r = appendf(&b, "%zx\r\n", len);
-    r = r || srv_buf_append(&b, data, len);
-    if (!r && !c->stream_raw)
-        r = srv_buf_append(&b, "\r\n", 2);
+        r = srv_buf_append(b, "\r\n", 2);
     if (r) {
-        srv_buf_free(&b);
         srv_conn_close_now(c);
         return;
     }
-    srv_write(c, &b);
+    srv_out_queued(c);
 }
 
 int srv_stream_writable(const srv_conn *c)
@@ -316,12 +427,11 @@ void srv_stream_end(srv_conn *c)
     if (c->closing || c->shutting)
         return;
     if (!c->stream_raw && !c->is_head) {
-        srv_buf b = {0};
-        if (srv_buf_append(&b, "0\r\n\r\n", 5)) {
+        if (srv_buf_append(&c->out, "0\r\n\r\n", 5)) {
             srv_conn_close_now(c);
             return;
         }
-        srv_write(c, &b);
+        srv_out_queued(c);
     }
     c->resp_started = 0;
     srv_conn_response_done(c);

@@ -26,10 +26,19 @@ void srv_http_limits_default(srv_http_limits *l)
     l->max_connections = 1024;
 }
 
+static void on_flush_handle_closed(uv_handle_t *h);
+
 static void server_maybe_done(srv_server *s)
 {
     if (s->listener_open || s->conns)
         return;
+    if (s->flush_handles_open) { /* last: connections flush through them until they are gone */
+        if (!uv_is_closing((uv_handle_t *)&s->flush_prepare)) {
+            uv_close((uv_handle_t *)&s->flush_prepare, on_flush_handle_closed);
+            uv_close((uv_handle_t *)&s->flush_check, on_flush_handle_closed);
+        }
+        return;
+    }
     if (s->drain_done && !s->drain_done_called) {
         s->drain_done_called = 1;
         s->drain_done(s, s->app);
@@ -38,6 +47,25 @@ static void server_maybe_done(srv_server *s)
         free(s->read_buf);
         free(s);
     }
+}
+
+static void on_flush_handle_closed(uv_handle_t *h)
+{
+    srv_server *s = h->data;
+    if (--s->flush_handles_open == 0)
+        server_maybe_done(s);
+}
+
+/* End of the I/O phase (check) and before the loop blocks (prepare): write every connection's
+ * output of this turn. */
+static void on_flush_check(uv_check_t *h)
+{
+    srv_flush_all(h->data);
+}
+
+static void on_flush_prepare(uv_prepare_t *h)
+{
+    srv_flush_all(h->data);
 }
 
 void srv_server_conn_gone(srv_server *s)
@@ -113,6 +141,15 @@ int srv_server_start(uv_loop_t *loop, const char *host, int port, const srv_http
     s->cb = *cb;
     s->app = app;
     srv_conn_settings(&s->settings);
+
+    uv_prepare_init(loop, &s->flush_prepare);
+    uv_check_init(loop, &s->flush_check);
+    s->flush_prepare.data = s->flush_check.data = s;
+    s->flush_handles_open = 2;
+    uv_prepare_start(&s->flush_prepare, on_flush_prepare);
+    uv_check_start(&s->flush_check, on_flush_check);
+    uv_unref((uv_handle_t *)&s->flush_prepare); /* the listener and connections keep the loop alive */
+    uv_unref((uv_handle_t *)&s->flush_check);
 
     uv_tcp_init(loop, &s->listener);
     s->listener.data = s;

@@ -170,6 +170,7 @@ int main(int argc, char **argv)
     if (srv_residency_start(app) != 0)
         return 1; /* state_dir unusable: logged */
     rc = srv_sched_create(app->loop, app->model, app->cfg.workers, app->cfg.max_batch,
+                          app->cfg.decode_workers,
                           app->cfg.prefill_slice, srv_ops_work_done, app, &app->sched);
     if (rc != 0) {
         srv_log(SRV_LOG_ERROR, "scheduler_failed", "\"error\":\"%s\"", recur_strerror(rc));
@@ -199,11 +200,11 @@ int main(int argc, char **argv)
     char h[300], name[200];
     srv_log(SRV_LOG_INFO, "listening",
             "\"host\":\"%s\",\"port\":%d,\"model\":\"%s\",\"vocab_size\":%d,\"n_layers\":%d,"
-            "\"state_bytes\":%zu,\"workers\":%d,\"max_batch\":%d,\"auth\":%s",
+            "\"state_bytes\":%zu,\"workers\":%d,\"max_batch\":%d,\"decode_workers\":%d,\"auth\":%s",
             srv_log_str(app->cfg.host, h, sizeof h), srv_server_port(app->server),
             srv_log_str(app->info->name, name, sizeof name), app->info->vocab_size,
             app->info->n_layers, app->info->state_bytes, app->cfg.workers, app->cfg.max_batch,
-            app->cfg.api_key[0] ? "true" : "false");
+            app->cfg.decode_workers, app->cfg.api_key[0] ? "true" : "false");
 
     uv_run(app->loop, UV_RUN_DEFAULT);
 

@@ -133,6 +133,7 @@ static void submit_fold_slice(srv_op *op)
     w->state = s->state;
     w->logits = s->logits;
     w->has_logits = &s->has_logits;
+    w->lsm_c = s->lsm_c;
     w->owner = op;
     w->emit_lines = op->kind == SRV_OP_FOLD;
     w->top_k = op->top_k;
@@ -163,6 +164,7 @@ static void submit_gen_step(srv_op *op)
     w->state = s->state;
     w->logits = s->logits;
     w->has_logits = &s->has_logits;
+    w->lsm_c = s->lsm_c;
     w->owner = op;
     w->sample = 1;
     w->sp.temperature = op->gen.temperature;
@@ -411,6 +413,7 @@ static void start_fork(srv_op *op)
     }
     memcpy(dst->logits, src->logits, (size_t)app->info->vocab_size * sizeof(float));
     dst->has_logits = src->has_logits;
+    memcpy(dst->lsm_c, src->lsm_c, sizeof dst->lsm_c);
     dst->tokens_seen = src->tokens_seen;
     app->counters.sessions_created++;
     respond_session(op, 201, dst);

@@ -421,6 +421,8 @@ static void handle_metrics(srv_app *app, srv_conn *c)
     metric(&b, "recurd_decode_batch_size_max", "gauge", "Largest decode batch so far.",
            ss.max_batch_seen);
     metric(&b, "recurd_prefill_slices_total", "counter", "Prefill slices executed.", ss.prefill_slices);
+    metric(&b, "recurd_worker_busy_microseconds_total", "counter",
+           "Worker time in model work (decode batches, prefill slices), wall clock.", ss.busy_ns / 1000);
     metric(&b, "recurd_prefill_tokens_total", "counter", "Tokens folded by prefill slices.",
            ss.prefill_tokens);
     long rss = rss_bytes();

@@ -1,6 +1,7 @@
 /* scheduler.c — worker threads, continuous batching of decode steps, prefill slices. */
 #include "scheduler.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,17 +23,25 @@ typedef struct {
 struct srv_sched {
     uv_loop_t *loop;
     uv_async_t async;
+    uv_prepare_t sub_prepare;          /* hand this turn's submissions to the workers: */
+    uv_check_t sub_check;              /* after the I/O callbacks, and before the loop blocks */
     const recur_model *model;
     int vocab;
     int max_batch, prefill_slice, n_workers;
+    int max_decode;                    /* decode batches running at once */
     worker *workers;
     void (*done)(srv_work *w, void *app);
     void *app;
+
+    /* loop thread only: submitted during this loop turn, not yet visible to the workers */
+    srv_work *sub_step_head, *sub_step_tail, *sub_pre_head, *sub_pre_tail;
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int stop;
     int turn;                          /* 1: a prefill slice goes next when both wait */
+    int idle;                          /* workers waiting on cv */
+    int decoding;                      /* decode batches running */
     srv_work *step_head, *step_tail;   /* ready decode steps */
     srv_work *pre_head, *pre_tail;     /* ready prefill slices */
     srv_work *done_head, *done_tail;   /* finished, for the loop */
@@ -72,6 +81,24 @@ int srv_top_k(const float *lp, int vocab, int k, int32_t *ids, float *vals)
     return n;
 }
 
+/* recur_log_softmax, the same arithmetic (so the same floats), keeping its two constants:
+ * out[i] = (x[i] - c[0]) - c[1]. */
+static void log_softmax_c(const float *x, int vocab, float *out, float *c)
+{
+    float mx = -INFINITY;
+    for (int i = 0; i < vocab; i++)
+        if (x[i] > mx)
+            mx = x[i];
+    double sum = 0.0;
+    for (int i = 0; i < vocab; i++)
+        sum += exp((double)x[i] - mx);
+    float ls = (float)log(sum);
+    for (int i = 0; i < vocab; i++)
+        out[i] = (x[i] - mx) - ls;
+    c[0] = mx;
+    c[1] = ls;
+}
+
 /* One fold line for token at pos; lsm = log-softmax of the logits after it. */
 static void emit_fold_line(srv_work *w, uint64_t pos, int32_t token, int has_lp, float lp,
                            const float *lsm, int vocab)
@@ -99,7 +126,10 @@ static void run_steps(worker *wk, srv_work **items, int B)
             }
             w->token = t;
         }
-        if (*w->has_logits) {
+        if (*w->has_logits == 2) { /* constants kept from the line of the previous step */
+            w->logprob = (w->logits[w->token] - w->lsm_c[0]) - w->lsm_c[1];
+            w->has_logprob = 1;
+        } else if (*w->has_logits) {
             recur_log_softmax(w->logits, V, wk->lsm);
             w->logprob = wk->lsm[w->token];
             w->has_logprob = 1;
@@ -138,7 +168,8 @@ static void run_steps(worker *wk, srv_work **items, int B)
         memcpy(w->logits, lg, (size_t)V * sizeof *lg);
         *w->has_logits = 1;
         if (w->emit_lines) {
-            recur_log_softmax(lg, V, wk->lsm);
+            log_softmax_c(lg, V, wk->lsm, w->lsm_c);
+            *w->has_logits = 2;
             emit_fold_line(w, w->pos0, w->token, w->has_logprob, w->logprob, wk->lsm, V);
         }
     }
@@ -172,22 +203,36 @@ static void run_prefill(worker *wk, srv_work *w)
     pthread_mutex_unlock(&s->mu);
 }
 
+static int can_decode(const srv_sched *s)
+{
+    return s->step_head && s->decoding < s->max_decode;
+}
+
+/* Wake an idle worker when there is work it could take (mu held). */
+static void wake_if_needed(srv_sched *s)
+{
+    if (s->idle > 0 && (can_decode(s) || s->pre_head))
+        pthread_cond_signal(&s->cv);
+}
+
 static void *worker_main(void *arg)
 {
     worker *wk = arg;
     srv_sched *s = wk->s;
     srv_work *batch[1024];
+    pthread_mutex_lock(&s->mu);
     for (;;) {
-        pthread_mutex_lock(&s->mu);
-        while (!s->stop && !s->step_head && !s->pre_head)
+        while (!s->stop && !can_decode(s) && !s->pre_head) {
+            s->idle++;
             pthread_cond_wait(&s->cv, &s->mu);
-        if (s->stop) {
-            pthread_mutex_unlock(&s->mu);
-            break;
+            s->idle--;
         }
+        if (s->stop)
+            break;
         int B = 0;
         srv_work *pre = NULL;
-        if (s->step_head && (!s->pre_head || !s->turn)) {
+        if (can_decode(s) && (!s->pre_head || !s->turn)) {
+            /* every ready step, up to max_batch, in one batched model step */
             while (s->step_head && B < s->max_batch) {
                 batch[B++] = s->step_head;
                 s->step_head = s->step_head->next;
@@ -195,6 +240,7 @@ static void *worker_main(void *arg)
             if (!s->step_head)
                 s->step_tail = NULL;
             s->turn = 1;
+            s->decoding++;
         } else {
             pre = s->pre_head;
             s->pre_head = pre->next;
@@ -202,22 +248,65 @@ static void *worker_main(void *arg)
                 s->pre_tail = NULL;
             s->turn = 0;
         }
+        wake_if_needed(s); /* what is left may be another worker's */
         pthread_mutex_unlock(&s->mu);
 
+        uint64_t t0 = uv_hrtime();
         if (pre)
             run_prefill(wk, pre);
         else
             run_steps(wk, batch, B);
+        uint64_t t1 = uv_hrtime();
 
         pthread_mutex_lock(&s->mu);
+        s->stats.busy_ns += t1 - t0;
         if (pre)
             push(&s->done_head, &s->done_tail, pre);
+        else
+            s->decoding--;
         for (int i = 0; i < B; i++)
             push(&s->done_head, &s->done_tail, batch[i]);
         pthread_mutex_unlock(&s->mu);
-        uv_async_send(&s->async);
+        uv_async_send(&s->async); /* coalesced by libuv while the loop has not run on_async */
+        pthread_mutex_lock(&s->mu);
     }
+    pthread_mutex_unlock(&s->mu);
     return NULL;
+}
+
+/* Loop thread: make this turn's submissions visible to the workers, in one critical section. */
+static void sched_flush(srv_sched *s)
+{
+    if (!s->sub_step_head && !s->sub_pre_head)
+        return;
+    pthread_mutex_lock(&s->mu);
+    if (s->sub_step_head) {
+        if (s->step_tail)
+            s->step_tail->next = s->sub_step_head;
+        else
+            s->step_head = s->sub_step_head;
+        s->step_tail = s->sub_step_tail;
+    }
+    if (s->sub_pre_head) {
+        if (s->pre_tail)
+            s->pre_tail->next = s->sub_pre_head;
+        else
+            s->pre_head = s->sub_pre_head;
+        s->pre_tail = s->sub_pre_tail;
+    }
+    s->sub_step_head = s->sub_step_tail = s->sub_pre_head = s->sub_pre_tail = NULL;
+    wake_if_needed(s);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void on_sub_prepare(uv_prepare_t *h)
+{
+    sched_flush(h->data);
+}
+
+static void on_sub_check(uv_check_t *h)
+{
+    sched_flush(h->data);
 }
 
 static void on_async(uv_async_t *h)
@@ -233,11 +322,12 @@ static void on_async(uv_async_t *h)
         s->done(w, s->app);
         w = n;
     }
+    sched_flush(s); /* the follow-up steps of these sessions, at once */
 }
 
 int srv_sched_create(uv_loop_t *loop, const recur_model *m, int workers, int max_batch,
-                     int prefill_slice, void (*done)(srv_work *w, void *app), void *app,
-                     srv_sched **out)
+                     int max_decode, int prefill_slice, void (*done)(srv_work *w, void *app),
+                     void *app, srv_sched **out)
 {
     if (max_batch > 1024)
         max_batch = 1024;
@@ -260,6 +350,14 @@ int srv_sched_create(uv_loop_t *loop, const recur_model *m, int workers, int max
         return RECUR_EINVAL;
     }
     s->async.data = s;
+    uv_prepare_init(loop, &s->sub_prepare);
+    uv_check_init(loop, &s->sub_check);
+    s->sub_prepare.data = s->sub_check.data = s;
+    uv_prepare_start(&s->sub_prepare, on_sub_prepare);
+    uv_check_start(&s->sub_check, on_sub_check);
+    uv_unref((uv_handle_t *)&s->sub_prepare);
+    uv_unref((uv_handle_t *)&s->sub_check);
+    s->max_decode = max_decode < 1 ? 1 : max_decode;
     s->workers = calloc((size_t)workers, sizeof *s->workers);
     size_t rows = (size_t)(max_batch > prefill_slice ? max_batch : prefill_slice);
     for (int i = 0; i < workers; i++) {
@@ -285,13 +383,12 @@ int srv_sched_create(uv_loop_t *loop, const recur_model *m, int workers, int max
 
 void srv_sched_submit(srv_sched *s, srv_work *w)
 {
-    pthread_mutex_lock(&s->mu);
+    /* Held until the end of the loop turn (sched_flush): every step submitted in one turn is
+     * seen by the workers at once, so they go into one batch, for one wake-up. */
     if (w->kind == SRV_WORK_STEP)
-        push(&s->step_head, &s->step_tail, w);
+        push(&s->sub_step_head, &s->sub_step_tail, w);
     else
-        push(&s->pre_head, &s->pre_tail, w);
-    pthread_cond_signal(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+        push(&s->sub_pre_head, &s->sub_pre_tail, w);
 }
 
 int srv_sched_prefill_slice(const srv_sched *s)
@@ -316,6 +413,8 @@ void srv_sched_stop(srv_sched *s)
     for (int i = 0; i < s->n_workers; i++)
         pthread_join(s->workers[i].tid, NULL);
     uv_close((uv_handle_t *)&s->async, NULL);
+    uv_close((uv_handle_t *)&s->sub_prepare, NULL);
+    uv_close((uv_handle_t *)&s->sub_check, NULL);
 }
 
 void srv_sched_free(srv_sched *s)

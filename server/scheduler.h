@@ -9,6 +9,10 @@
  *   - SRV_WORK_PREFILL: fold up to prefill_slice tokens with recur_model_prefill. The loop
  *     submits one slice at a time, and workers alternate between a decode batch and a prefill
  *     slice when both are waiting, so a long prefill never starves other sessions' decode.
+ * Submissions made during one loop turn are handed to the workers together at the end of the
+ * turn (uv_check / uv_prepare: one lock, at most one wake-up), and at most max_decode decode
+ * batches run at once (default 1): steps arriving while a batch computes wait for it and form the
+ * next batch, rather than an idle worker taking them one or two at a time.
  * Finished items return to the loop thread through uv_async; done() runs there, in completion
  * order. While an item is in flight the loop must not touch its state or logits; the caller
  * submits at most one item per session at a time (per-session FIFO order lives in ops.c).
@@ -30,7 +34,8 @@ typedef struct srv_work {
     /* the session's, written by the worker while in flight */
     recur_state *state;
     float *logits;          /* [vocab] next-position logits, IN and OUT */
-    int *has_logits;        /* IN/OUT */
+    int *has_logits;        /* IN/OUT: 0, 1, or 2 = lsm_c holds the log-softmax constants */
+    float *lsm_c;           /* [2] IN/OUT, the session's (see srv_session.lsm_c) */
     /* STEP */
     int sample;             /* 1: sample token from logits with sp/rng; 0: fold token */
     recur_sampler_params sp;
@@ -59,12 +64,13 @@ typedef struct srv_sched srv_sched;
 
 typedef struct {
     uint64_t batches, batched_steps, max_batch_seen, prefill_slices, prefill_tokens;
+    uint64_t busy_ns; /* workers' time in model work (decode batches and prefill slices) */
 } srv_sched_stats;
 
 /* Start workers. done(w, app) runs on the loop thread for every finished item. */
 int srv_sched_create(uv_loop_t *loop, const recur_model *m, int workers, int max_batch,
-                     int prefill_slice, void (*done)(srv_work *w, void *app), void *app,
-                     srv_sched **out);
+                     int max_decode, int prefill_slice, void (*done)(srv_work *w, void *app),
+                     void *app, srv_sched **out);
 void srv_sched_submit(srv_sched *s, srv_work *w);
 int srv_sched_prefill_slice(const srv_sched *s);
 /* Counters (read on the loop thread; approximate while workers run). */

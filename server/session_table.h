@@ -19,7 +19,9 @@ typedef struct srv_session {
     char id[33];            /* 32 lowercase hex digits + NUL */
     recur_state *state;     /* owned */
     float *logits;          /* [vocab] logits for the next position; valid when has_logits */
-    int has_logits;
+    int has_logits;         /* 0 none; 1 logits; 2 logits + lsm_c (written by the workers only) */
+    float lsm_c[2];         /* with has_logits == 2: max and log-sum-exp of logits, as in
+                             * recur_log_softmax, so log p(token) = (logits[token] - c0) - c1 */
     uint64_t tokens_seen;   /* loop-side mirror of recur_state_tokens_seen */
     size_t snapshot_bytes;  /* loop-side mirror of recur_snapshot_size (0 = not known yet) */
     uint64_t last_used_ms;  /* uv_now of the last request (idle TTL) */

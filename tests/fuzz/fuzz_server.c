@@ -63,6 +63,7 @@ static void setup(void)
     app->table = srv_table_create(app->model, app->cfg.max_sessions);
     if (!app->table) abort();
     if (srv_sched_create(app->loop, app->model, app->cfg.workers, app->cfg.max_batch,
+                         app->cfg.decode_workers,
                          app->cfg.prefill_slice, srv_ops_work_done, app, &app->sched))
         abort();
     srv_http_callbacks cb = {srv_app_on_request, srv_app_on_close, srv_app_on_drain};
