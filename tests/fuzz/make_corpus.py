@@ -9,6 +9,9 @@ librecur ($RECUR_BUILD/librecur.so, default build/) through ctypes; everything e
     python3 tests/fuzz/make_corpus.py snapshot server   # only these targets
 
 The tiny model configs are read from fuzz_configs.h, so the C targets and the seeds agree.
+Snapshot payloads are forward-pass results, so their float bytes depend on how the library was
+compiled (FMA contraction); the fingerprints, which hash the seeded weights, do not. A rerun may
+therefore rewrite snapshot seeds with other payload bytes that load just as well.
 Reproduction inputs of fixed crashes live in corpus/NAME/crash-* and are never touched here.
 """
 import ctypes
