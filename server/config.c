@@ -88,7 +88,7 @@ static void defaults(srv_config *c)
     snprintf(c->model, sizeof c->model, "models/default");
     c->workers = 2;
     c->max_batch = 64;
-    c->decode_workers = 1;
+    c->decode_workers = 2;
     c->prefill_slice = 256;
     snprintf(c->log_level, sizeof c->log_level, "info");
     srv_http_limits_default(&c->http);

@@ -10,9 +10,9 @@
  *     submits one slice at a time, and workers alternate between a decode batch and a prefill
  *     slice when both are waiting, so a long prefill never starves other sessions' decode.
  * Submissions made during one loop turn are handed to the workers together at the end of the
- * turn (uv_check / uv_prepare: one lock, at most one wake-up), and at most max_decode decode
- * batches run at once (default 1): steps arriving while a batch computes wait for it and form the
- * next batch, rather than an idle worker taking them one or two at a time.
+ * turn (uv_check / uv_prepare: one lock, at most one wake-up), so an idle worker takes them as
+ * one batch rather than one or two at a time; at most max_decode decode batches run at once
+ * (1: steps arriving while a batch computes wait for it and form the next batch).
  * Finished items return to the loop thread through uv_async; done() runs there, in completion
  * order. While an item is in flight the loop must not touch its state or logits; the caller
  * submits at most one item per session at a time (per-session FIFO order lives in ops.c).
