@@ -45,7 +45,6 @@ static void setup(void)
     const char *dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
     for (int i = 0; i < FUZZ_N_CONFIGS; i++) {
         snprintf(g_cfg_path[i], sizeof g_cfg_path[i], "%s/fuzz_st_%d_cfg%d.json", dir, (int)getpid(), i);
-        write_file(g_cfg_path[i], fuzz_configs[i], strlen(fuzz_configs[i]));
     }
     snprintf(g_st_path, sizeof g_st_path, "%s/fuzz_st_%d.safetensors", dir, (int)getpid());
     atexit(cleanup);
@@ -57,10 +56,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!ready) { setup(); ready = 1; }
     if (size < 1) return 0;
     int which = data[0] % FUZZ_N_CONFIGS;
+    /* both files exist only during the load: libFuzzer ends with _Exit (no atexit cleanup) */
+    write_file(g_cfg_path[which], fuzz_configs[which], strlen(fuzz_configs[which]));
     write_file(g_st_path, data + 1, size - 1);
 
     recur_model *m = NULL;
     int rc = recur_model_load_files(g_cfg_path[which], g_st_path, &m);
+    unlink(g_st_path);
+    unlink(g_cfg_path[which]);
     if (getenv("FUZZ_VERBOSE")) fprintf(stderr, "model_load: %s\n", rc ? recur_strerror(rc) : "ok");
     if (rc != 0) {
         assert(rc < 0 && rc >= RECUR_ECONTEXT && m == NULL);
