@@ -4,11 +4,15 @@
  *
  * Written so that loops over it vectorise (libm's expf does not): Cephes' expf, x = n ln2 + r with
  * |r| <= ln2/2, e^r by a polynomial, 2^n through the exponent bits. Max rel. error 8.3e-8 on
- * [-87, 0] (checked against exp() on every float there, 2026-11-29). Below -87 (e^x < 2e-38,
- * including -inf) the argument is clamped to -87, so the result is 1.6e-38 instead of a denormal
- * or 0: nothing it multiplies notices. The clamp is done on the bits (for negative floats a larger
- * unsigned integer is a larger magnitude; +0 is 0) because a float compare-and-select blocks
- * vectorisation under GCC's default -ftrapping-math. x > 0 is outside the contract.
+ * [-87, 0] (checked against exp() on every float there, 2026-11-29). Outside [-87, 0]:
+ *   x < -87 (e^x < 1.7e-38, including -inf)  ->  0
+ *   x > 0 (including +inf)                   ->  1 (the argument is clamped to 0; callers that
+ *                                                may pass one select the result away, as the
+ *                                                elu feature map does)
+ *   NaN                                      ->  NaN (passed through)
+ * Every clamp and select is done on the bits (for negative floats a larger unsigned integer is a
+ * larger magnitude; +0 is 0) because a float compare-and-select blocks vectorisation under GCC's
+ * default -ftrapping-math; nothing branches.
  */
 #ifndef RECUR_EXP_NONPOS_H
 #define RECUR_EXP_NONPOS_H
@@ -21,8 +25,12 @@ static inline float recur__exp_nonpos(float x)
     const uint32_t lim = 0xc2ae0000u; /* the bits of -87.0f */
     uint32_t xi;
     memcpy(&xi, &x, sizeof xi);
-    xi = xi > lim ? lim : xi;
-    memcpy(&x, &xi, sizeof x);
+    const uint32_t neg = 0u - (xi >> 31);                     /* all ones when the sign is set */
+    const uint32_t nan = 0u - ((xi & 0x7fffffffu) > 0x7f800000u);
+    const uint32_t under = 0u - (xi > lim);                    /* x < -87, -inf or a -NaN */
+    uint32_t ci = xi > lim ? lim : xi;
+    ci &= neg; /* x >= +0 (or a +NaN) -> +0 */
+    memcpy(&x, &ci, sizeof x);
     const float n = (float)(int32_t)(x * 1.44269504088896341f - 0.5f); /* round(x / ln2) */
     float r = x - n * 0.693359375f; /* Cody-Waite: ln2 = 0.693359375 - 2.12194440e-4 */
     r = r + n * 2.12194440e-4f;
@@ -36,7 +44,13 @@ static inline float recur__exp_nonpos(float x)
     const int32_t bits = ((int32_t)n + 127) << 23; /* 2^n, n in [-126, 0] */
     float two_n;
     memcpy(&two_n, &bits, sizeof two_n);
-    return p * two_n;
+    const float e = p * two_n;
+    uint32_t ei;
+    memcpy(&ei, &e, sizeof ei);
+    ei = (ei & ~(under | nan)) | (xi & nan); /* x < -87 -> +0; NaN -> x */
+    float out;
+    memcpy(&out, &ei, sizeof out);
+    return out;
 }
 
 #endif /* RECUR_EXP_NONPOS_H */

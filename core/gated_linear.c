@@ -16,10 +16,11 @@
  * cumulative log decay from the chunk start (gates floored at GL_LOG_FLOOR first; the
  * recurrent form multiplies by exp(g) directly). Every exponential taken has a non-positive
  * argument: exp(b_t), exp(b_last - b_s), exp(b_t - b_s) for s <= t, and exp(g); they go
- * through exp_nonpos, a vectorisable exp for x <= 0 (max rel. error 8e-8 against exp in double,
- * 0 below -87 where exp(x) leaves the normal float range).
+ * through recur__exp_nonpos (exp_nonpos.h), a vectorisable exp for x <= 0 (max rel. error 8e-8
+ * against exp in double, 0 below -87 where exp(x) leaves the normal float range).
  */
 #include "gated_linear.h"
+#include "exp_nonpos.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -79,6 +80,12 @@ int gl_resolve_scale(float scale, int K, float *out)
     return RECUR_OK;
 }
 
+int gl_check_form_scale(recur_form form, int64_t chunk_size, float scale, int K, float *out)
+{
+    const int rc = gl_check_form(form, chunk_size);
+    return rc ? rc : gl_resolve_scale(scale, K, out);
+}
+
 int gl_check_log_gates(const float *g, int64_t n)
 {
     int positive = 0;
@@ -92,35 +99,9 @@ int gl_check_log_gates(const float *g, int64_t n)
 
 /* ---------------------------------------------------------------- small kernels */
 
-/* exp(x) for x <= 0 (Cephes expf: x = n ln2 + r, |r| <= ln2/2, degree-6 polynomial, times 2^n
- * built in the exponent bits). Branch-free so loops over it vectorise; x < -87 gives 0 (the
- * true value is below 1.7e-38), NaN stays NaN, x > 0 is clamped to 0 (callers that may pass
- * one select the result away, as the elu feature map does). */
-static inline float exp_nonpos(float x)
-{
-    const float xc = x > -87.0f ? (x < 0.0f ? x : 0.0f) : -87.0f;
-    const float t = xc * 1.44269504088896341f + 12582912.0f; /* 1.5*2^23: round(x log2 e) */
-    const float n = t - 12582912.0f;
-    float r = xc - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    uint32_t tb, sb;
-    memcpy(&tb, &t, sizeof tb);
-    sb = (tb - 0x4B400000u + 127u) << 23; /* n + 127 in [1, 127]: 2^n, a normal float */
-    float sc;
-    memcpy(&sc, &sb, sizeof sc);
-    const float e = p * sc;
-    return x > -87.0f ? e : (x == x ? 0.0f : x);
-}
-
-/* A non-positive log decay held in double, as a float argument for exp_nonpos. The gates were
- * floored at GL_LOG_FLOOR, so |x| <= 1000 * T fits a float and the conversion never overflows. */
+/* A non-positive log decay held in double, as a float argument for recur__exp_nonpos. The gates
+ * were floored at GL_LOG_FLOOR, so |x| <= 1000 * T fits a float and the conversion never
+ * overflows. */
 static inline float narrow(double x)
 {
     return (float)x;
@@ -173,9 +154,11 @@ static void load_row(float *restrict dst, const float *restrict src, int n, recu
 {
     switch (f) {
     case RECUR_FMAP_ELU1:
-        /* phi(x) = elu(x) + 1 = x + 1 for x > 0, exp(x) for x <= 0 */
+        /* phi(x) = elu(x) + 1 = x + 1 for x > 0, exp(x) for x <= 0, written as
+         * exp_nonpos(x) + max(x, 0) (exp_nonpos is exactly 1 for x > 0): the exponential is then
+         * taken unconditionally, which lets the loop vectorise. NaN stays NaN. */
         for (int i = 0; i < n; i++)
-            dst[i] = mul * (src[i] > 0.0f ? src[i] + 1.0f : exp_nonpos(src[i]));
+            dst[i] = mul * (recur__exp_nonpos(src[i]) + (src[i] > 0.0f ? src[i] : 0.0f));
         break;
     case RECUR_FMAP_RELU:
         for (int i = 0; i < n; i++)
@@ -269,7 +252,7 @@ static void run_recurrent(const gl_problem *p)
             case GL_GATE_SCALAR: fill(af, K, expf(p->g[row])); break;
             case GL_GATE_KEY:
                 for (int i = 0; i < K; i++)
-                    af[i] = exp_nonpos(p->g[row * K + i]);
+                    af[i] = recur__exp_nonpos(p->g[row * K + i]);
                 break;
             }
             float den = 0.0f;
@@ -409,7 +392,7 @@ static void mask_scalar(float *A, int r0, int r1, const double *b, float scale)
         } else {
             const double bt = b[t];
             for (int s = 0; s <= t; s++)
-                At[s] *= scale * exp_nonpos(narrow(bt - b[s]));
+                At[s] *= scale * recur__exp_nonpos(narrow(bt - b[s]));
         }
         for (int s = t + 1; s < r1; s++)
             At[s] = 0.0f;
@@ -435,14 +418,14 @@ static void scores_per_key(gl_work *w, int r0, int r1, int K, float scale)
                 const float *restrict qt = w->Qr + (size_t)t * K;
                 float *restrict dst = w->Qj + (size_t)(t - J0) * K;
                 for (int i = 0; i < K; i++)
-                    dst[i] = qt[i] * exp_nonpos(narrow(bt[i] - br[i]));
+                    dst[i] = qt[i] * recur__exp_nonpos(narrow(bt[i] - br[i]));
             }
             for (int s = 0; s < J0; s++) {
                 const double *restrict bs = b + (size_t)s * K;
                 const float *restrict ks = w->Kr + (size_t)s * K;
                 float *restrict dst = w->Kj + (size_t)s * K;
                 for (int i = 0; i < K; i++)
-                    dst[i] = ks[i] * exp_nonpos(narrow(br[i] - bs[i]));
+                    dst[i] = ks[i] * recur__exp_nonpos(narrow(br[i] - bs[i]));
             }
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, J0, K, scale, w->Qj, K, w->Kj,
                         K, 0.0f, AJ, r1);
@@ -505,13 +488,14 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
         }
         const double bl = w->b[n - 1];
         for (int t = 0; t < n; t++) {
-            const float eq = exp_nonpos(narrow(w->b[t])), ek = exp_nonpos(narrow(bl - w->b[t]));
+            const float eq = recur__exp_nonpos(narrow(w->b[t]));
+            const float ek = recur__exp_nonpos(narrow(bl - w->b[t]));
             for (int i = 0; i < K; i++) {
                 w->Qt[(size_t)t * K + i] = w->Qr[(size_t)t * K + i] * eq;
                 w->Kt[(size_t)t * K + i] = w->Kr[(size_t)t * K + i] * ek;
             }
         }
-        const float el = exp_nonpos(narrow(bl));
+        const float el = recur__exp_nonpos(narrow(bl));
         for (int i = 0; i < K; i++)
             w->edec[i] = el;
         Qt = w->Qt;
@@ -530,7 +514,7 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
             for (int i = 0; i < K; i++)
                 bt[i] = bp[i] + (double)at[i];
             for (int i = 0; i < K; i++)
-                at[i] = exp_nonpos(gt[i]);
+                at[i] = recur__exp_nonpos(gt[i]);
         }
         const double *bl = w->b + (size_t)(n - 1) * K;
         for (int t = 0; t < n; t++) {
@@ -538,12 +522,12 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
             const float *restrict qr = w->Qr + (size_t)t * K, *restrict kr = w->Kr + (size_t)t * K;
             float *restrict qt = w->Qt + (size_t)t * K, *restrict kt = w->Kt + (size_t)t * K;
             for (int i = 0; i < K; i++) {
-                qt[i] = qr[i] * exp_nonpos(narrow(bt[i]));
-                kt[i] = kr[i] * exp_nonpos(narrow(bl[i] - bt[i]));
+                qt[i] = qr[i] * recur__exp_nonpos(narrow(bt[i]));
+                kt[i] = kr[i] * recur__exp_nonpos(narrow(bl[i] - bt[i]));
             }
         }
         for (int i = 0; i < K; i++)
-            w->edec[i] = exp_nonpos(narrow(bl[i]));
+            w->edec[i] = recur__exp_nonpos(narrow(bl[i]));
         Qt = w->Qt;
         Kt = w->Kt;
         break;

@@ -51,6 +51,9 @@ int gl_check_form(recur_form form, int64_t chunk_size);
 /* scale NaN/Inf -> RECUR_ENONFINITE; otherwise *out = scale > 0 ? scale : K^-1/2. */
 int gl_resolve_scale(float scale, int K, float *out);
 
+/* gl_check_form, then gl_resolve_scale: the first non-zero code, else RECUR_OK with *out set. */
+int gl_check_form_scale(recur_form form, int64_t chunk_size, float scale, int K, float *out);
+
 /* Every one of n log gates is finite (else RECUR_ENONFINITE) and <= 0 (else RECUR_ERANGE). */
 int gl_check_log_gates(const float *g, int64_t n);
 

@@ -13,10 +13,8 @@ int recur_gla(const recur_dims *d, const float *q, const float *k, const float *
         return rc;
     if (!S || (d->T > 0 && (!q || !k || !v || !g || !o)))
         return RECUR_EINVAL;
-    if ((rc = gl_check_form(form, chunk_size)))
-        return rc;
     float sc;
-    if ((rc = gl_resolve_scale(scale, d->K, &sc)))
+    if ((rc = gl_check_form_scale(form, chunk_size, scale, d->K, &sc)))
         return rc;
     const int64_t n_gates = d->T * d->H * (g_per_key ? (int64_t)d->K : 1);
     if (d->T > 0 && (rc = gl_check_log_gates(g, n_gates)))

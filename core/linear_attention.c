@@ -19,10 +19,8 @@ int recur_linear_attention(const recur_dims *d, const float *q, const float *k, 
         return RECUR_EINVAL;
     if (fmap != RECUR_FMAP_ELU1 && fmap != RECUR_FMAP_RELU && fmap != RECUR_FMAP_IDENTITY)
         return RECUR_EINVAL;
-    if ((rc = gl_check_form(form, chunk_size)))
-        return rc;
     float sc;
-    if ((rc = gl_resolve_scale(scale, d->K, &sc)))
+    if ((rc = gl_check_form_scale(form, chunk_size, scale, d->K, &sc)))
         return rc;
     const gl_problem p = {
         .T = d->T, .H = d->H, .K = d->K, .V = d->V, .q = q, .k = k, .v = v, .fmap = fmap,

@@ -25,10 +25,8 @@ int recur_retention(const recur_dims *d, const float *q, const float *k, const f
         return rc;
     if (!S || (d->T > 0 && (!q || !k || !v || !o)))
         return RECUR_EINVAL;
-    if ((rc = gl_check_form(form, chunk_size)))
-        return rc;
     float sc;
-    if ((rc = gl_resolve_scale(scale, d->K, &sc)))
+    if ((rc = gl_check_form_scale(form, chunk_size, scale, d->K, &sc)))
         return rc;
     float ms[RECUR_MAX_DIM];
     if (gamma) {

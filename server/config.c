@@ -1,10 +1,10 @@
 /* config.c — defaults, config file and flags (config.h). */
 #include "config.h"
+#include "errf.h"
 
 #include <cJSON.h>
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -100,16 +100,6 @@ static void defaults(srv_config *c)
     c->snapshot_interval_ms = 30000;
 }
 
-static int errf(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int errf(char *err, size_t n, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 static void flag_name(const opt *o, char *out, size_t n)
 {
     snprintf(out, n, "--%s", o->key);
@@ -121,8 +111,8 @@ static void flag_name(const opt *o, char *out, size_t n)
 static int set_number(srv_config *c, const opt *o, double v, const char *src, char *err, size_t en)
 {
     if (!isfinite(v) || v != floor(v) || v < o->min || v > o->max)
-        return errf(err, en, "%s: %s must be an integer in [%.0f, %.0f]", src, o->key, o->min,
-                    o->max);
+        return srv_errf(err, en, "%s: %s must be an integer in [%.0f, %.0f]", src, o->key, o->min,
+                        o->max);
     char *p = (char *)c + o->off;
     switch (o->type) {
     case OPT_INT: *(int *)p = (int)v; break;
@@ -139,7 +129,7 @@ static int set_string(srv_config *c, const opt *o, const char *s, const char *sr
 {
     size_t n = strlen(s);
     if (n >= o->size)
-        return errf(err, en, "%s: %s is too long (max %zu bytes)", src, o->key, o->size - 1);
+        return srv_errf(err, en, "%s: %s is too long (max %zu bytes)", src, o->key, o->size - 1);
     memcpy((char *)c + o->off, s, n + 1);
     return 0;
 }
@@ -156,13 +146,13 @@ static int set_from_text(srv_config *c, const opt *o, const char *s, char *err, 
             return set_number(c, o, 1, fname, err, en);
         if (!strcmp(s, "false") || !strcmp(s, "0"))
             return set_number(c, o, 0, fname, err, en);
-        return errf(err, en, "%s: expected true or false", fname);
+        return srv_errf(err, en, "%s: expected true or false", fname);
     }
     errno = 0;
     char *end;
     double v = strtod(s, &end);
     if (errno || end == s || *end != '\0')
-        return errf(err, en, "%s: \"%s\" is not a number", fname, s);
+        return srv_errf(err, en, "%s: \"%s\" is not a number", fname, s);
     return set_number(c, o, v, fname, err, en);
 }
 
@@ -170,7 +160,7 @@ static int load_file(srv_config *c, const char *path, char *err, size_t en)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
-        return errf(err, en, "config %s: %s", path, strerror(errno));
+        return srv_errf(err, en, "config %s: %s", path, strerror(errno));
     char *text = NULL;
     size_t len = 0, cap = 0;
     for (;;) {
@@ -179,7 +169,7 @@ static int load_file(srv_config *c, const char *path, char *err, size_t en)
             if (cap > (1u << 20)) {
                 fclose(f);
                 free(text);
-                return errf(err, en, "config %s: larger than 1 MiB", path);
+                return srv_errf(err, en, "config %s: larger than 1 MiB", path);
             }
             char *t = realloc(text, cap);
             if (!t)
@@ -195,7 +185,7 @@ static int load_file(srv_config *c, const char *path, char *err, size_t en)
     fclose(f);
     if (ioerr) {
         free(text);
-        return errf(err, en, "config %s: read error", path);
+        return srv_errf(err, en, "config %s: read error", path);
     }
     text[len] = '\0';
     const char *end = NULL;
@@ -204,7 +194,7 @@ static int load_file(srv_config *c, const char *path, char *err, size_t en)
         size_t off = end ? (size_t)(end - text) : 0;
         cJSON_Delete(root);
         free(text);
-        return errf(err, en, "config %s: not a JSON object (near byte %zu)", path, off);
+        return srv_errf(err, en, "config %s: not a JSON object (near byte %zu)", path, off);
     }
     int rc = 0;
     const cJSON *it;
@@ -215,24 +205,24 @@ static int load_file(srv_config *c, const char *path, char *err, size_t en)
             if (!strcmp(OPTS[i].key, it->string))
                 o = &OPTS[i];
         if (!o) {
-            rc = errf(err, en, "config %s: unknown key \"%.64s\"", path, it->string);
+            rc = srv_errf(err, en, "config %s: unknown key \"%.64s\"", path, it->string);
             break;
         }
         if (o->type == OPT_STR) {
             if (!cJSON_IsString(it)) {
-                rc = errf(err, en, "config %s: %s must be a string", path, o->key);
+                rc = srv_errf(err, en, "config %s: %s must be a string", path, o->key);
                 break;
             }
             rc = set_string(c, o, it->valuestring, path, err, en);
         } else if (o->type == OPT_BOOL) {
             if (!cJSON_IsBool(it)) {
-                rc = errf(err, en, "config %s: %s must be true or false", path, o->key);
+                rc = srv_errf(err, en, "config %s: %s must be true or false", path, o->key);
                 break;
             }
             rc = set_number(c, o, cJSON_IsTrue(it) ? 1 : 0, path, err, en);
         } else {
             if (!cJSON_IsNumber(it)) {
-                rc = errf(err, en, "config %s: %s must be a number", path, o->key);
+                rc = srv_errf(err, en, "config %s: %s must be a number", path, o->key);
                 break;
             }
             rc = set_number(c, o, it->valuedouble, path, err, en);
@@ -288,7 +278,7 @@ int srv_config_load(srv_config *cfg, int argc, char **argv, char *err, size_t en
         }
         if (!strcmp(argv[i], "--config")) {
             if (i + 1 >= argc)
-                return errf(err, en, "--config needs a value");
+                return srv_errf(err, en, "--config needs a value");
             path = argv[++i];
             explicit_path = 1;
         } else if (!strncmp(argv[i], "--config=", 9)) {
@@ -322,7 +312,7 @@ int srv_config_load(srv_config *cfg, int argc, char **argv, char *err, size_t en
         if (!strncmp(a, "--config=", 9))
             continue;
         if (strncmp(a, "--", 2) != 0)
-            return errf(err, en, "unexpected argument \"%.64s\" (see --help)", a);
+            return srv_errf(err, en, "unexpected argument \"%.64s\" (see --help)", a);
         const char *eq = strchr(a, '=');
         size_t nlen = eq ? (size_t)(eq - a) : strlen(a);
         const opt *o = NULL;
@@ -333,7 +323,8 @@ int srv_config_load(srv_config *cfg, int argc, char **argv, char *err, size_t en
                 o = &OPTS[k];
         }
         if (!o)
-            return errf(err, en, "unknown flag \"%.*s\" (see --help)", (int)(nlen > 64 ? 64 : nlen), a);
+            return srv_errf(err, en, "unknown flag \"%.*s\" (see --help)",
+                            (int)(nlen > 64 ? 64 : nlen), a);
         const char *val;
         if (eq)
             val = eq + 1;
@@ -342,14 +333,14 @@ int srv_config_load(srv_config *cfg, int argc, char **argv, char *err, size_t en
         else if (i + 1 < argc)
             val = argv[++i];
         else
-            return errf(err, en, "%.64s needs a value", a);
+            return srv_errf(err, en, "%.64s needs a value", a);
         if (set_from_text(cfg, o, val, err, en))
             return -1;
     }
     if (cfg->http.write_low_watermark >= cfg->http.write_high_watermark)
-        return errf(err, en, "write_low_watermark must be below write_high_watermark");
+        return srv_errf(err, en, "write_low_watermark must be below write_high_watermark");
     if (!strcmp(cfg->log_level, "debug") + !strcmp(cfg->log_level, "info") +
             !strcmp(cfg->log_level, "warn") + !strcmp(cfg->log_level, "error") != 1)
-        return errf(err, en, "log_level must be debug, info, warn or error");
+        return srv_errf(err, en, "log_level must be debug, info, warn or error");
     return 0;
 }

@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +14,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "errf.h"
 
 #define SNAP_SUFFIX ".snap"
 #define TMP_SUFFIX ".tmp"
@@ -34,16 +34,6 @@ int srv_persist_valid_id(const char *s)
         if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
             return 0;
     return s[32] == '\0';
-}
-
-static int errf(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int errf(char *err, size_t n, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-    return -1;
 }
 
 /* "<id>.snap" or "<id>.snap.tmp" into out[64]; id must be valid (checked by every caller). */
@@ -111,11 +101,11 @@ static int scan(srv_persist *p, void (*found)(const char *id, void *ctx), void *
 {
     int fd = openat(p->dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
-        return errf(err, errlen, "cannot list it: %s", strerror(errno));
+        return srv_errf(err, errlen, "cannot list it: %s", strerror(errno));
     DIR *d = fdopendir(fd);
     if (!d) {
         close(fd);
-        return errf(err, errlen, "cannot list it: %s", strerror(errno));
+        return srv_errf(err, errlen, "cannot list it: %s", strerror(errno));
     }
     size_t n_snap = 0, n_tmp = 0, n_other = 0, n_short = 0;
     struct dirent *e;
@@ -151,7 +141,7 @@ static int scan(srv_persist *p, void (*found)(const char *id, void *ctx), void *
     int rerr = errno;
     closedir(d);
     if (rerr)
-        return errf(err, errlen, "cannot list it: %s", strerror(rerr));
+        return srv_errf(err, errlen, "cannot list it: %s", strerror(rerr));
     if (n_tmp)
         fsync(p->dfd);
     p->scan_quarantined = n_short;
@@ -168,19 +158,19 @@ int srv_persist_open(const char *dir, void (*found)(const char *id, void *ctx), 
      * which is reported like any other snapshot failure. */
     signal(SIGXFSZ, SIG_IGN);
     if (mkdir(dir, 0700) != 0 && errno != EEXIST)
-        return errf(err, errlen, "state_dir %s: cannot create it: %s", dir, strerror(errno));
+        return srv_errf(err, errlen, "state_dir %s: cannot create it: %s", dir, strerror(errno));
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0)
-        return errf(err, errlen, "state_dir %s: cannot open it as a directory: %s", dir,
-                    strerror(errno));
+        return srv_errf(err, errlen, "state_dir %s: cannot open it as a directory: %s", dir,
+                        strerror(errno));
     /* One daemon per directory: two writers would undo each other's deletes and evictions.
      * The lock goes with the process, kill -9 included. */
     if (flock(dfd, LOCK_EX | LOCK_NB) != 0) {
         int e = errno;
         close(dfd);
         if (e == EWOULDBLOCK)
-            return errf(err, errlen, "state_dir %s: in use by another recurd (locked)", dir);
-        return errf(err, errlen, "state_dir %s: cannot lock it: %s", dir, strerror(e));
+            return srv_errf(err, errlen, "state_dir %s: in use by another recurd (locked)", dir);
+        return srv_errf(err, errlen, "state_dir %s: cannot lock it: %s", dir, strerror(e));
     }
     struct stat dst;
     if (fstat(dfd, &dst) == 0 && (dst.st_mode & 077)) {
@@ -193,19 +183,20 @@ int srv_persist_open(const char *dir, void (*found)(const char *id, void *ctx), 
     int rc = probe_writable(dfd);
     if (rc != 0) {
         close(dfd);
-        return errf(err, errlen, "state_dir %s: not writable (probe file): %s", dir,
-                    strerror(-rc));
+        return srv_errf(err, errlen, "state_dir %s: not writable (probe file): %s", dir,
+                        strerror(-rc));
     }
     if (mkdirat(dfd, QUARANTINE, 0700) != 0 && errno != EEXIST) {
         int e = errno;
         close(dfd);
-        return errf(err, errlen, "state_dir %s: cannot create quarantine/: %s", dir, strerror(e));
+        return srv_errf(err, errlen, "state_dir %s: cannot create quarantine/: %s", dir,
+                        strerror(e));
     }
     int qfd = openat(dfd, QUARANTINE, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (qfd < 0) {
         int e = errno;
         close(dfd);
-        return errf(err, errlen, "state_dir %s: cannot open quarantine/: %s", dir, strerror(e));
+        return srv_errf(err, errlen, "state_dir %s: cannot open quarantine/: %s", dir, strerror(e));
     }
     srv_persist *p = calloc(1, sizeof *p);
     if (!p)
@@ -215,7 +206,7 @@ int srv_persist_open(const char *dir, void (*found)(const char *id, void *ctx), 
     char serr[256];
     if (scan(p, found, ctx, serr, sizeof serr) != 0) {
         srv_persist_close(p);
-        return errf(err, errlen, "state_dir %s: %s", dir, serr);
+        return srv_errf(err, errlen, "state_dir %s: %s", dir, serr);
     }
     *out = p;
     return 0;
