@@ -402,6 +402,10 @@ def test_10k_connect_close_cycles_leave_fds_and_rss_at_baseline():
                                                              rss - rss0))
         assert oks == 1000
         assert fds <= fds0, "fd count %d above baseline %d 5 s after the cycles" % (fds, fds0)
-        assert rss - rss0 < 2 * 1024, "RSS grew %d KiB over 10k cycles" % (rss - rss0)
+        # Under ASan (make test SANITIZE=1) freed memory sits in the allocator's quarantine (up to
+        # 256 MiB), so RSS says nothing about leaks there; LeakSanitizer checks them at exit
+        # instead. The plain pass asserts the bound.
+        if os.environ.get("RECUR_SANITIZE") != "1":
+            assert rss - rss0 < 2 * 1024, "RSS grew %d KiB over 10k cycles" % (rss - rss0)
         assert healthy(d)
         assert fold(d, sid, [4])["tokens_seen"] == 4
