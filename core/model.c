@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include "model_internal.h"
+#include "packed_gemm.h"
 
 /* ---------------------------------------------------------------- tensor table */
 
@@ -148,10 +149,10 @@ int recur__model_alloc(const recur_config *c, recur_model **out)
         size_t off = 0;
         float *base = m->arena;
 #define TAKE(ptr, n) do { if (pass) (ptr) = base + off; off = round_up(off + (size_t)(n)); } while (0)
+#define TAKE_MATRIX(ptr, N, K) TAKE(ptr, recur__packed_floats((int)(N), (int)(K)))
         TAKE(m->embed, vocab * d);
         TAKE(m->norm_f, d);
-        if (c->tied_embeddings) { if (pass) m->lm_head = m->embed; }
-        else TAKE(m->lm_head, vocab * d);
+        TAKE_MATRIX(m->lm_head, vocab, d); /* tied: filled from embed when packed */
         for (int l = 0; l < c->n_layers; l++) {
             recur_layer *L = &m->layers[l];
             recur_mixer_kind kind = c->mixers[l];
@@ -168,7 +169,7 @@ int recur__model_alloc(const recur_config *c, recur_model **out)
                 L->off_a = gdn ? L->off_b + (int)H : -1;
             }
             TAKE(L->attn_norm, d);
-            TAKE(L->w_in, n_in * d);
+            TAKE_MATRIX(L->w_in, n_in, d);
             if (pass) {
                 L->wq = L->w_in;
                 L->wk = L->wq + HK * d;
@@ -180,11 +181,12 @@ int recur__model_alloc(const recur_config *c, recur_model **out)
             }
             if (gdn) { TAKE(L->A_log, H); TAKE(L->dt_bias, H); }
             TAKE(L->o_norm, V);
-            TAKE(L->wo, d * HV);
+            TAKE_MATRIX(L->wo, d, HV);
             TAKE(L->mlp_norm, d);
-            TAKE(L->w_gate_up, 2 * ff * d);
-            TAKE(L->w_down, d * ff);
+            TAKE_MATRIX(L->w_gate_up, 2 * ff, d);
+            TAKE_MATRIX(L->w_down, d, ff);
         }
+#undef TAKE_MATRIX
 #undef TAKE
         if (!pass) {
             if (off > ((size_t)1 << 31)) { free(m); return RECUR_ESHAPE; } /* > 8 GiB of fp32 */
@@ -220,7 +222,40 @@ uint64_t recur__fnv1a(uint64_t h, const void *data, size_t n)
     return h;
 }
 
-void recur__model_finish(recur_model *m)
+/* W [N][K] row-major at w (its region holds recur__packed_floats(N, K)) -> packed in place;
+ * tmp holds at least N*K floats. */
+static void pack_in_place(float *w, int N, int K, float *tmp)
+{
+    memcpy(tmp, w, (size_t)N * K * sizeof(float));
+    recur__pack(w, tmp, N, K);
+}
+
+/* Every GEMM matrix into the packed layout of packed_gemm.h (the forward pass reads only that). */
+static int pack_weights(recur_model *m)
+{
+    const recur_config *c = &m->cfg;
+    int d = c->d_model, HV = c->n_heads * c->head_v, ff = c->d_ff;
+    size_t most = (size_t)c->vocab_size * d;
+    for (int l = 0; l < c->n_layers; l++) {
+        size_t n[] = {(size_t)m->layers[l].n_in * d, (size_t)d * HV, (size_t)2 * ff * d, (size_t)d * ff};
+        for (int i = 0; i < 4; i++) if (n[i] > most) most = n[i];
+    }
+    float *tmp = malloc(most * sizeof(float));
+    if (!tmp) return RECUR_ENOMEM;
+    for (int l = 0; l < c->n_layers; l++) {
+        recur_layer *L = &m->layers[l];
+        pack_in_place(L->w_in, L->n_in, d, tmp);
+        pack_in_place(L->wo, d, HV, tmp);
+        pack_in_place(L->w_gate_up, 2 * ff, d, tmp);
+        pack_in_place(L->w_down, d, ff, tmp);
+    }
+    if (c->tied_embeddings) recur__pack(m->lm_head, m->embed, c->vocab_size, d);
+    else pack_in_place(m->lm_head, c->vocab_size, d, tmp);
+    free(tmp);
+    return RECUR_OK;
+}
+
+int recur__model_finish(recur_model *m)
 {
     const recur_config *c = &m->cfg;
     recur_model_info *info = &m->info;
@@ -257,6 +292,7 @@ void recur__model_finish(recur_model *m)
     size_t HK = (size_t)c->n_heads * c->head_k, HV = (size_t)c->n_heads * c->head_v;
     sb += (size_t)m->n_softmax * (size_t)c->max_context * (HK + HV) * sizeof(float);
     info->state_bytes = sb;
+    return pack_weights(m);
 }
 
 /* ---------------------------------------------------------------- public: load / free / info */
@@ -294,7 +330,8 @@ int recur_model_load_files(const char *config_path, const char *weights_path, re
     if (rc) return rc;
     rc = recur__safetensors_load(m, weights_path);
     if (rc) { recur_model_free(m); return rc; }
-    recur__model_finish(m);
+    rc = recur__model_finish(m);
+    if (rc) { recur_model_free(m); return rc; }
     *out = m;
     return RECUR_OK;
 }

@@ -3,8 +3,11 @@
  * One code path serves both callers:
  *   - batched decode: row r is session states[r] folding tokens[r] (one token each);
  *   - prefill: rows are consecutive tokens of one session (a piece of at most ws->rows tokens).
- * Projections, MLP and LM head are sgemm over the rows (sgemv for one row). The mixer core is a
- * fused C loop per session for decode, and the kernels' chunkwise form (chunk 64) for prefill.
+ * Projections, MLP and LM head go through the packed GEMM over the rows (packed_gemm.h). The mixer
+ * core is a fused C loop per session for decode, and the kernels' chunkwise form (chunk 64) for
+ * prefill. Decode computes every per-row step (norms, activations, gates, the state update) with
+ * the same code on each row whatever the batch, so a session's logits and state after a batched
+ * step are bit-identical to recur_model_step's (tests/unit/test_batch_identity.c).
  * Nothing here allocates: every buffer is in the workspace. */
 #include <cblas.h>
 #include <float.h>
@@ -13,6 +16,7 @@
 #include <string.h>
 #include "exp_nonpos.h"
 #include "model_internal.h"
+#include "packed_gemm.h"
 
 #define PREFILL_PIECE 256 /* tokens per prefill piece (a multiple of the chunk) */
 #define PREFILL_CHUNK 64
@@ -130,22 +134,14 @@ static void l2norm(float *x, int n)
     for (int i = 0; i < n; i++) x[i] *= r;
 }
 
-/* C[R][N] = beta * C + A[R][Kd] W[N][Kd]^T   (nn.Linear on R rows). A few rows go through sgemv
- * row by row when W stays in cache between the rows: sgemm packs all of W for every call, which
- * costs more than it saves up to ~8 rows (measured per CPU second on the default model: batch 2
- * ~1.7x, batch 8 ~1.2x faster this way; equal at 16). A W too large for the cache is read once,
- * by sgemm (d=512 model, batch 8: 312 -> ~400 tokens per CPU second). */
-#define GEMV_MAX_ROWS 8
-#define GEMV_MAX_W_BYTES ((size_t)1 << 20)
-static void linear_rows(int R, int N, int Kd, const float *A, int lda, const float *W, float beta,
+/* C[R][N] = beta * C + A[R][Kd] W[N][Kd]^T   (nn.Linear on R rows), W packed at load. One kernel
+ * for every row count: a row's result is the same bits whether it is stepped alone, in a batch
+ * at any position, or in a prefill piece (packed_gemm.h); and with W pre-packed it is faster than
+ * sgemv at one row and than sgemm (which repacks W per call) at 8 to 256 rows. */
+static void linear_rows(int R, int N, int Kd, const float *A, int lda, const float *Wp, float beta,
                         float *C, int ldc)
 {
-    if (R == 1 || (R <= GEMV_MAX_ROWS && (size_t)N * (size_t)Kd * sizeof(float) <= GEMV_MAX_W_BYTES))
-        for (int r = 0; r < R; r++)
-            cblas_sgemv(CblasRowMajor, CblasNoTrans, N, Kd, 1.0f, W, Kd, A + (size_t)r * lda, 1, beta,
-                        C + (size_t)r * ldc, 1);
-    else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, N, Kd, 1.0f, A, lda, W, Kd, beta, C, ldc);
+    recur__packed_gemm(R, N, Kd, A, lda, Wp, beta, C, ldc);
 }
 
 /* ---------------------------------------------------------------- mixer: decode (one token) */

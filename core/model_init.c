@@ -20,20 +20,12 @@ static uint64_t splitmix64(uint64_t *s)
 /* uniform in [0, 1) with 53 bits */
 static double uniform01(uint64_t *s) { return (double)(splitmix64(s) >> 11) * 0x1.0p-53; }
 
-int recur_model_init_seed(const char *config_json, uint64_t seed, recur_model **out)
+void recur__model_seed(recur_model *m, uint64_t seed)
 {
-    if (!config_json || !out) return RECUR_EINVAL;
-    recur_config cfg;
-    int rc = recur__config_parse(config_json, strlen(config_json), &cfg);
-    if (rc) return rc;
-    recur_model *m;
-    rc = recur__model_alloc(&cfg, &m);
-    if (rc) return rc;
-
     uint64_t s = seed;
     const double a = sqrt(3.0) * 0.02;
     recur_weight_ref ref;
-    for (int l = -1; l < cfg.n_layers; l++)
+    for (int l = -1; l < m->cfg.n_layers; l++)
         for (int t = 0; t < T_N_LAYER_TENSORS; t++) {
             if (!recur__weight(m, l, t, &ref)) continue;
             for (size_t i = 0; i < ref.n; i++) {
@@ -45,7 +37,20 @@ int recur_model_init_seed(const char *config_json, uint64_t seed, recur_model **
                 ref.ptr[i] = (float)x;
             }
         }
-    recur__model_finish(m);
+}
+
+int recur_model_init_seed(const char *config_json, uint64_t seed, recur_model **out)
+{
+    if (!config_json || !out) return RECUR_EINVAL;
+    recur_config cfg;
+    int rc = recur__config_parse(config_json, strlen(config_json), &cfg);
+    if (rc) return rc;
+    recur_model *m;
+    rc = recur__model_alloc(&cfg, &m);
+    if (rc) return rc;
+    recur__model_seed(m, seed);
+    rc = recur__model_finish(m);
+    if (rc) { recur_model_free(m); return rc; }
     *out = m;
     return RECUR_OK;
 }

@@ -3,9 +3,15 @@
  * safetensors.c). Not part of the public API: only librecur's own files include it.
  *
  * Weights live in one owned fp32 arena. Per layer, the mixer's input projections are laid out
- * back to back so that they form a single [P][d] matrix (one sgemm per layer over a batch or a
+ * back to back so that they form a single [P][d] matrix (one GEMM per layer over a batch or a
  * prefill piece):  q [H*K] | k [H*K] | v [H*V] | g_proj [H*V] | gk [H*K] (gla) | b [H] | a [H].
  * gate_proj and up_proj are likewise adjacent: one [2*d_ff][d] matrix.
+ *
+ * The GEMM matrices (w_in, wo, w_gate_up, w_down, lm_head) are row-major [N][K] while the weights
+ * are filled (safetensors, seeded init) and fingerprinted; recur__model_finish then packs each in
+ * place into the panel layout of packed_gemm.h (its region is sized for the padded packed form),
+ * and from then on only recur__packed_gemm reads them. There is no second copy: the one extra is
+ * the LM head of a tied model, a packed copy of embed (embed stays row-major for the lookup).
  */
 #ifndef RECUR_MODEL_INTERNAL_H
 #define RECUR_MODEL_INTERNAL_H
@@ -47,18 +53,19 @@ typedef enum {
 typedef struct {
     recur_mixer_kind kind;
     float *attn_norm;           /* [d] */
-    float *w_in;                /* [P][d]: q | k | v | g_proj | gk | b | a (see top) */
-    float *wq, *wk, *wv;        /* [H*K][d], [H*K][d], [H*V][d]  (rows of w_in) */
+    float *w_in;                /* [P][d]: q | k | v | g_proj | gk | b | a (see top); packed */
+    /* rows of w_in, row-major: valid only until recur__model_finish packs w_in */
+    float *wq, *wk, *wv;        /* [H*K][d], [H*K][d], [H*V][d] */
     float *wg;                  /* [H*V][d]  output gate */
     float *wgk;                 /* [H*K][d]  gla only */
     float *wb;                  /* [H][d]    deltanet, gated_deltanet */
     float *wa;                  /* [H][d]    gated_deltanet */
     float *A_log, *dt_bias;     /* [H]       gated_deltanet */
     float *o_norm;              /* [V] */
-    float *wo;                  /* [d][H*V] */
+    float *wo;                  /* [d][H*V]  packed */
     float *mlp_norm;            /* [d] */
-    float *w_gate_up;           /* [2*d_ff][d]: gate_proj rows then up_proj rows */
-    float *w_down;              /* [d][d_ff] */
+    float *w_gate_up;           /* [2*d_ff][d]: gate_proj rows then up_proj rows; packed */
+    float *w_down;              /* [d][d_ff]  packed */
     int n_in;                   /* P: rows of w_in */
     int off_g, off_gk, off_b, off_a; /* column offsets inside one row of the projected [P] vector */
     size_t state_off;           /* recurrent layers: float offset in the state block */
@@ -72,7 +79,7 @@ struct recur_model {
     size_t arena_floats;
     float *embed;               /* [vocab][d] */
     float *norm_f;              /* [d] */
-    float *lm_head;             /* [vocab][d]; == embed when tied */
+    float *lm_head;             /* [vocab][d] packed; tied: a packed copy of embed made at finish */
     recur_layer layers[RECUR_MAX_LAYERS];
     size_t rec_floats;          /* floats of every recurrent layer's state (one block) */
     int n_softmax;              /* layers with a KV cache */
@@ -98,10 +105,15 @@ typedef struct {
  * t a recur_layer_tensor. Returns 0 when that tensor does not exist for this model. */
 int recur__weight(recur_model *m, int layer, int t, recur_weight_ref *ref);
 
-/* Allocate the arena and set every weight pointer (weights uninitialised). */
+/* Allocate the arena and set every weight pointer (weights zero, matrices row-major). */
 int recur__model_alloc(const recur_config *c, recur_model **out);
-/* Fill info (params, state bytes, fingerprint) once the weights are in place. */
-void recur__model_finish(recur_model *m);
+/* Fill the weights of a freshly allocated model from a seed (docs/MODEL.md "Seeded
+ * initialisation"), row-major; recur__model_finish still has to run. */
+void recur__model_seed(recur_model *m, uint64_t seed);
+/* Once the weights are in place (row-major): fill info (params, state bytes, fingerprint of the
+ * row-major data), then pack the GEMM matrices in place. 0 or RECUR_ENOMEM (m unusable then:
+ * free it). After this, recur__weight's pointers to matrices point at packed data. */
+int recur__model_finish(recur_model *m);
 
 /* Read a safetensors file into m's weights (fp32). */
 int recur__safetensors_load(recur_model *m, const char *path);

@@ -193,8 +193,10 @@ int recur_model_step(const recur_model *m, recur_workspace *ws, recur_state *s, 
 int recur_model_prefill(const recur_model *m, recur_workspace *ws, recur_state *s,
                         const int32_t *tokens, int64_t n, float *logits);
 
-/* One decode step for B sessions at once (B <= the workspace's max_batch): projections and MLP
- * as sgemm over the batch, per-session state updates. states must be distinct. logits [B][vocab]. */
+/* One decode step for B sessions at once (B <= the workspace's max_batch): projections, MLP and
+ * LM head as one GEMM over the batch, per-session state updates. states must be distinct.
+ * logits [B][vocab]. Each session's logits and new state are bit-identical to what
+ * recur_model_step gives on that session alone, whatever B, its position and the other sessions. */
 int recur_model_step_batch(const recur_model *m, recur_workspace *ws, recur_state *const *states,
                            const int32_t *tokens, int B, float *logits);
 

@@ -1,0 +1,171 @@
+/* test_packed_gemm.c — the packed GEMM of core/packed_gemm.c.
+ *
+ * Reference: a float64 product computed here from the unpacked W. Tolerance (the deterministic
+ * bound of one sequential fused chain of K steps plus the beta step, u = 2^-24):
+ *   |y - y64| <= 1.01 (K + 2) u (sum_k |x_k W_nk| + |beta y0|)
+ * Bit-level claims: the dispatched (SIMD) kernel equals the scalar formula of packed_gemm.h
+ * (recur__packed_gemm_ref) with memcmp, and a row's output does not depend on M, on the row's
+ * position, on strides or on the other rows. Shapes: M 1..67, N off the panel width, K odd. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "packed_gemm.h"
+
+static uint64_t rng = 0x2545F4914F6CDD1Dull;
+static float frand(void) /* [-1, 1) */
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((double)(rng >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+}
+
+typedef struct {
+    int N, K;
+    float *W;  /* [N][K] row-major */
+    float *Wp; /* packed, 64-byte aligned */
+} mat;
+
+static mat mat_new(int N, int K)
+{
+    mat a = {N, K, malloc(sizeof(float) * (size_t)N * K), NULL};
+    size_t pf = recur__packed_floats(N, K);
+    a.Wp = aligned_alloc(64, (pf * sizeof(float) + 63) / 64 * 64);
+    cr_assert(a.W && a.Wp);
+    for (size_t i = 0; i < (size_t)N * K; i++) a.W[i] = frand();
+    recur__pack(a.Wp, a.W, N, K);
+    return a;
+}
+
+static void mat_free(mat *a)
+{
+    free(a->W);
+    free(a->Wp);
+}
+
+/* y (M x N, ldy) = beta*y0 + x W^T, against float64 with the bound of the header comment */
+static void check_vs_f64(const mat *a, int M, const float *x, int ldx, const float *y0, float beta,
+                         const float *y, int ldy)
+{
+    const double u = 0x1.0p-24;
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < a->N; n++) {
+            double s = 0, mag = 0;
+            for (int k = 0; k < a->K; k++) {
+                double t = (double)x[(size_t)m * ldx + k] * a->W[(size_t)n * a->K + k];
+                s += t;
+                mag += fabs(t);
+            }
+            double yb = beta == 0.0f ? 0.0 : (double)beta * y0[(size_t)m * ldy + n];
+            s += yb;
+            mag += fabs(yb);
+            double err = fabs((double)y[(size_t)m * ldy + n] - s);
+            double bound = 1.01 * (a->K + 2) * u * mag;
+            cr_assert_leq(err, bound, "M %d N %d K %d beta %g: y[%d][%d] err %g > bound %g", M, a->N, a->K,
+                          beta, m, n, err, bound);
+        }
+}
+
+/* one product through both the dispatched kernel and the scalar reference: equal bits, within
+ * the float64 bound, and nothing written outside the M x N block */
+static void run_case(int M, int N, int K, float beta)
+{
+    mat a = mat_new(N, K);
+    int ldx = K + 3, ldy = N + 5; /* strided rows; pad columns must stay untouched */
+    float *x = malloc(sizeof(float) * ((size_t)M * ldx + 1));
+    float *y0 = malloc(sizeof(float) * (size_t)M * ldy);
+    float *y1 = malloc(sizeof(float) * (size_t)M * ldy);
+    float *y2 = malloc(sizeof(float) * (size_t)M * ldy);
+    float *xs = x + 1; /* rows not 64-byte aligned */
+    for (size_t i = 0; i < (size_t)M * ldx; i++) xs[i] = frand();
+    for (size_t i = 0; i < (size_t)M * ldy; i++) y0[i] = frand();
+    memcpy(y1, y0, sizeof(float) * (size_t)M * ldy);
+    if (beta == 0.0f) /* beta == 0 must not read y */
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < N; n++) y1[(size_t)m * ldy + n] = NAN;
+    memcpy(y2, y1, sizeof(float) * (size_t)M * ldy);
+    recur__packed_gemm(M, N, K, xs, ldx, a.Wp, beta, y1, ldy);
+    recur__packed_gemm_ref(M, N, K, xs, ldx, a.Wp, beta, y2, ldy);
+    cr_assert_eq(memcmp(y1, y2, sizeof(float) * (size_t)M * ldy), 0, "M %d N %d K %d beta %g: kernel != scalar formula",
+                 M, N, K, beta);
+    check_vs_f64(&a, M, xs, ldx, y0, beta, y1, ldy);
+    for (int m = 0; m < M; m++)
+        for (int n = N; n < ldy; n++)
+            cr_assert_eq(memcmp(&y1[(size_t)m * ldy + n], &y0[(size_t)m * ldy + n], sizeof(float)), 0,
+                         "column %d past N = %d written", n, N);
+    free(x); free(y0); free(y1); free(y2);
+    mat_free(&a);
+}
+
+Test(packed_gemm, every_m_from_1_to_67)
+{
+    for (int M = 1; M <= 67; M++) run_case(M, 47, 63, M % 2 ? 0.0f : 1.0f);
+}
+
+Test(packed_gemm, odd_shapes_and_betas)
+{
+    static const int Ms[] = {1, 2, 7, 8, 9, 17, 64, 67};
+    static const int Ns[] = {1, 15, 16, 17, 31, 33, 100, 130};
+    static const int Ks[] = {1, 3, 17, 65, 191};
+    static const float betas[] = {0.0f, 1.0f, -0.75f};
+    for (size_t i = 0; i < sizeof Ms / sizeof *Ms; i++)
+        for (size_t j = 0; j < sizeof Ns / sizeof *Ns; j++)
+            for (size_t k = 0; k < sizeof Ks / sizeof *Ks; k++)
+                run_case(Ms[i], Ns[j], Ks[k], betas[(i + j + k) % 3]);
+}
+
+Test(packed_gemm, packed_layout)
+{
+    mat a = mat_new(37, 5);
+    cr_assert_eq(recur__packed_floats(37, 5), (size_t)3 * 5 * RECUR_PANEL);
+    for (int p = 0; p < 3; p++)
+        for (int k = 0; k < 5; k++)
+            for (int j = 0; j < RECUR_PANEL; j++) {
+                int n = p * RECUR_PANEL + j;
+                float want = n < 37 ? a.W[(size_t)n * 5 + k] : 0.0f;
+                cr_assert_eq(a.Wp[((size_t)p * 5 + k) * RECUR_PANEL + j], want);
+            }
+    mat_free(&a);
+}
+
+/* The property batched decode is built on: row r's bits are those of the same row alone (M = 1),
+ * wherever it sits in a block of any M and whatever the other rows hold. */
+Test(packed_gemm, row_bits_independent_of_m_and_position)
+{
+    static const int shapes[][2] = {{774, 192}, {192, 192}, {40, 24}, {300, 65}, {1024, 33}};
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        int N = shapes[s][0], K = shapes[s][1];
+        mat a = mat_new(N, K);
+        float *row = malloc(sizeof(float) * K), *alone = malloc(sizeof(float) * N);
+        float *yb0 = malloc(sizeof(float) * N);
+        for (int k = 0; k < K; k++) row[k] = frand();
+        for (int n = 0; n < N; n++) yb0[n] = frand();
+        for (int beta = 0; beta <= 1; beta++) {
+            memcpy(alone, yb0, sizeof(float) * N);
+            recur__packed_gemm(1, N, K, row, K, a.Wp, (float)beta, alone, N);
+            static const int Ms[] = {2, 3, 8, 9, 15, 16, 63, 64, 67, 256};
+            for (size_t mi = 0; mi < sizeof Ms / sizeof *Ms; mi++) {
+                int M = Ms[mi];
+                float *x = malloc(sizeof(float) * (size_t)M * K), *y = malloc(sizeof(float) * (size_t)M * N);
+                int positions[] = {0, 1, M / 2, M - 1};
+                for (int pi = 0; pi < 4; pi++) {
+                    int p = positions[pi];
+                    for (size_t i = 0; i < (size_t)M * K; i++) x[i] = frand();
+                    for (size_t i = 0; i < (size_t)M * N; i++) y[i] = frand();
+                    memcpy(x + (size_t)p * K, row, sizeof(float) * K);
+                    memcpy(y + (size_t)p * N, yb0, sizeof(float) * N);
+                    recur__packed_gemm(M, N, K, x, K, a.Wp, (float)beta, y, N);
+                    cr_assert_eq(memcmp(y + (size_t)p * N, alone, sizeof(float) * N), 0,
+                                 "N %d K %d beta %d: row at %d of M = %d differs from M = 1", N, K, beta, p, M);
+                }
+                free(x);
+                free(y);
+            }
+        }
+        free(row); free(alone); free(yb0);
+        mat_free(&a);
+    }
+}
