@@ -51,6 +51,8 @@ void srv_app_error(srv_conn *c, int status, const char *code, const char *messag
 
 /* Scheduler completion (ops.c). */
 void srv_ops_work_done(srv_work *w, void *app);
+/* New lines of a generation still stepping on the workers (ops.c). */
+void srv_ops_gen_progress(srv_work *w, void *app);
 /* Drain timeout: end every running generation/fold stream at its next step (reason
  * "cancelled"); streams paused on backpressure end now. */
 void srv_ops_cancel_all(srv_app *app);

@@ -171,7 +171,8 @@ int main(int argc, char **argv)
         return 1; /* state_dir unusable: logged */
     rc = srv_sched_create(app->loop, app->model, app->cfg.workers, app->cfg.max_batch,
                           app->cfg.decode_workers,
-                          app->cfg.prefill_slice, srv_ops_work_done, app, &app->sched);
+                          app->cfg.prefill_slice, srv_ops_work_done, srv_ops_gen_progress, app,
+                          &app->sched);
     if (rc != 0) {
         srv_log(SRV_LOG_ERROR, "scheduler_failed", "\"error\":\"%s\"", recur_strerror(rc));
         return 1;

@@ -36,6 +36,7 @@ void srv_op_free(srv_op *op)
     free(op->tokens);
     free(op->blob);
     proto_buf_free(&op->out);
+    srv_gen_free(&op->run);
     free(op);
 }
 
@@ -155,7 +156,8 @@ static void submit_fold_slice(srv_op *op)
     srv_sched_submit(app->sched, w);
 }
 
-static void submit_gen_step(srv_op *op)
+/* Hand the generation to the workers: it steps on there until it ends or is held/stopped. */
+static void submit_generation(srv_op *op)
 {
     srv_session *s = op->sess;
     srv_work *w = &op->work;
@@ -170,8 +172,10 @@ static void submit_gen_step(srv_op *op)
     w->sp.temperature = op->gen.temperature;
     w->sp.top_k = op->gen.top_k;
     w->sp.top_p = op->gen.top_p;
-    w->rng = &op->rng;
+    w->rng = &op->run.rng;
+    w->gen = &op->run;
     w->pos0 = s->tokens_seen;
+    atomic_store(&op->run.hold, 0); /* continue_op submits only while the stream is writable */
     op->in_flight = 1;
     srv_sched_submit(op->app->sched, w);
 }
@@ -227,12 +231,12 @@ static void continue_op(srv_op *op)
             end_generation(op, REASON_CANCELLED);
         } else if (op->stop_requested) {
             end_generation(op, REASON_CANCELLED);
-        } else if (op->generated >= op->gen.max_tokens || context_left(app, op->sess) <= 0) {
+        } else if (op->run.generated >= op->gen.max_tokens || context_left(app, op->sess) <= 0) {
             end_generation(op, REASON_LENGTH);
         } else if (!srv_stream_writable(op->conn)) {
             op->paused = 1;
         } else {
-            submit_gen_step(op);
+            submit_generation(op);
         }
         return;
     }
@@ -280,34 +284,16 @@ void srv_ops_work_done(srv_work *w, void *appv)
     s->tokens_seen = w->tokens_seen;
     s->snapshot_bytes = recur_snapshot_size(s->state); /* the worker is done with it */
     if (op->kind == SRV_OP_GENERATE) {
+        /* Back from the workers: its lines were delivered by srv_ops_gen_progress before. */
         if (w->err) {
             stream_error_end(op, w->err);
             return;
         }
-        app->counters.tokens_generated += s->tokens_seen - before;
-        op->generated++;
-        if (!op->cancelled) {
-            char text[16];
-            size_t tl = proto_utf8_feed(&op->utf8, w->token, text);
-            proto_gen_line(&op->out, op->framing, w->pos0, w->token, text, tl, w->logprob);
-            write_out(op);
+        if (op->run.stop_matched) {
+            end_generation(op, REASON_STOP);
+            return;
         }
-        if (w->token >= 0 && w->token < 256) {
-            if (op->tail_len == sizeof op->tail) {
-                memmove(op->tail, op->tail + 1, sizeof op->tail - 1);
-                op->tail_len--;
-            }
-            op->tail[op->tail_len++] = (unsigned char)w->token;
-            for (size_t i = 0; i < op->gen.n_stop; i++) {
-                size_t L = op->gen.stop_len[i];
-                if (L <= op->tail_len &&
-                    memcmp(op->tail + op->tail_len - L, op->gen.stop[i], L) == 0) {
-                    end_generation(op, REASON_STOP);
-                    return;
-                }
-            }
-        }
-        continue_op(op);
+        continue_op(op); /* max_tokens / max_context, stop, cancelled, or held: decides */
         return;
     }
     /* FOLD / CREATE */
@@ -324,6 +310,28 @@ void srv_ops_work_done(srv_work *w, void *appv)
     op->done += w->kind == SRV_WORK_STEP ? 1 : (size_t)w->n;
     write_out(op);
     continue_op(op);
+}
+
+/* Lines of a generation still on the workers: one chunk per line, in order. */
+void srv_ops_gen_progress(srv_work *w, void *appv)
+{
+    srv_op *op = w->owner;
+    srv_app *app = appv;
+    srv_gen *g = &op->run;
+    op->sess->tokens_seen = g->taken_seen; /* GET /v1/sessions/{id} follows the stream */
+    app->counters.tokens_generated += (uint64_t)g->taken_tokens;
+    if (!op->cancelled) {
+        const char *p = g->taken.data, *end = p + g->taken.len;
+        while (p < end) { /* NDJSON: "...\n"; SSE: "data: ...\n\n" (JSON has no raw newline) */
+            const char *nl = memchr(p, '\n', (size_t)(end - p));
+            const char *next = nl ? nl + 1 + (op->framing == PROTO_FRAME_SSE) : end;
+            srv_stream_write(op->conn, p, (size_t)(next - p));
+            p = next;
+        }
+        if (!srv_stream_writable(op->conn))
+            atomic_store(&g->hold, 1); /* comes back to the loop; on_drain resubmits it */
+    }
+    proto_buf_clear(&g->taken);
 }
 
 /* ---------------------------------------------------------------- starting ops */
@@ -440,7 +448,10 @@ static void start_generate(srv_op *op)
     uint64_t seed = op->gen.seed;
     if (!op->gen.has_seed && getrandom(&seed, sizeof seed, 0) != (ssize_t)sizeof seed)
         seed = uv_hrtime();
-    op->rng = splitmix64(&seed) | 1; /* never zero: valid for xorshift as well as splitmix */
+    int64_t left = context_left(app, s);
+    srv_gen_init(&op->run, &op->gen, op->framing,
+                 splitmix64(&seed) | 1, /* never zero: valid for xorshift as well as splitmix */
+                 left == INT64_MAX ? UINT64_MAX : s->tokens_seen + (uint64_t)(left > 0 ? left : 0));
     op->streaming = 1;
     srv_stream_begin(op->conn, 200, proto_frame_content_type(op->framing));
     if (app->stopping)
@@ -562,6 +573,8 @@ void srv_app_on_close(srv_conn *c, void *appv)
     if (!op)
         return;
     op->cancelled = 1;
+    if (op->kind == SRV_OP_GENERATE && op->in_flight)
+        atomic_store(&op->run.stop, 1); /* stops after its current step */
     if (op->started && !op->in_flight && op->paused) {
         op->paused = 0;
         continue_op(op);
@@ -571,6 +584,8 @@ void srv_app_on_close(srv_conn *c, void *appv)
 void srv_app_on_drain(srv_conn *c, void *appv)
 {
     srv_op *op = srv_conn_get_user(c);
+    if (op && op->kind == SRV_OP_GENERATE && op->in_flight)
+        atomic_store(&op->run.hold, 0); /* not yet back: it may step on */
     if (!op || !op->paused || op->in_flight)
         return;
     op->paused = 0;
@@ -590,6 +605,8 @@ static void cancel_one(srv_session *s, void *arg)
         if (op->kind != SRV_OP_GENERATE)
             continue;
         op->stop_requested = 1;
+        if (op->in_flight)
+            atomic_store(&op->run.stop, 1);
         if (op->started && op->paused && !op->in_flight) {
             if (cx->n == cx->cap) {
                 cx->cap = cx->cap ? cx->cap * 2 : 16;

@@ -2,7 +2,10 @@
  * ops.h — a session's requests as a FIFO of operations, so requests on one session apply in
  * arrival order. The head op runs; cheap ops (info, delete, fork, state get/put) run on the
  * loop thread when they reach the head, compute ops (fold, generate, create with prefill) go
- * to the scheduler one step or slice at a time, and stream their lines back as they finish.
+ * to the scheduler one step or slice at a time, and stream their lines back as they finish. A
+ * generation is submitted once and steps on the workers until it ends or the loop holds it
+ * (backpressure) or stops it (client gone, drain timeout); its lines arrive through
+ * srv_ops_gen_progress.
  *
  * Ownership: an op holds a reference on its connection (srv_conn_ref) from enqueue to finish,
  * and is the connection's user pointer meanwhile (on_close / on_drain find it there).
@@ -11,6 +14,7 @@
 #define SRV_OPS_H
 
 #include "app.h"
+#include "generation.h"
 #include "ndjson.h"
 #include "requests.h"
 
@@ -41,11 +45,7 @@ struct srv_op {
     int top_k;
     /* GENERATE */
     proto_generate_req gen;
-    uint64_t rng;
-    int64_t generated;
-    proto_utf8_stream utf8;
-    unsigned char tail[PROTO_MAX_STOP_BYTES];
-    size_t tail_len;
+    srv_gen run;        /* the stream as the workers run it (generation.h) */
     /* PUT_STATE */
     uint8_t *blob;      /* owned copy of the body */
     size_t blob_len;

@@ -16,6 +16,8 @@ typedef struct {
     float *lsm;           /* [vocab] log-softmax of the previous position */
     float *scratch;       /* [2*vocab] sampler scratch */
     recur_state **states; /* [max_batch] */
+    proto_buf lines;      /* generated lines of the last batch, before they go to their streams */
+    size_t *line_end;     /* [max_batch] end of item i's line in `lines` */
     int32_t *tokens;      /* [max_batch] */
     srv_work **items;     /* [max_batch] */
 } worker;
@@ -31,6 +33,7 @@ struct srv_sched {
     int max_decode;                    /* decode batches running at once */
     worker *workers;
     void (*done)(srv_work *w, void *app);
+    void (*progress)(srv_work *w, void *app);
     void *app;
 
     /* loop thread only: submitted during this loop turn, not yet visible to the workers */
@@ -45,6 +48,7 @@ struct srv_sched {
     srv_work *step_head, *step_tail;   /* ready decode steps */
     srv_work *pre_head, *pre_tail;     /* ready prefill slices */
     srv_work *done_head, *done_tail;   /* finished, for the loop */
+    srv_work *out_head, *out_tail;     /* generations with lines for the loop (gen->out_next) */
     srv_sched_stats stats;
 };
 
@@ -175,6 +179,55 @@ static void run_steps(worker *wk, srv_work **items, int B)
     }
 }
 
+/* Lines of the generations in batch[0..B) into wk->lines (outside the lock). */
+static void gen_lines(worker *wk, srv_work **batch, int B)
+{
+    proto_buf_clear(&wk->lines);
+    for (int i = 0; i < B; i++) {
+        srv_work *w = batch[i];
+        if (w->gen && w->err == 0)
+            srv_gen_token(w->gen, w->pos0, w->token, w->logprob, &wk->lines);
+        wk->line_end[i] = wk->lines.len;
+    }
+}
+
+/* After a decode batch (mu held): hand the generations' lines to the loop, put the generations
+ * that may step on back at the tail of the ready queue, everything else on the done list. */
+static void settle_batch(srv_sched *s, worker *wk, srv_work **batch, int B)
+{
+    size_t start = 0;
+    for (int i = 0; i < B; i++) {
+        srv_work *w = batch[i];
+        srv_gen *g = w->gen;
+        size_t end = wk->line_end[i];
+        if (!g || w->err) {
+            push(&s->done_head, &s->done_tail, w);
+            start = end;
+            continue;
+        }
+        proto_buf_append(&g->lines, wk->lines.data + start, end - start);
+        start = end;
+        g->lines_tokens++;
+        g->lines_seen = w->tokens_seen;
+        if (!g->on_out_list) {
+            g->on_out_list = 1;
+            g->out_next = NULL;
+            if (s->out_tail)
+                s->out_tail->gen->out_next = w;
+            else
+                s->out_head = w;
+            s->out_tail = w;
+        }
+        if (srv_gen_may_continue(g, w->tokens_seen) && !atomic_load(&g->stop) &&
+            !atomic_load(&g->hold) && g->lines.len < SRV_GEN_BACKLOG) {
+            w->pos0 = w->tokens_seen; /* the next token's position */
+            push(&s->step_head, &s->step_tail, w);
+        } else {
+            push(&s->done_head, &s->done_tail, w);
+        }
+    }
+}
+
 static void run_prefill(worker *wk, srv_work *w)
 {
     srv_sched *s = wk->s;
@@ -252,20 +305,24 @@ static void *worker_main(void *arg)
         pthread_mutex_unlock(&s->mu);
 
         uint64_t t0 = uv_hrtime();
-        if (pre)
+        if (pre) {
             run_prefill(wk, pre);
-        else
+        } else {
             run_steps(wk, batch, B);
+            gen_lines(wk, batch, B);
+        }
         uint64_t t1 = uv_hrtime();
 
         pthread_mutex_lock(&s->mu);
         s->stats.busy_ns += t1 - t0;
-        if (pre)
+        if (pre) {
             push(&s->done_head, &s->done_tail, pre);
-        else
+        } else {
             s->decoding--;
-        for (int i = 0; i < B; i++)
-            push(&s->done_head, &s->done_tail, batch[i]);
+            settle_batch(s, wk, batch, B);
+        }
+        /* No wake-up for requeued generations: this worker takes them with the next batch
+         * (waking another one would only move them across threads). */
         pthread_mutex_unlock(&s->mu);
         uv_async_send(&s->async); /* coalesced by libuv while the loop has not run on_async */
         pthread_mutex_lock(&s->mu);
@@ -315,7 +372,29 @@ static void on_async(uv_async_t *h)
     pthread_mutex_lock(&s->mu);
     srv_work *w = s->done_head;
     s->done_head = s->done_tail = NULL;
+    srv_work *o = s->out_head;
+    s->out_head = s->out_tail = NULL;
+    /* Take the generations' lines now, in the same critical section as the done list: a
+     * generation on the done list has all its lines here. The loop walks its own link
+     * (taken_next): once mu is released a worker may put a generation on the list again. */
+    for (srv_work *x = o; x; x = x->gen->out_next) {
+        srv_gen *g = x->gen;
+        g->taken_next = g->out_next;
+        proto_buf t = g->taken;
+        g->taken = g->lines;
+        g->lines = t;
+        proto_buf_clear(&g->lines);
+        g->taken_tokens = g->lines_tokens;
+        g->taken_seen = g->lines_seen;
+        g->lines_tokens = 0;
+        g->on_out_list = 0;
+    }
     pthread_mutex_unlock(&s->mu);
+    while (o) {
+        srv_work *n = o->gen->taken_next; /* progress() never finishes an op: done() does */
+        s->progress(o, s->app);
+        o = n;
+    }
     while (w) {
         srv_work *n = w->next;
         w->next = NULL;
@@ -327,7 +406,7 @@ static void on_async(uv_async_t *h)
 
 int srv_sched_create(uv_loop_t *loop, const recur_model *m, int workers, int max_batch,
                      int max_decode, int prefill_slice, void (*done)(srv_work *w, void *app),
-                     void *app, srv_sched **out)
+                     void (*progress)(srv_work *w, void *app), void *app, srv_sched **out)
 {
     if (max_batch > 1024)
         max_batch = 1024;
@@ -341,6 +420,7 @@ int srv_sched_create(uv_loop_t *loop, const recur_model *m, int workers, int max
     s->prefill_slice = prefill_slice;
     s->n_workers = workers;
     s->done = done;
+    s->progress = progress;
     s->app = app;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
@@ -372,7 +452,10 @@ int srv_sched_create(uv_loop_t *loop, const recur_model *m, int workers, int max
         wk->states = malloc((size_t)max_batch * sizeof *wk->states);
         wk->tokens = malloc((size_t)max_batch * sizeof *wk->tokens);
         wk->items = malloc((size_t)max_batch * sizeof *wk->items);
-        if (!wk->logits || !wk->lsm || !wk->scratch || !wk->states || !wk->tokens || !wk->items)
+        wk->line_end = malloc((size_t)max_batch * sizeof *wk->line_end);
+        proto_buf_init(&wk->lines);
+        if (!wk->logits || !wk->lsm || !wk->scratch || !wk->states || !wk->tokens || !wk->items ||
+            !wk->line_end)
             return RECUR_ENOMEM;
         if (pthread_create(&wk->tid, NULL, worker_main, wk) != 0)
             return RECUR_ENOMEM;
@@ -430,6 +513,8 @@ void srv_sched_free(srv_sched *s)
         free(wk->states);
         free(wk->tokens);
         free(wk->items);
+        free(wk->line_end);
+        proto_buf_free(&wk->lines);
     }
     free(s->workers);
     pthread_mutex_destroy(&s->mu);

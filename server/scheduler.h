@@ -6,6 +6,11 @@
  *   - SRV_WORK_STEP: fold one token (given, or sampled from the session's logits). Every STEP
  *     item that is ready when a worker looks is executed in ONE recur_model_step_batch call
  *     (up to max_batch sessions).
+ *   - a generation (SRV_WORK_STEP with gen set) keeps stepping on the workers: after each step
+ *     the worker appends the token's line to the generation's pending output, wakes the loop
+ *     (progress callback, coalesced) and puts the item back at the tail of the ready queue, to
+ *     be batched with whatever else is ready then. It returns to the loop (done) only when it
+ *     may not continue or the loop asked it to (generation.h).
  *   - SRV_WORK_PREFILL: fold up to prefill_slice tokens with recur_model_prefill. The loop
  *     submits one slice at a time, and workers alternate between a decode batch and a prefill
  *     slice when both are waiting, so a long prefill never starves other sessions' decode.
@@ -14,7 +19,8 @@
  * one batch rather than one or two at a time; at most max_decode decode batches run at once
  * (1: steps arriving while a batch computes wait for it and form the next batch).
  * Finished items return to the loop thread through uv_async; done() runs there, in completion
- * order. While an item is in flight the loop must not touch its state or logits; the caller
+ * order, after progress() for every generation with pending lines (so a generation's last
+ * lines are always delivered before its done()). While an item is in flight the loop must not touch its state or logits; the caller
  * submits at most one item per session at a time (per-session FIFO order lives in ops.c).
  */
 #ifndef SRV_SCHEDULER_H
@@ -24,6 +30,7 @@
 #include <uv.h>
 
 #include "buf.h"
+#include "generation.h"
 #include "ndjson.h"
 #include "recur.h"
 
@@ -40,6 +47,7 @@ typedef struct srv_work {
     int sample;             /* 1: sample token from logits with sp/rng; 0: fold token */
     recur_sampler_params sp;
     uint64_t *rng;
+    srv_gen *gen;           /* a generation that steps on (see above), or NULL */
     int32_t token;          /* IN (fold) or OUT (sampled) */
     float logprob;          /* OUT: log p(token | before), when has_logprob */
     int has_logprob;
@@ -67,10 +75,11 @@ typedef struct {
     uint64_t busy_ns; /* workers' time in model work (decode batches and prefill slices) */
 } srv_sched_stats;
 
-/* Start workers. done(w, app) runs on the loop thread for every finished item. */
+/* Start workers. done(w, app) runs on the loop thread for every finished item; progress(w, app)
+ * for a generation in flight whose new lines the scheduler moved to w->gen->taken. */
 int srv_sched_create(uv_loop_t *loop, const recur_model *m, int workers, int max_batch,
                      int max_decode, int prefill_slice, void (*done)(srv_work *w, void *app),
-                     void *app, srv_sched **out);
+                     void (*progress)(srv_work *w, void *app), void *app, srv_sched **out);
 void srv_sched_submit(srv_sched *s, srv_work *w);
 int srv_sched_prefill_slice(const srv_sched *s);
 /* Counters (read on the loop thread; approximate while workers run). */

@@ -847,6 +847,32 @@ def test_concurrent_sessions_match_sequential_runs(d):
     assert after - before >= n_sessions * (n_steps + 10)
 
 
+def raw_generate_all(d, calls):
+    """calls: [(session id, generate params)]. Sends every /generate, each on its own
+    connection, before reading any answer (so the generations overlap even when each one is
+    fast), then reads every stream. Returns [(generated tokens, done line)] in call order."""
+    socks = []
+    for sid, params in calls:
+        body = json.dumps(params).encode()
+        sk = socket.create_connection(("127.0.0.1", d.port), timeout=60)
+        sk.sendall(b"POST /v1/sessions/%s/generate HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                   b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                   % (sid.encode(), len(body), body))
+        socks.append(sk)
+    out = []
+    for sk in socks:
+        data = bytearray()
+        while True:
+            chunk = sk.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        sk.close()
+        objs = [json.loads(m) for m in re.findall(rb"^\{.*\}$", bytes(data), re.M)]
+        out.append(([o["token"] for o in objs if "token" in o], objs[-1]))
+    return out
+
+
 def test_concurrent_generations_are_batched():
     """8 generations at once on one worker: their decode steps share batched model steps
     (batch size > 1 seen in /metrics) and each gives the tokens of its run alone."""
@@ -855,20 +881,14 @@ def test_concurrent_generations_are_batched():
         alone = []
         for i in range(8):
             s = create(d, tokens=prompts[i])
-            alone.append([l["token"] for l in generate(d, s["id"], max_tokens=100, seed=i)[0]])
+            alone.append([l["token"] for l in generate(d, s["id"], max_tokens=1000, seed=i)[0]])
         assert _metric(d, "recurd_decode_batch_size_max") == 1
         sids = [create(d, tokens=prompts[i])["id"] for i in range(8)]
-        out = {}
-
-        def run(i):
-            out[i] = [l["token"] for l in generate(d, sids[i], max_tokens=100, seed=i)[0]]
-
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
-        assert [out[i] for i in range(8)] == alone
+        # A generation steps on the workers without a loop round trip per token, so with the
+        # tiny model it is fast: the 8 requests are all sent before any answer is read.
+        got = raw_generate_all(d, [(sids[i], {"max_tokens": 1000, "seed": i}) for i in range(8)])
+        assert [toks for toks, _ in got] == alone
+        assert all(done["reason"] == "length" for _, done in got)
         assert _metric(d, "recurd_decode_batch_size_max") >= 2
 
 
