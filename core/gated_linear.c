@@ -20,6 +20,7 @@
  * against exp in double, 0 below -87 where exp(x) leaves the normal float range).
  */
 #include "gated_linear.h"
+#include "chunk_mm.h"
 #include "exp_nonpos.h"
 
 #include <cblas.h>
@@ -272,12 +273,14 @@ static void run_recurrent(const gl_problem *p)
 typedef struct {
     int64_t C;                 /* chunk capacity */
     float *Qr, *Kr;            /* [C][K]  phi(q), phi(k) of the chunk */
+    float *KrT;                /* [K][C]  phi(k) transposed: the right operand of Q K^T */
     float *Qt, *Kt;            /* [C][K]  q_t exp(b_t), k_s exp(b_last - b_s) */
     float *A;                  /* [P][C]  a row panel of scale (Q K^T ⊙ D), P = min(C, GL_PANEL) */
     float *den;                /* [C]     normaliser of each row */
     double *b;                 /* [C] or [C][K] cumulative log decay within the chunk */
+    double *bT;                /* [K][C]  per-key: b transposed */
     float *ag;                 /* [C][K]  exp(g_t) per key (per-key gates) */
-    float *Kj;                 /* [C][K]  per-key: k_s exp(b_r - b_s) for a reference r */
+    float *KjT;                /* [K][C]  per-key: k_s exp(b_r - b_s) for a reference r, transposed */
     float *Qj;                 /* [GL_SUB][K] per-key: q_t exp(b_t - b_r) */
     float *edec;               /* [K]     exp(b_last) per key (state decay) */
     void *mem;                 /* the allocation, unless it is the thread's cached block */
@@ -342,15 +345,16 @@ static int work_alloc(gl_work *w, int64_t C, int K, gl_gate_kind gate)
         return RECUR_ESHAPE;
     const size_t c = (size_t)C, k = (size_t)K;
     const int key = gate == GL_GATE_KEY;
-    size_t sizes[12] = {
-        c * k * sizeof(float), c * k * sizeof(float), c * k * sizeof(float), c * k * sizeof(float),
-        c * (c < GL_PANEL ? c : GL_PANEL) * sizeof(float), c * sizeof(float),
-        (key ? c * k : c) * sizeof(double), 0,
-        key ? c * k * sizeof(float) : 0, key ? c * k * sizeof(float) : 0,
-        key ? (size_t)GL_SUB * k * sizeof(float) : 0, k * sizeof(float),
+    const size_t fck = c * k * sizeof(float), dck = c * k * sizeof(double);
+    size_t sizes[14] = {
+        fck, fck, fck, fck, fck,                                      /* Qr Kr KrT Qt Kt */
+        c * (c < GL_PANEL ? c : GL_PANEL) * sizeof(float), c * sizeof(float), /* A den */
+        key ? dck : c * sizeof(double), key ? dck : 0,                 /* b bT */
+        key ? fck : 0, key ? fck : 0,                                  /* ag KjT */
+        key ? (size_t)GL_SUB * k * sizeof(float) : 0, k * sizeof(float), 0, /* Qj edec */
     };
-    size_t off[12], total = 0;
-    for (int i = 0; i < 12; i++) {
+    size_t off[14], total = 0;
+    for (int i = 0; i < 14; i++) {
         size_t sz = (sizes[i] + 63) & ~(size_t)63;
         if (sz < sizes[i] || total > SIZE_MAX - sz)
             return RECUR_ESHAPE;
@@ -366,22 +370,37 @@ static int work_alloc(gl_work *w, int64_t C, int K, gl_gate_kind gate)
     }
     w->Qr = (float *)(m + off[0]);
     w->Kr = (float *)(m + off[1]);
-    w->Qt = (float *)(m + off[2]);
-    w->Kt = (float *)(m + off[3]);
-    w->A = (float *)(m + off[4]);
-    w->den = (float *)(m + off[5]);
-    w->b = (double *)(m + off[6]);
-    w->ag = key ? (float *)(m + off[8]) : NULL;
-    w->Kj = key ? (float *)(m + off[9]) : NULL;
-    w->Qj = key ? (float *)(m + off[10]) : NULL;
-    w->edec = (float *)(m + off[11]);
+    w->KrT = (float *)(m + off[2]);
+    w->Qt = (float *)(m + off[3]);
+    w->Kt = (float *)(m + off[4]);
+    w->A = (float *)(m + off[5]);
+    w->den = (float *)(m + off[6]);
+    w->b = (double *)(m + off[7]);
+    w->bT = key ? (double *)(m + off[8]) : NULL;
+    w->ag = key ? (float *)(m + off[9]) : NULL;
+    w->KjT = key ? (float *)(m + off[10]) : NULL;
+    w->Qj = key ? (float *)(m + off[11]) : NULL;
+    w->edec = (float *)(m + off[12]);
     return RECUR_OK;
+}
+
+/* dst[i][t] = src[t][i]: t < rows, i < cols (dst row stride ldd), in 16 x 16 blocks. */
+static void transpose_d(const double *restrict src, int rows, int cols, double *restrict dst,
+                        int64_t ldd)
+{
+    for (int t0 = 0; t0 < rows; t0 += 16)
+        for (int i0 = 0; i0 < cols; i0 += 16) {
+            const int t1 = t0 + 16 < rows ? t0 + 16 : rows, i1 = i0 + 16 < cols ? i0 + 16 : cols;
+            for (int i = i0; i < i1; i++)
+                for (int t = t0; t < t1; t++)
+                    dst[(size_t)i * ldd + t] = src[(size_t)t * cols + i];
+        }
 }
 
 /* Scalar-gate mask, in place on the row panel A (rows t in [r0, r1), row t at A + (t - r0) r1):
  *   A[t,s] = scale * (q_t.k_s) * D[t,s],  D[t,s] = exp(b_t - b_s)   (s <= t; b_t - b_s <= 0)
- *   A[t,s] = 0                                                     (t < s < r1)
- * b == NULL means no gate (D = 1). */
+ * b == NULL means no gate (D = 1). Entries above the diagonal are left as they are: every reader
+ * (recur__mm with RECUR_MM_A_LOWER, the normaliser's row sums) stops at s = t. */
 static void mask_scalar(float *A, int r0, int r1, const double *b, float scale)
 {
     for (int t = r0; t < r1; t++) {
@@ -394,20 +413,20 @@ static void mask_scalar(float *A, int r0, int r1, const double *b, float scale)
             for (int s = 0; s <= t; s++)
                 At[s] *= scale * recur__exp_nonpos(narrow(bt - b[s]));
         }
-        for (int s = t + 1; s < r1; s++)
-            At[s] = 0.0f;
     }
 }
 
 /* Per-key-gate scores for the row panel [r0, r1) (layout as mask_scalar):
- *   A[t,s] = scale * sum_i q_t[i] k_s[i] exp(b_t[i] - b_s[i])   (s <= t), 0 above.
+ *   A[t,s] = scale * sum_i q_t[i] k_s[i] exp(b_t[i] - b_s[i])   (s <= t)
  * Rows are cut into sub-blocks J = [J0, J1). For s < J0 <= t, with r = J0 - 1:
  *   exp(b_t - b_s) = exp(b_t - b_r) * exp(b_r - b_s), both arguments <= 0, so
- *   A[J, 0:J0] = scale * (Q ⊙ exp(b_t - b_r)) (K ⊙ exp(b_r - b_s))^T     -- one sgemm.
+ *   A[J, 0:J0] = scale * (Q ⊙ exp(b_t - b_r)) (K ⊙ exp(b_r - b_s))^T     -- one recur__mm.
  * Inside the diagonal sub-block the decay is a running product of exp(g) <= 1. */
-static void scores_per_key(gl_work *w, int r0, int r1, int K, float scale)
+static void scores_per_key(gl_work *w, const float *Qr, const float *Kr, size_t lr, int r0, int r1,
+                           int K, float scale)
 {
     const double *b = w->b;
+    const int64_t C = w->C;
     for (int J0 = r0; J0 < r1; J0 += GL_SUB) {
         const int J1 = J0 + GL_SUB < r1 ? J0 + GL_SUB : r1, m = J1 - J0;
         float *AJ = w->A + (size_t)(J0 - r0) * r1; /* row J0 of the panel */
@@ -415,25 +434,25 @@ static void scores_per_key(gl_work *w, int r0, int r1, int K, float scale)
             const double *br = b + (size_t)(J0 - 1) * K;
             for (int t = J0; t < J1; t++) {
                 const double *restrict bt = b + (size_t)t * K;
-                const float *restrict qt = w->Qr + (size_t)t * K;
+                const float *restrict qt = Qr + (size_t)t * lr;
                 float *restrict dst = w->Qj + (size_t)(t - J0) * K;
                 for (int i = 0; i < K; i++)
                     dst[i] = qt[i] * recur__exp_nonpos(narrow(bt[i] - br[i]));
             }
-            for (int s = 0; s < J0; s++) {
-                const double *restrict bs = b + (size_t)s * K;
-                const float *restrict ks = w->Kr + (size_t)s * K;
-                float *restrict dst = w->Kj + (size_t)s * K;
-                for (int i = 0; i < K; i++)
-                    dst[i] = ks[i] * recur__exp_nonpos(narrow(br[i] - bs[i]));
+            for (int i = 0; i < K; i++) { /* KjT[i][s] = k_s[i] exp(b_r[i] - b_s[i]), s < J0 */
+                const double bri = br[i];
+                const double *restrict bs = w->bT + (size_t)i * C;
+                const float *restrict ks = w->KrT + (size_t)i * C;
+                float *restrict dst = w->KjT + (size_t)i * C;
+                for (int s = 0; s < J0; s++)
+                    dst[s] = ks[s] * recur__exp_nonpos(narrow(bri - bs[s]));
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, J0, K, scale, w->Qj, K, w->Kj,
-                        K, 0.0f, AJ, r1);
+            recur__mm(m, J0, K, scale, w->Qj, K, 1, w->KjT, C, 0.0f, AJ, r1, 0, 0);
         }
         /* diagonal sub-block: wq[i] = k_s[i] prod_{j=s+1..t} exp(g_j[i]) */
         float wq[RECUR_MAX_DIM];
         for (int s = J0; s < J1; s++) {
-            const float *ks = w->Kr + (size_t)s * K;
+            const float *ks = Kr + (size_t)s * lr;
             for (int i = 0; i < K; i++)
                 wq[i] = ks[i];
             for (int t = s; t < J1; t++) {
@@ -442,35 +461,78 @@ static void scores_per_key(gl_work *w, int r0, int r1, int K, float scale)
                     for (int i = 0; i < K; i++)
                         wq[i] *= at[i];
                 }
-                AJ[(size_t)(t - J0) * r1 + s] = scale * dot(w->Qr + (size_t)t * K, wq, K);
+                AJ[(size_t)(t - J0) * r1 + s] = scale * dot(Qr + (size_t)t * lr, wq, K);
             }
         }
-        for (int t = J0; t < J1; t++)
-            for (int s = t + 1; s < r1; s++)
-                AJ[(size_t)(t - J0) * r1 + s] = 0.0f;
     }
 }
 
-/* One chunk of n tokens [t0, t0+n) of head h; S (and z) advance from the chunk start to its end. */
+/* Ask for the rows the next chunk step reads (head h + 1 of this chunk, or head 0 of the next
+ * one) while this one computes. At long T the inputs stream from DRAM, and the hardware
+ * prefetcher does not follow H interleaved streams of K floats: without this, the first read of
+ * each row stalled for a quarter of the chunk step (perf, T = 16k). */
+static void prefetch_rows(const float *base, int64_t t1, int64_t t2, size_t ld, int len, int write)
+{
+    for (int64_t t = t1; t < t2; t++)
+        for (int i = 0; i < len; i += 16) { /* one cache line per 16 floats */
+            if (write)
+                __builtin_prefetch(base + (size_t)t * ld + i, 1, 3);
+            else
+                __builtin_prefetch(base + (size_t)t * ld + i, 0, 3);
+        }
+}
+
+static void prefetch_next(const gl_problem *p, int h, int64_t t0, int64_t C)
+{
+    const int H = p->H, K = p->K, V = p->V;
+    if (++h == H) {
+        h = 0;
+        t0 += C;
+    }
+    const int64_t t1 = t0 + C < p->T ? t0 + C : p->T;
+    prefetch_rows(p->q + (size_t)h * K, t0, t1, (size_t)H * K, K, 0);
+    prefetch_rows(p->k + (size_t)h * K, t0, t1, (size_t)H * K, K, 0);
+    prefetch_rows(p->v + (size_t)h * V, t0, t1, (size_t)H * V, V, 0);
+    prefetch_rows(p->o + (size_t)h * V, t0, t1, (size_t)H * V, V, 1);
+    if (p->gate == GL_GATE_KEY)
+        prefetch_rows(p->g + (size_t)h * K, t0, t1, (size_t)H * K, K, 0);
+}
+
+/* One chunk of n tokens [t0, t0+n) of head h; S (and z) advance from the chunk start to its end.
+ * Every product goes through recur__mm (chunk_mm.h), which reads transposed operands in place
+ * and skips the zero half of the causal ones. */
 static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n)
 {
     const int H = p->H, K = p->K, V = p->V;
     const size_t row0 = (size_t)t0 * H + h;
     const int ldq = H * K, ldv = H * V;
+    const int64_t C = w->C;
     const float *v = p->v + row0 * V;
     float *o = p->o + row0 * V;
     float *S = p->S + (size_t)h * K * V;
     float *z = p->z ? p->z + (size_t)h * K : NULL;
     const float scale = p->scale;
 
-    for (int t = 0; t < n; t++) {
-        load_row(w->Qr + (size_t)t * K, p->q + row0 * K + (size_t)t * ldq, K, p->fmap, 1.0f);
-        load_row(w->Kr + (size_t)t * K, p->k + row0 * K + (size_t)t * ldq, K, p->fmap, 1.0f);
+    /* Qr, Kr = phi(q), phi(k) [n][K] with row stride lr: the inputs themselves for the identity
+     * map, else mapped into the workspace */
+    const float *Qr = p->q + row0 * K, *Kr = p->k + row0 * K;
+    size_t lr = (size_t)ldq;
+    if (p->fmap != RECUR_FMAP_IDENTITY) {
+        for (int t = 0; t < n; t++) {
+            load_row(w->Qr + (size_t)t * K, Qr + (size_t)t * ldq, K, p->fmap, 1.0f);
+            load_row(w->Kr + (size_t)t * K, Kr + (size_t)t * ldq, K, p->fmap, 1.0f);
+        }
+        Qr = w->Qr;
+        Kr = w->Kr;
+        lr = (size_t)K;
     }
+    recur__transpose(Kr, lr, n, K, w->KrT, C);
+    prefetch_next(p, h, t0, C);
 
     /* b_t = sum_{j<=t} g_j (double);  Qt = q_t exp(b_t);  Kt = k_s exp(b_last - b_s);
      * edec = exp(b_last) */
-    const float *Qt = w->Qr, *Kt = w->Kr;
+    const float *Qt = Qr, *Kt = Kr; /* row stride lt */
+    size_t lt = lr;
     const double *bs = NULL; /* scalar b for the mask */
     switch (p->gate) {
     case GL_GATE_NONE:
@@ -491,8 +553,8 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
             const float eq = recur__exp_nonpos(narrow(w->b[t]));
             const float ek = recur__exp_nonpos(narrow(bl - w->b[t]));
             for (int i = 0; i < K; i++) {
-                w->Qt[(size_t)t * K + i] = w->Qr[(size_t)t * K + i] * eq;
-                w->Kt[(size_t)t * K + i] = w->Kr[(size_t)t * K + i] * ek;
+                w->Qt[(size_t)t * K + i] = Qr[(size_t)t * lr + i] * eq;
+                w->Kt[(size_t)t * K + i] = Kr[(size_t)t * lr + i] * ek;
             }
         }
         const float el = recur__exp_nonpos(narrow(bl));
@@ -500,6 +562,7 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
             w->edec[i] = el;
         Qt = w->Qt;
         Kt = w->Kt;
+        lt = (size_t)K;
         bs = w->b;
         break;
     }
@@ -516,10 +579,11 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
             for (int i = 0; i < K; i++)
                 at[i] = recur__exp_nonpos(gt[i]);
         }
+        transpose_d(w->b, n, K, w->bT, C);
         const double *bl = w->b + (size_t)(n - 1) * K;
         for (int t = 0; t < n; t++) {
             const double *restrict bt = w->b + (size_t)t * K;
-            const float *restrict qr = w->Qr + (size_t)t * K, *restrict kr = w->Kr + (size_t)t * K;
+            const float *restrict qr = Qr + (size_t)t * lr, *restrict kr = Kr + (size_t)t * lr;
             float *restrict qt = w->Qt + (size_t)t * K, *restrict kt = w->Kt + (size_t)t * K;
             for (int i = 0; i < K; i++) {
                 qt[i] = qr[i] * recur__exp_nonpos(narrow(bt[i]));
@@ -530,30 +594,32 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
             w->edec[i] = recur__exp_nonpos(narrow(bl[i]));
         Qt = w->Qt;
         Kt = w->Kt;
+        lt = (size_t)K;
         break;
     }
     }
 
     /* o_t = scale (q_t ⊙ exp b_t)^T S_prev */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, V, K, scale, Qt, K, S, V, 0.0f, o, ldv);
+    recur__mm(n, V, K, scale, Qt, (ptrdiff_t)lt, 1, S, V, 0.0f, o, ldv, 0, 0);
 
     /* o_t += sum_{s<=t} A[t,s] v_s with A = scale (Q K^T ⊙ D), causal; a panel of rows at a time */
     for (int r0 = 0; r0 < n; r0 += GL_PANEL) {
         const int r1 = r0 + GL_PANEL < n ? r0 + GL_PANEL : n, m = r1 - r0;
         if (p->gate == GL_GATE_KEY) {
-            scores_per_key(w, r0, r1, K, scale);
+            scores_per_key(w, Qr, Kr, lr, r0, r1, K, scale);
         } else {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, r1, K, 1.0f,
-                        w->Qr + (size_t)r0 * K, K, w->Kr, K, 0.0f, w->A, r1);
+            /* A[t][s] = q_t.k_s for s <= t */
+            recur__mm(m, r1, K, 1.0f, Qr + (size_t)r0 * lr, (ptrdiff_t)lr, 1, w->KrT, C, 0.0f, w->A, r1,
+                      RECUR_MM_C_LOWER, r0);
             mask_scalar(w->A, r0, r1, bs, scale);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, V, r1, 1.0f, w->A, r1, v, ldv,
-                    1.0f, o + (size_t)r0 * ldv, ldv);
+        recur__mm(m, V, r1, 1.0f, w->A, r1, 1, v, ldv, 1.0f, o + (size_t)r0 * ldv, ldv,
+                  RECUR_MM_A_LOWER, r0);
         /* den_t = sum_{s<=t} A[t,s] + scale (q_t ⊙ exp b_t)^T z_prev */
         if (z)
             for (int t = r0; t < r1; t++)
                 w->den[t] = sum(w->A + (size_t)(t - r0) * r1, t + 1) +
-                            scale * dot(Qt + (size_t)t * K, z, K);
+                            scale * dot(Qt + (size_t)t * lt, z, K);
     }
 
     if (z) {
@@ -562,10 +628,10 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
             z[i] *= w->edec[i];
         for (int s = 0; s < n; s++)
             for (int i = 0; i < K; i++)
-                z[i] += Kt[(size_t)s * K + i];
+                z[i] += Kt[(size_t)s * lt + i];
     }
 
-    /* S = Diag(exp b_last) S + (K ⊙ exp(b_last - b_s))^T V */
+    /* S = Diag(exp b_last) S + (K ⊙ exp(b_last - b_s))^T V   (Kt read transposed in place) */
     if (p->gate != GL_GATE_NONE)
         for (int i = 0; i < K; i++) {
             const float e = w->edec[i];
@@ -573,7 +639,7 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
             for (int j = 0; j < V; j++)
                 Si[j] *= e;
         }
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, V, n, 1.0f, Kt, K, v, ldv, 1.0f, S, V);
+    recur__mm(K, V, n, 1.0f, Kt, 1, (ptrdiff_t)lt, v, ldv, 1.0f, S, V, 0, 0);
 
     /* o_t /= den_t + eps */
     if (p->normalize)
@@ -591,11 +657,13 @@ static int run_chunked(const gl_problem *p, int64_t C)
     int rc = work_alloc(&w, C, p->K, p->gate);
     if (rc)
         return rc;
-    for (int h = 0; h < p->H; h++)
-        for (int64_t t0 = 0; t0 < p->T; t0 += C) {
-            const int64_t n = p->T - t0 < C ? p->T - t0 : C; /* the tail chunk shrinks */
+    /* Chunks outer, heads inner: a chunk's rows [C][H][K] are one contiguous block, read front to
+     * back (heads outer streamed T strided pieces per head: 1.4x slower at T = 16k). */
+    for (int64_t t0 = 0; t0 < p->T; t0 += C) {
+        const int64_t n = p->T - t0 < C ? p->T - t0 : C; /* the tail chunk shrinks */
+        for (int h = 0; h < p->H; h++)
             chunk_step(p, &w, h, t0, (int)n);
-        }
+    }
     free(w.mem); /* NULL when the thread's cached block was used */
     return RECUR_OK;
 }

@@ -1,0 +1,36 @@
+/*
+ * chunk_mm.h — the small dense products of the chunkwise kernels (private to core/).
+ *
+ *   C[i][j] = beta C[i][j] + alpha sum_p A(i,p) B[p][j]       i < m, j < n, p < k
+ *
+ * A(i,p) = A[i*ars + p*acs]: any strides, so a row-major matrix (ars = lda, acs = 1) and a
+ * transposed view (ars = 1, acs = lda) cost the same and nothing is copied or packed. B and C are
+ * row-major with row strides ldb and ldc. beta is 0 (C is not read: it may hold garbage) or 1.
+ * flags (diag shifts the diagonal: row i of C sits at diagonal index i + diag):
+ *   RECUR_MM_A_LOWER  A(i,p) = 0 for p > i + diag: those terms are skipped, A there is never read
+ *   RECUR_MM_C_LOWER  only C[i][j] with j <= i + diag is computed and written
+ *   RECUR_MM_C_UPPER  only C[i][j] with j >  i + diag is computed and written
+ *
+ * Why not cblas_sgemm: the chunkwise forms multiply 64 x 64 blocks, thousands of times per call.
+ * OpenBLAS pays per call (argument checks, choice of kernel, packing of both operands), cannot
+ * read a transposed operand in place, and cannot skip the zero half of a causal product. With
+ * AVX-512 this is a 6 x 64 register-blocked kernel (24 accumulators), reading both operands in
+ * place; elsewhere a plain loop with the same contract.
+ */
+#ifndef RECUR_CHUNK_MM_H
+#define RECUR_CHUNK_MM_H
+
+#include <stddef.h>
+
+#define RECUR_MM_A_LOWER 1
+#define RECUR_MM_C_LOWER 2
+#define RECUR_MM_C_UPPER 4
+
+void recur__mm(int m, int n, int k, float alpha, const float *A, ptrdiff_t ars, ptrdiff_t acs,
+               const float *B, ptrdiff_t ldb, float beta, float *C, ptrdiff_t ldc, int flags,
+               int diag);
+
+/* dst[i][t] = src[t][i] for t < rows, i < cols; src row stride lds, dst row stride ldd. */
+void recur__transpose(const float *src, ptrdiff_t lds, int rows, int cols, float *dst, ptrdiff_t ldd);
+
+#endif /* RECUR_CHUNK_MM_H */
