@@ -57,9 +57,13 @@ void recur__packed_gemm_ref(int M, int N, int K, const float *x, int ldx, const 
 #define NP_ONE_ROW 8 /* panels in flight for M = 1: enough independent chains to stream W */
 
 /* Rows [0, MR) of x against panels [0, NP) of Wp (Wp, y already offset to the tile); n_left =
- * N minus the tile's first column. MR and NP are constants after inlining: acc stays in zmm. */
+ * N minus the tile's first column. MR and NP are constants after inlining: acc stays in zmm.
+ * pf (or NULL): the next pair of panels, asked into L2 two lines per k while this tile runs
+ * (the first row tile of a pair does it; a cold W otherwise stalls the next pair's first tile;
+ * when one panel is left this runs past the end of W, which a prefetch may: it never faults;
+ * +5 % on the default model's GEMM sequence at M = 64). */
 INLINE void tile(const int MR, const int NP, int K, const float *x, int ldx, const float *Wp,
-                 float beta, float *y, int ldy, int n_left)
+                 float beta, float *y, int ldy, int n_left, const float *pf)
 {
     __m512 acc[MR_MAX][NP_ONE_ROW];
     const size_t ps = (size_t)K * RECUR_PANEL;
@@ -68,6 +72,10 @@ INLINE void tile(const int MR, const int NP, int K, const float *x, int ldx, con
 #pragma GCC unroll 8
         for (int p = 0; p < NP; p++) acc[m][p] = _mm512_setzero_ps();
     for (int k = 0; k < K; k++) {
+        if (pf) {
+            _mm_prefetch((const char *)(pf + (size_t)k * 2 * RECUR_PANEL), _MM_HINT_T1);
+            _mm_prefetch((const char *)(pf + (size_t)k * 2 * RECUR_PANEL + RECUR_PANEL), _MM_HINT_T1);
+        }
         __m512 w[NP_ONE_ROW];
 #pragma GCC unroll 8
         for (int p = 0; p < NP; p++) w[p] = _mm512_load_ps(Wp + p * ps + (size_t)k * RECUR_PANEL);
@@ -101,10 +109,10 @@ void recur__packed_gemm(int M, int N, int K, const float *x, int ldx, const floa
     if (M == 1) {
         int p = 0;
         for (; p + NP_ONE_ROW <= np; p += NP_ONE_ROW)
-            tile(1, NP_ONE_ROW, K, x, ldx, Wp + p * ps, beta, y + p * RECUR_PANEL, ldy, N - p * RECUR_PANEL);
+            tile(1, NP_ONE_ROW, K, x, ldx, Wp + p * ps, beta, y + p * RECUR_PANEL, ldy, N - p * RECUR_PANEL, NULL);
         for (; p + 2 <= np; p += 2)
-            tile(1, 2, K, x, ldx, Wp + p * ps, beta, y + p * RECUR_PANEL, ldy, N - p * RECUR_PANEL);
-        if (p < np) tile(1, 1, K, x, ldx, Wp + p * ps, beta, y + p * RECUR_PANEL, ldy, N - p * RECUR_PANEL);
+            tile(1, 2, K, x, ldx, Wp + p * ps, beta, y + p * RECUR_PANEL, ldy, N - p * RECUR_PANEL, NULL);
+        if (p < np) tile(1, 1, K, x, ldx, Wp + p * ps, beta, y + p * RECUR_PANEL, ldy, N - p * RECUR_PANEL, NULL);
         return;
     }
     for (int p = 0; p < np; p += 2) {
@@ -116,8 +124,9 @@ void recur__packed_gemm(int M, int N, int K, const float *x, int ldx, const floa
             const float *xm = x + (size_t)m * ldx;
             float *ym = yp + (size_t)m * ldy;
             int mr = M - m < MR_MAX ? M - m : MR_MAX;
-#define T(R) do { if (two) tile(R, 2, K, xm, ldx, wp, beta, ym, ldy, n_left); \
-                  else tile(R, 1, K, xm, ldx, wp, beta, ym, ldy, n_left); } while (0)
+            const float *pf = m == 0 && p + 2 < np ? wp + 2 * ps : NULL;
+#define T(R) do { if (two) tile(R, 2, K, xm, ldx, wp, beta, ym, ldy, n_left, pf); \
+                  else tile(R, 1, K, xm, ldx, wp, beta, ym, ldy, n_left, pf); } while (0)
             switch (mr) {
             case 8: T(8); break;
             case 7: T(7); break;

@@ -19,6 +19,9 @@
  *          decode rep had steps). Each shape alone (cache-hot) is reported too,
  *          and the sequence at M = prefill-sgemm-m (default 256, the prefill's piece; 0 = off),
  *          the GEMM-only lower bound of prefill time.
+ * packed:  the same sequence through librecur's own GEMM on weights packed once
+ *          (core/packed_gemm.h, what the model runs), timed after the sgemm reps with as many
+ *          runs per rep; reported as kind "packed_seq" (and at M = prefill-sgemm-m).
  * stream:  cblas_sgemv over a [params/d][d] matrix (as many floats as the weights): batch-1
  *          decode streams every weight once per token through sgemv, so this is its bound.
  * Times: wall (CLOCK_MONOTONIC) and process CPU time (CLOCK_PROCESS_CPUTIME_ID) per rep; the
@@ -36,6 +39,7 @@
 #include <time.h>
 
 #include "recur.h"
+#include "packed_gemm.h" /* librecur-internal: the model's own GEMM, timed beside sgemm */
 
 static double clk(clockid_t id)
 {
@@ -78,6 +82,7 @@ static void print_list(const char *key, const double *x, int n)
 typedef struct {
     int n, k;        /* C[M][n] = A[M][k] W[n][k]^T */
     float *w;        /* own buffer */
+    float *wp;       /* w packed (recur__pack), own 64-byte aligned buffer */
     float beta;
 } gemm_op;
 
@@ -106,18 +111,20 @@ static void seq_build(gemm_seq *g, const recur_model_info *in, int M)
         int n_in = 2 * H * K + 2 * H * V + (kd == RECUR_MIXER_GLA ? H * K : 0) +
                    (kd == RECUR_MIXER_DELTANET || kd == RECUR_MIXER_GATED_DELTANET ? H : 0) +
                    (kd == RECUR_MIXER_GATED_DELTANET ? H : 0);
-        g->ops[o++] = (gemm_op){n_in, d, NULL, 0.0f};
-        g->ops[o++] = (gemm_op){d, H * V, NULL, 1.0f};
-        g->ops[o++] = (gemm_op){2 * ff, d, NULL, 0.0f};
-        g->ops[o++] = (gemm_op){d, ff, NULL, 1.0f};
+        g->ops[o++] = (gemm_op){n_in, d, NULL, NULL, 0.0f};
+        g->ops[o++] = (gemm_op){d, H * V, NULL, NULL, 1.0f};
+        g->ops[o++] = (gemm_op){2 * ff, d, NULL, NULL, 0.0f};
+        g->ops[o++] = (gemm_op){d, ff, NULL, NULL, 1.0f};
     }
-    g->ops[o++] = (gemm_op){in->vocab_size, d, NULL, 0.0f};
+    g->ops[o++] = (gemm_op){in->vocab_size, d, NULL, NULL, 0.0f};
     uint64_t s = 12345;
     g->flops = 0;
     for (int i = 0; i < g->nops; i++) {
         gemm_op *op = &g->ops[i];
         op->w = malloc(sizeof(float) * (size_t)op->n * op->k);
         for (size_t j = 0; j < (size_t)op->n * op->k; j++) op->w[j] = frand(&s);
+        op->wp = aligned_alloc(64, (recur__packed_floats(op->n, op->k) * sizeof(float) + 63) / 64 * 64);
+        recur__pack(op->wp, op->w, op->n, op->k);
         if (op->n > maxn) maxn = op->n;
         if (op->k > maxk) maxk = op->k;
         g->flops += 2.0 * M * op->n * op->k;
@@ -134,6 +141,34 @@ static void seq_run(const gemm_seq *g)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g->M, op->n, op->k, 1.0f, g->a, op->k, op->w,
                     op->k, op->beta, g->c, op->n);
     }
+}
+
+static void seq_run_packed(const gemm_seq *g)
+{
+    for (int i = 0; i < g->nops; i++) {
+        const gemm_op *op = &g->ops[i];
+        recur__packed_gemm(g->M, op->n, op->k, g->a, op->k, op->wp, op->beta, g->c, op->n);
+    }
+}
+
+/* reps of `runs` sequences through the packed GEMM; prints one "packed_seq" line */
+static void time_packed(const gemm_seq *g, long runs, int reps)
+{
+    double w[64], c[64];
+    int n = reps < 64 ? reps : 64;
+    seq_run_packed(g);
+    for (int r = 0; r < n; r++) {
+        double w0 = wall(), c0 = cpu();
+        for (long t = 0; t < runs; t++) seq_run_packed(g);
+        w[r] = wall() - w0;
+        c[r] = cpu() - c0;
+    }
+    printf("{\"kind\": \"packed_seq\", \"M\": %d, \"ops\": %d, \"flops\": %.6g, \"runs_per_rep\": %ld", g->M,
+           g->nops, g->flops, runs);
+    print_list("wall_s", w, n);
+    print_list("cpu_s", c, n);
+    printf("}\n");
+    fflush(stdout);
 }
 
 /* ---------------------------------------------------------------- decode */
@@ -291,6 +326,7 @@ int main(int argc, char **argv)
     print_list("cpu_s", gc, greps);
     printf("}\n");
     fflush(stdout);
+    time_packed(&g, seq_runs, reps);
 
     /* each distinct shape alone, cache-hot (information) */
     for (int i = 0; i < g.nops; i++) {
@@ -359,6 +395,7 @@ int main(int argc, char **argv)
         print_list("cpu_s", gc, reps);
         printf("}\n");
         fflush(stdout);
+        time_packed(&p, 1, reps);
     }
     if (prefill > 0 && prefill_reps > 0) {
         recur_workspace *ws;
