@@ -38,8 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cblas.h>
-
+#include "chunk_mm.h"
 #include "exp_nonpos.h"
 #include "recur.h"
 
@@ -203,11 +202,12 @@ static void dr_recurrent(const recur_dims *d, const float *q, const float *k, co
 
 typedef struct {
     int64_t cmax; /* the longest chunk */
-    float *B;     /* [cmax][cmax]  lower + diagonal: M;  strictly upper: A^T (see dr_chunk) */
-    float *U;     /* [cmax][V]     right-hand side R, then U, then M U */
+    float *B;     /* [cmax][cmax]  strictly lower: A;  upper with the diagonal: M^T (see dr_chunk) */
+    float *U;     /* [cmax][V]     right-hand side R, then U */
     float *Kd;    /* [cmax][K]     diag(e^{a_c - a}) K (gated only) */
+    float *QT;    /* [K][cmax]     Q of the chunk, transposed */
+    float *KT;    /* [K][cmax]     K of the chunk, transposed */
     float *bt;    /* [cmax]        beta of the chunk's tokens */
-    float *dg;    /* [cmax]        the diagonal of M, kept while ssyrk overwrites it */
     double *a;    /* [cmax]        cumulative log-gates */
 } dr_work;
 
@@ -216,8 +216,9 @@ static void dr_work_free(dr_work *w)
     free(w->B);
     free(w->U);
     free(w->Kd);
+    free(w->QT);
+    free(w->KT);
     free(w->bt);
-    free(w->dg);
     free(w->a);
 }
 
@@ -236,7 +237,7 @@ static int dr_work_alloc(dr_work *w, int64_t cmax, int K, int V)
 {
     memset(w, 0, sizeof *w);
     w->cmax = cmax;
-    if (cmax > INT32_MAX) /* blasint is a 32-bit int */
+    if (cmax > INT32_MAX) /* recur__mm takes int sizes */
         return RECUR_ESHAPE;
     size_t bB = dr_bytes(cmax, cmax, sizeof(float));
     if (!bB)
@@ -244,25 +245,79 @@ static int dr_work_alloc(dr_work *w, int64_t cmax, int K, int V)
     w->B = malloc(bB);
     w->U = malloc((size_t)cmax * V * sizeof(float));
     w->Kd = malloc((size_t)cmax * K * sizeof(float));
+    w->QT = malloc((size_t)cmax * K * sizeof(float));
+    w->KT = malloc((size_t)cmax * K * sizeof(float));
     w->bt = malloc((size_t)cmax * sizeof(float));
-    w->dg = malloc((size_t)cmax * sizeof(float));
     w->a = malloc((size_t)cmax * sizeof(double));
-    if (!w->B || !w->U || !w->Kd || !w->bt || !w->dg || !w->a) {
+    if (!w->B || !w->U || !w->Kd || !w->QT || !w->KT || !w->bt || !w->a) {
         dr_work_free(w);
         return RECUR_ENOMEM;
     }
     return RECUR_OK;
 }
 
+/* Rows of the diagonal blocks of the forward substitution; the blocks below them are one
+ * recur__mm each. */
+#define DR_NB 16
+
+/* (I + A) U = R in place on U [c][V] (row stride V); A strictly lower, A[t][s] at B[t*ldb + s].
+ * Blocked forward substitution:  U_J -= A[J, 0:J0] U[0:J0]  (one product), then inside J
+ *   u_t -= sum_{J0 <= s < t} A[t][s] u_s,   t = J0+1 .. J1-1
+ * with 16 columns of u_t held in a register while s runs. */
+static void dr_solve(int c, int V, const float *B, int64_t ldb, float *U)
+{
+    for (int J0 = 0; J0 < c; J0 += DR_NB) {
+        const int J1 = J0 + DR_NB < c ? J0 + DR_NB : c;
+        if (J0 > 0)
+            recur__mm(J1 - J0, V, J0, -1.0f, B + (size_t)J0 * ldb, ldb, 1, U, V, 1.0f,
+                      U + (size_t)J0 * V, V, 0, 0);
+        for (int t = J0 + 1; t < J1; t++) {
+            const float *At = B + (size_t)t * ldb;
+            float *Ut = U + (size_t)t * V;
+            int j = 0;
+            for (; j + 16 <= V; j += 16) {
+                dr_v16 acc = dr_load(Ut + j);
+                for (int s = J0; s < t; s++)
+                    acc -= At[s] * dr_load(U + (size_t)s * V + j);
+                dr_store(Ut + j, acc);
+            }
+            for (; j < V; j++) {
+                float x = Ut[j];
+                for (int s = J0; s < t; s++)
+                    x -= At[s] * U[(size_t)s * V + j];
+                Ut[j] = x;
+            }
+        }
+    }
+}
+
+/* Ask for the rows [t0, t1) of head h of base [T][H][len] (one cache line per 16 floats). At long
+ * T the inputs stream from DRAM and the hardware prefetcher does not follow the H interleaved
+ * streams: dr_run asks for the next chunk step's rows while this one computes. */
+static void dr_prefetch(const float *base, int H, int h, int len, int64_t t0, int64_t t1, int write)
+{
+    for (int64_t t = t0; t < t1; t++) {
+        const float *row = base + ((size_t)t * H + h) * len;
+        for (int i = 0; i < len; i += 16) {
+            if (write)
+                __builtin_prefetch(row + i, 1, 3);
+            else
+                __builtin_prefetch(row + i, 0, 3);
+        }
+    }
+}
+
 /* One chunk [t0, t0 + c) of one head h; Sh [K][V] holds S0 on entry and S_c on return.
  * The two c x c matrices share one buffer B, so the parallel form (c = T) needs T^2 floats, not
- * twice that:  B[t][s] = M[t][s] for s <= t,  B[s][t] = A[t][s] for s < t (A stored transposed). */
+ * twice that:  B[t][s] = A[t][s] for s < t,  B[s][t] = M[t][s] for s <= t (M stored transposed).
+ * Every product is recur__mm (chunk_mm.h), which writes exactly the triangle asked for. */
 static void dr_chunk(const recur_dims *d, dr_work *w, int h, int64_t t0, int c, const float *q,
                      const float *k, const float *v, const float *beta, const float *g, float scale,
                      float *Sh, float *o)
 {
     const int H = d->H, K = d->K, V = d->V;
     const int ldk = H * K, ldv = H * V;
+    const int64_t ldb = c; /* B is c x c for this chunk */
     const float *Qc = q + ((size_t)t0 * H + h) * K; /* [c][K], row stride H*K */
     const float *Kc = k + ((size_t)t0 * H + h) * K; /* [c][K], row stride H*K */
     const float *Vc = v + ((size_t)t0 * H + h) * V; /* [c][V], row stride H*V */
@@ -278,20 +333,21 @@ static void dr_chunk(const recur_dims *d, dr_work *w, int h, int64_t t0, int c, 
         a[t] = acc;
         bt[t] = beta[(t0 + t) * H + h];
     }
+    recur__transpose(Qc, ldk, c, K, w->QT, c);
+    recur__transpose(Kc, ldk, c, K, w->KT, c);
 
     /* O = scale diag(e^a) Q S0   (the rest, M U, is added at the end) */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, c, V, K, 1.0f, Qc, ldk, Sh, V, 0.0f, Oc,
-                ldv);
-    for (int t = 0; t < c; t++) {
-        const float f = scale * (g ? recur__exp_nonpos((float)a[t]) : 1.0f);
-        float *Ot = Oc + (size_t)t * ldv;
-        for (int j = 0; j < V; j++)
-            Ot[j] *= f;
-    }
+    recur__mm(c, V, K, scale, Qc, ldk, 1, Sh, V, 0.0f, Oc, ldv, 0, 0);
+    if (g)
+        for (int t = 0; t < c; t++) {
+            const float f = recur__exp_nonpos((float)a[t]);
+            float *Ot = Oc + (size_t)t * ldv;
+            for (int j = 0; j < V; j++)
+                Ot[j] *= f;
+        }
 
     /* R = diag(b) (V - diag(e^a) K S0) */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, c, V, K, 1.0f, Kc, ldk, Sh, V, 0.0f, U,
-                V);
+    recur__mm(c, V, K, 1.0f, Kc, ldk, 1, Sh, V, 0.0f, U, V, 0, 0);
     for (int t = 0; t < c; t++) {
         const float ea = g ? recur__exp_nonpos((float)a[t]) : 1.0f;
         const float *vt = Vc + (size_t)t * ldv;
@@ -300,37 +356,32 @@ static void dr_chunk(const recur_dims *d, dr_work *w, int h, int64_t t0, int c, 
             Ut[j] = bt[t] * (vt[j] - ea * Ut[j]);
     }
 
-    /* B = scale Q K^T, then its strict upper triangle <- K K^T (ssyrk writes the upper triangle
-     * with the diagonal: the diagonal of scale Q K^T is kept aside and put back) */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, c, c, K, scale, Qc, ldk, Kc, ldk, 0.0f, B,
-                c);
-    for (int t = 0; t < c; t++)
-        w->dg[t] = B[(size_t)t * c + t];
-    cblas_ssyrk(CblasRowMajor, CblasUpper, CblasNoTrans, c, K, 1.0f, Kc, ldk, 0.0f, B, c);
-    for (int t = 0; t < c; t++)
-        B[(size_t)t * c + t] = w->dg[t];
+    /* B[s][t] = scale k_s.q_t  (t >= s: M^T);  B[t][s] = k_t.k_s  (s < t: A before decay) */
+    recur__mm(c, c, K, scale, Kc, ldk, 1, w->QT, c, 0.0f, B, ldb, RECUR_MM_C_UPPER, -1);
+    recur__mm(c, c, K, 1.0f, Kc, ldk, 1, w->KT, c, 0.0f, B, ldb, RECUR_MM_C_LOWER, -1);
 
-    /* M[t][s] = scale e^{a_t - a_s} q_t.k_s  (row t, s < t; the diagonal needs no decay)
-     * A[t][s] = b_t e^{a_t - a_s} k_t.k_s   stored at B[s][t] (row s, t > s) */
+    /* A[t][s] = b_t e^{a_t - a_s} k_t.k_s  (row t, s < t)
+     * M[t][s] = scale e^{a_t - a_s} q_t.k_s stored at B[s][t] (row s, t > s; the diagonal needs
+     * no decay) */
     for (int r = 0; r < c; r++) {
-        float *Br = B + (size_t)r * c;
+        float *Br = B + (size_t)r * ldb;
+        const float br = bt[r];
         if (g) {
+            const double ar = a[r];
             for (int s = 0; s < r; s++)
-                Br[s] *= recur__exp_nonpos((float)(a[r] - a[s]));
+                Br[s] *= br * recur__exp_nonpos((float)(ar - a[s]));
             for (int t = r + 1; t < c; t++)
-                Br[t] *= bt[t] * recur__exp_nonpos((float)(a[t] - a[r]));
+                Br[t] *= recur__exp_nonpos((float)(a[t] - ar));
         } else {
-            for (int t = r + 1; t < c; t++)
-                Br[t] *= bt[t];
+            for (int s = 0; s < r; s++)
+                Br[s] *= br;
         }
     }
 
-    /* (I + A) U = R:  A = (strict upper of B)^T, unit lower triangular system; the diagonal and
-     * the lower part of B are not read */
-    cblas_strsm(CblasRowMajor, CblasLeft, CblasUpper, CblasTrans, CblasUnit, c, V, 1.0f, B, c, U,
-                V);
+    /* (I + A) U = R */
+    dr_solve(c, V, B, ldb, U);
 
-    /* S_c = e^{a_c} S0 + (diag(e^{a_c - a}) K)^T U */
+    /* S_c = e^{a_c} S0 + (diag(e^{a_c - a}) K)^T U   (K read transposed in place) */
     if (g) {
         const double ac = a[c - 1];
         const float ec = recur__exp_nonpos((float)ac);
@@ -343,22 +394,13 @@ static void dr_chunk(const recur_dims *d, dr_work *w, int h, int64_t t0, int c, 
             for (int i = 0; i < K; i++)
                 kd[i] = f * ks[i];
         }
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, V, c, 1.0f, w->Kd, K, U, V, 1.0f,
-                    Sh, V);
+        recur__mm(K, V, c, 1.0f, w->Kd, 1, K, U, V, 1.0f, Sh, V, 0, 0);
     } else {
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, V, c, 1.0f, Kc, ldk, U, V, 1.0f,
-                    Sh, V);
+        recur__mm(K, V, c, 1.0f, Kc, 1, ldk, U, V, 1.0f, Sh, V, 0, 0);
     }
 
-    /* O += M U  (M lower triangular with its diagonal: strmm in place on U, which is done) */
-    cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, c, V, 1.0f, B, c,
-                U, V);
-    for (int t = 0; t < c; t++) {
-        const float *Ut = U + (size_t)t * V;
-        float *Ot = Oc + (size_t)t * ldv;
-        for (int j = 0; j < V; j++)
-            Ot[j] += Ut[j];
-    }
+    /* O += M U   (M lower with its diagonal, read from B's upper triangle: M(t,s) = B[s][t]) */
+    recur__mm(c, V, c, 1.0f, B, 1, ldb, U, V, 1.0f, Oc, ldv, RECUR_MM_A_LOWER, 0);
 }
 
 /* ---------------------------------------------------------------- entry point */
@@ -391,8 +433,16 @@ int recur_delta_rule(const recur_dims *d, const float *q, const float *k, const 
      * independent. Heads inner: a chunk's rows [c][H][K] are read once, front to back. */
     for (int64_t t0 = 0; t0 < d->T; t0 += C) {
         const int c = (int)(d->T - t0 < C ? d->T - t0 : C); /* the tail chunk shrinks */
-        for (int h = 0; h < d->H; h++)
+        for (int h = 0; h < d->H; h++) {
+            /* the next chunk step: head h + 1 of this chunk, or head 0 of the next one */
+            const int hn = h + 1 < d->H ? h + 1 : 0;
+            const int64_t tn = hn ? t0 : t0 + C, tn1 = tn + C < d->T ? tn + C : d->T;
+            dr_prefetch(q, d->H, hn, d->K, tn, tn1, 0);
+            dr_prefetch(k, d->H, hn, d->K, tn, tn1, 0);
+            dr_prefetch(v, d->H, hn, d->V, tn, tn1, 0);
+            dr_prefetch(o, d->H, hn, d->V, tn, tn1, 1);
             dr_chunk(d, &w, h, t0, c, q, k, v, beta, g, scale, S + (size_t)h * d->K * d->V, o);
+        }
     }
     dr_work_free(&w);
     return RECUR_OK;
