@@ -291,22 +291,6 @@ static void dr_solve(int c, int V, const float *B, int64_t ldb, float *U)
     }
 }
 
-/* Ask for the rows [t0, t1) of head h of base [T][H][len] (one cache line per 16 floats). At long
- * T the inputs stream from DRAM and the hardware prefetcher does not follow the H interleaved
- * streams: dr_run asks for the next chunk step's rows while this one computes. */
-static void dr_prefetch(const float *base, int H, int h, int len, int64_t t0, int64_t t1, int write)
-{
-    for (int64_t t = t0; t < t1; t++) {
-        const float *row = base + ((size_t)t * H + h) * len;
-        for (int i = 0; i < len; i += 16) {
-            if (write)
-                __builtin_prefetch(row + i, 1, 3);
-            else
-                __builtin_prefetch(row + i, 0, 3);
-        }
-    }
-}
-
 /* One chunk [t0, t0 + c) of one head h; Sh [K][V] holds S0 on entry and S_c on return.
  * The two c x c matrices share one buffer B, so the parallel form (c = T) needs T^2 floats, not
  * twice that:  B[t][s] = A[t][s] for s < t,  B[s][t] = M[t][s] for s <= t (M stored transposed).
@@ -434,13 +418,6 @@ int recur_delta_rule(const recur_dims *d, const float *q, const float *k, const 
     for (int64_t t0 = 0; t0 < d->T; t0 += C) {
         const int c = (int)(d->T - t0 < C ? d->T - t0 : C); /* the tail chunk shrinks */
         for (int h = 0; h < d->H; h++) {
-            /* the next chunk step: head h + 1 of this chunk, or head 0 of the next one */
-            const int hn = h + 1 < d->H ? h + 1 : 0;
-            const int64_t tn = hn ? t0 : t0 + C, tn1 = tn + C < d->T ? tn + C : d->T;
-            dr_prefetch(q, d->H, hn, d->K, tn, tn1, 0);
-            dr_prefetch(k, d->H, hn, d->K, tn, tn1, 0);
-            dr_prefetch(v, d->H, hn, d->V, tn, tn1, 0);
-            dr_prefetch(o, d->H, hn, d->V, tn, tn1, 1);
             dr_chunk(d, &w, h, t0, c, q, k, v, beta, g, scale, S + (size_t)h * d->K * d->V, o);
         }
     }

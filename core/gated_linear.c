@@ -89,13 +89,17 @@ int gl_check_form_scale(recur_form form, int64_t chunk_size, float scale, int K,
 
 int gl_check_log_gates(const float *g, int64_t n)
 {
-    int positive = 0;
+    /* On the bits, without an early exit, so the loop vectorises (it reads every gate of the
+     * call once, 16 MB at T = 16k with per-key gates): exponent all ones is Inf/NaN; a positive
+     * sign-clear value other than +0 is g > 0. */
+    uint32_t nonfinite = 0, positive = 0;
     for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(g[i]))
-            return RECUR_ENONFINITE;
-        positive |= g[i] > 0.0f;
+        uint32_t x;
+        memcpy(&x, &g[i], sizeof x);
+        nonfinite |= (x & 0x7f800000u) == 0x7f800000u;
+        positive |= (int32_t)x > 0;
     }
-    return positive ? RECUR_ERANGE : RECUR_OK;
+    return nonfinite ? RECUR_ENONFINITE : positive ? RECUR_ERANGE : RECUR_OK;
 }
 
 /* ---------------------------------------------------------------- small kernels */
@@ -278,9 +282,9 @@ typedef struct {
     float *A;                  /* [P][C]  a row panel of scale (Q K^T ⊙ D), P = min(C, GL_PANEL) */
     float *den;                /* [C]     normaliser of each row */
     double *b;                 /* [C] or [C][K] cumulative log decay within the chunk */
-    double *bT;                /* [K][C]  per-key: b transposed */
+    float *Kj;                 /* [C][K]  per-key: k_s exp(b_r - b_s) for a reference r */
     float *ag;                 /* [C][K]  exp(g_t) per key (per-key gates) */
-    float *KjT;                /* [K][C]  per-key: k_s exp(b_r - b_s) for a reference r, transposed */
+    float *KjT;                /* [K][C]  per-key: Kj transposed */
     float *Qj;                 /* [GL_SUB][K] per-key: q_t exp(b_t - b_r) */
     float *edec;               /* [K]     exp(b_last) per key (state decay) */
     void *mem;                 /* the allocation, unless it is the thread's cached block */
@@ -349,7 +353,7 @@ static int work_alloc(gl_work *w, int64_t C, int K, gl_gate_kind gate)
     size_t sizes[14] = {
         fck, fck, fck, fck, fck,                                      /* Qr Kr KrT Qt Kt */
         c * (c < GL_PANEL ? c : GL_PANEL) * sizeof(float), c * sizeof(float), /* A den */
-        key ? dck : c * sizeof(double), key ? dck : 0,                 /* b bT */
+        key ? dck : c * sizeof(double), key ? fck : 0,                 /* b Kj */
         key ? fck : 0, key ? fck : 0,                                  /* ag KjT */
         key ? (size_t)GL_SUB * k * sizeof(float) : 0, k * sizeof(float), 0, /* Qj edec */
     };
@@ -376,25 +380,12 @@ static int work_alloc(gl_work *w, int64_t C, int K, gl_gate_kind gate)
     w->A = (float *)(m + off[5]);
     w->den = (float *)(m + off[6]);
     w->b = (double *)(m + off[7]);
-    w->bT = key ? (double *)(m + off[8]) : NULL;
+    w->Kj = key ? (float *)(m + off[8]) : NULL;
     w->ag = key ? (float *)(m + off[9]) : NULL;
     w->KjT = key ? (float *)(m + off[10]) : NULL;
     w->Qj = key ? (float *)(m + off[11]) : NULL;
     w->edec = (float *)(m + off[12]);
     return RECUR_OK;
-}
-
-/* dst[i][t] = src[t][i]: t < rows, i < cols (dst row stride ldd), in 16 x 16 blocks. */
-static void transpose_d(const double *restrict src, int rows, int cols, double *restrict dst,
-                        int64_t ldd)
-{
-    for (int t0 = 0; t0 < rows; t0 += 16)
-        for (int i0 = 0; i0 < cols; i0 += 16) {
-            const int t1 = t0 + 16 < rows ? t0 + 16 : rows, i1 = i0 + 16 < cols ? i0 + 16 : cols;
-            for (int i = i0; i < i1; i++)
-                for (int t = t0; t < t1; t++)
-                    dst[(size_t)i * ldd + t] = src[(size_t)t * cols + i];
-        }
 }
 
 /* Scalar-gate mask, in place on the row panel A (rows t in [r0, r1), row t at A + (t - r0) r1):
@@ -477,56 +468,31 @@ static void scores_per_key(gl_work *w, const float *Qr, const float *Kr, size_t 
         float *AJ = w->A + (size_t)(J0 - r0) * r1; /* row J0 of the panel */
         if (J0 > 0) {
             const double *br = b + (size_t)(J0 - 1) * K;
+            /* Qj[t] = q_t ⊙ exp(b_t - b_r) = q_t ⊙ prod_{j=J0..t} exp(g_j): a running product */
+            float e[RECUR_MAX_DIM];
+            for (int i = 0; i < K; i++)
+                e[i] = 1.0f;
             for (int t = J0; t < J1; t++) {
-                const double *restrict bt = b + (size_t)t * K;
-                const float *restrict qt = Qr + (size_t)t * lr;
+                const float *restrict qt = Qr + (size_t)t * lr, *restrict at = w->ag + (size_t)t * K;
                 float *restrict dst = w->Qj + (size_t)(t - J0) * K;
+                for (int i = 0; i < K; i++) {
+                    e[i] *= at[i];
+                    dst[i] = qt[i] * e[i];
+                }
+            }
+            /* Kj[s] = k_s ⊙ exp(b_r - b_s), s < J0, row-major, then transposed for recur__mm */
+            for (int s = 0; s < J0; s++) {
+                const double *restrict bs = b + (size_t)s * K;
+                const float *restrict ks = Kr + (size_t)s * lr;
+                float *restrict dst = w->Kj + (size_t)s * K;
                 for (int i = 0; i < K; i++)
-                    dst[i] = qt[i] * recur__exp_nonpos(narrow(bt[i] - br[i]));
+                    dst[i] = ks[i] * recur__exp_nonpos(narrow(br[i] - bs[i]));
             }
-            for (int i = 0; i < K; i++) { /* KjT[i][s] = k_s[i] exp(b_r[i] - b_s[i]), s < J0 */
-                const double bri = br[i];
-                const double *restrict bs = w->bT + (size_t)i * C;
-                const float *restrict ks = w->KrT + (size_t)i * C;
-                float *restrict dst = w->KjT + (size_t)i * C;
-                for (int s = 0; s < J0; s++)
-                    dst[s] = ks[s] * recur__exp_nonpos(narrow(bri - bs[s]));
-            }
+            recur__transpose(w->Kj, K, J0, K, w->KjT, C);
             recur__mm(m, J0, K, scale, w->Qj, K, 1, w->KjT, C, 0.0f, AJ, r1, 0, 0);
         }
         diag_per_key(w, Qr, lr, J0, J1, K, scale, AJ, r1);
     }
-}
-
-/* Ask for the rows the next chunk step reads (head h + 1 of this chunk, or head 0 of the next
- * one) while this one computes. At long T the inputs stream from DRAM, and the hardware
- * prefetcher does not follow H interleaved streams of K floats: without this, the first read of
- * each row stalled for a quarter of the chunk step (perf, T = 16k). */
-static void prefetch_rows(const float *base, int64_t t1, int64_t t2, size_t ld, int len, int write)
-{
-    for (int64_t t = t1; t < t2; t++)
-        for (int i = 0; i < len; i += 16) { /* one cache line per 16 floats */
-            if (write)
-                __builtin_prefetch(base + (size_t)t * ld + i, 1, 3);
-            else
-                __builtin_prefetch(base + (size_t)t * ld + i, 0, 3);
-        }
-}
-
-static void prefetch_next(const gl_problem *p, int h, int64_t t0, int64_t C)
-{
-    const int H = p->H, K = p->K, V = p->V;
-    if (++h == H) {
-        h = 0;
-        t0 += C;
-    }
-    const int64_t t1 = t0 + C < p->T ? t0 + C : p->T;
-    prefetch_rows(p->q + (size_t)h * K, t0, t1, (size_t)H * K, K, 0);
-    prefetch_rows(p->k + (size_t)h * K, t0, t1, (size_t)H * K, K, 0);
-    prefetch_rows(p->v + (size_t)h * V, t0, t1, (size_t)H * V, V, 0);
-    prefetch_rows(p->o + (size_t)h * V, t0, t1, (size_t)H * V, V, 1);
-    if (p->gate == GL_GATE_KEY)
-        prefetch_rows(p->g + (size_t)h * K, t0, t1, (size_t)H * K, K, 0);
 }
 
 /* One chunk of n tokens [t0, t0+n) of head h; S (and z) advance from the chunk start to its end.
@@ -558,7 +524,6 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
         lr = (size_t)K;
     }
     recur__transpose(Kr, lr, n, K, w->KrT, C);
-    prefetch_next(p, h, t0, C);
 
     /* b_t = sum_{j<=t} g_j (double);  Qt = q_t exp(b_t);  Kt = k_s exp(b_last - b_s);
      * edec = exp(b_last) */
@@ -610,7 +575,6 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
             for (int i = 0; i < K; i++)
                 at[i] = recur__exp_nonpos(gt[i]);
         }
-        transpose_d(w->b, n, K, w->bT, C);
         const double *bl = w->b + (size_t)(n - 1) * K;
         for (int t = 0; t < n; t++) {
             const double *restrict bt = w->b + (size_t)t * K;

@@ -1,0 +1,157 @@
+/* test_chunk_mm.c — recur__mm and recur__transpose (core/chunk_mm.h) against a float64 loop.
+ *
+ * Random shapes (including empty ones, tails of every width and k beyond one k block), strides
+ * (row-major and transposed A), both betas, every triangle flag and diagonal offset. C starts
+ * as NaN where beta = 0 (it must not be read) and every entry outside the written triangle
+ * must keep its sentinel. Tolerance: |C - ref| <= 1e-5 (1 + sum |A B|) per entry.
+ *
+ * Built twice: as is (the AVX-512 kernel on machines that have it), and by
+ * test_chunk_mm_portable.c with RECUR_MM_PORTABLE (the plain loop every other machine runs).
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef CHUNK_MM_PORTABLE_TEST
+#include "chunk_mm.c"
+#else
+#include "chunk_mm.h"
+#endif
+
+static uint64_t rng = 0x2545F4914F6CDD1Dull;
+
+static uint32_t next_u32(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 32);
+}
+
+static int irand(int n) /* [0, n) */
+{
+    return (int)(next_u32() % (uint32_t)n);
+}
+
+static float frand(void) /* [-1, 1) */
+{
+    return (float)next_u32() / 2147483648.0f - 1.0f;
+}
+
+/* One random case; returns the number of bad entries. */
+static int one_case(int m, int n, int k, int flags, int diag, int transA, float beta)
+{
+    const float alpha = frand() * 2.0f;
+    const ptrdiff_t lda = transA ? m + irand(4) : k + irand(4);
+    const ptrdiff_t ars = transA ? 1 : lda, acs = transA ? lda : 1;
+    const ptrdiff_t ldb = n + irand(4), ldc = n + irand(4);
+    const size_t na = (size_t)(transA ? (k > 0 ? k : 1) : (m > 0 ? m : 1)) * (size_t)lda + 1;
+    const size_t nb = (size_t)(k > 0 ? k : 1) * (size_t)ldb + 1, nc = (size_t)(m > 0 ? m : 1) * (size_t)ldc + 1;
+    float *A = malloc(na * sizeof(float)), *B = malloc(nb * sizeof(float));
+    float *C = malloc(nc * sizeof(float)), *C0 = malloc(nc * sizeof(float));
+    cr_assert(A && B && C && C0);
+    for (size_t i = 0; i < na; i++)
+        A[i] = frand();
+    for (size_t i = 0; i < nb; i++)
+        B[i] = frand();
+    for (size_t i = 0; i < nc; i++)
+        C0[i] = beta == 0.0f ? NAN : frand();
+    memcpy(C, C0, nc * sizeof(float));
+    /* A_LOWER: entries above the diagonal are poison, so reading one shows up as NaN */
+    if (flags & RECUR_MM_A_LOWER)
+        for (int i = 0; i < m; i++)
+            for (int p = i + diag + 1; p < k; p++)
+                if (p >= 0)
+                    A[i * ars + p * acs] = NAN;
+
+    recur__mm(m, n, k, alpha, A, ars, acs, B, ldb, beta, C, ldc, flags, diag);
+
+    int bad = 0;
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            const float got = C[i * ldc + j];
+            const int tri = i + diag;
+            const int written = !((flags & RECUR_MM_C_LOWER) && j > tri) &&
+                                !((flags & RECUR_MM_C_UPPER) && j <= tri);
+            if (!written) {
+                const float was = C0[i * ldc + j];
+                bad += !(got == was || (isnan(got) && isnan(was)));
+                continue;
+            }
+            int pe = k;
+            if (flags & RECUR_MM_A_LOWER)
+                pe = tri + 1 < 0 ? 0 : tri + 1 < k ? tri + 1 : k;
+            double s = 0.0, mag = 0.0;
+            for (int p = 0; p < pe; p++) {
+                const double x = (double)A[i * ars + p * acs] * B[p * ldb + j];
+                s += x;
+                mag += fabs(x);
+            }
+            const double ref = (beta != 0.0f ? (double)C0[i * ldc + j] : 0.0) + alpha * s;
+            bad += !(fabs(got - ref) <= 1e-5 * (1.0 + fabs(alpha) * mag + fabs(ref)));
+        }
+    /* nothing past the last row's n entries of a row is written */
+    for (int i = 0; i < m; i++)
+        for (ptrdiff_t j = n; j < ldc; j++) {
+            const float got = C[i * ldc + j], was = C0[i * ldc + j];
+            bad += !(got == was || (isnan(got) && isnan(was)));
+        }
+    free(A);
+    free(B);
+    free(C);
+    free(C0);
+    return bad;
+}
+
+Test(chunk_mm, random_shapes_flags_and_strides)
+{
+    static const int flag_sets[] = {0, RECUR_MM_A_LOWER, RECUR_MM_C_LOWER, RECUR_MM_C_UPPER,
+                                    RECUR_MM_A_LOWER | RECUR_MM_C_LOWER};
+    int bad = 0, cases = 0;
+    for (int trial = 0; trial < 1500; trial++) {
+        const int big = trial % 50 == 0; /* k beyond one 256 block, n beyond one 64 panel */
+        const int m = irand(big ? 90 : 40), n = irand(big ? 200 : 80) + (trial % 7 == 0 ? 0 : 1);
+        const int k = irand(big ? 600 : 70);
+        const int flags = flag_sets[irand(5)], diag = irand(9) - 4;
+        bad += one_case(m, n, k, flags, diag, irand(2), (float)irand(2));
+        cases++;
+    }
+    cr_assert_eq(bad, 0, "%d bad entries over %d cases", bad, cases);
+}
+
+Test(chunk_mm, chunk_shapes)
+{
+    /* the shapes the chunkwise kernels call, chunk 64 and K = V = 64 */
+    int bad = 0;
+    bad += one_case(64, 64, 64, 0, 0, 0, 0.0f);
+    bad += one_case(64, 64, 64, 0, 0, 1, 1.0f);
+    bad += one_case(64, 64, 64, RECUR_MM_C_LOWER, 0, 0, 0.0f);
+    bad += one_case(64, 64, 64, RECUR_MM_C_LOWER, -1, 0, 0.0f);
+    bad += one_case(64, 64, 64, RECUR_MM_C_UPPER, -1, 0, 0.0f);
+    bad += one_case(64, 64, 64, RECUR_MM_A_LOWER, 0, 1, 1.0f);
+    bad += one_case(44, 64, 300, RECUR_MM_A_LOWER, 256, 0, 1.0f); /* a panel of the parallel form */
+    cr_assert_eq(bad, 0);
+}
+
+Test(chunk_mm, transpose)
+{
+    for (int trial = 0; trial < 300; trial++) {
+        const int rows = irand(70), cols = irand(70);
+        const ptrdiff_t lds = cols + irand(5), ldd = rows + irand(5);
+        const size_t ns = (size_t)(rows ? rows : 1) * lds + 1, nd = (size_t)(cols ? cols : 1) * ldd + 1;
+        float *s = malloc(ns * sizeof(float)), *d = malloc(nd * sizeof(float));
+        cr_assert(s && d);
+        for (size_t i = 0; i < ns; i++)
+            s[i] = frand();
+        for (size_t i = 0; i < nd; i++)
+            d[i] = 7.0f;
+        recur__transpose(s, lds, rows, cols, d, ldd);
+        for (int i = 0; i < cols; i++)
+            for (ptrdiff_t t = 0; t < ldd; t++)
+                cr_assert_eq(d[i * ldd + t], t < rows ? s[t * lds + i] : 7.0f, "rows %d cols %d", rows, cols);
+        free(s);
+        free(d);
+    }
+}
