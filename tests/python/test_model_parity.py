@@ -314,6 +314,21 @@ def test_default_model_if_present():
     assert rel_rms(m.prefill(s, toks), ref) <= TOL
 
 
+@pytest.mark.parametrize("head_v", [16, 64, 80])
+def test_vector_width_heads_match_twin(tmp_path, head_v):
+    """head_v a multiple of 16: the decode step's register-blocked path (one, four, four + one
+    blocks of 16 columns), every kind in one stack."""
+    cfg = config(HYBRID, tied=False, head_k=16, head_v=head_v, n_heads=2)
+    d = write_model(str(tmp_path), cfg, seed=5)
+    m = rm.Model.load(d, max_batch=3)
+    toks = tokens_for(m.vocab, 30, seed=2)
+    ref = twin_logits(d, toks)
+    s = m.state()
+    stepped = np.stack([m.step(s, t) for t in toks])
+    assert rel_rms(stepped, ref) <= TOL
+    assert rel_rms(m.prefill(m.state(), toks), ref) <= TOL
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_random_shapes_match_twin(tmp_path, seed):
     """Odd sizes (K != V, one head, tiny d, V not a multiple of any vector width), random stacks."""
