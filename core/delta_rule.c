@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chunk_decay.h"
 #include "chunk_mm.h"
 #include "exp_nonpos.h"
 #include "recur.h"
@@ -208,6 +209,8 @@ typedef struct {
     float *QT;    /* [K][cmax]     Q of the chunk, transposed */
     float *KT;    /* [K][cmax]     K of the chunk, transposed */
     float *bt;    /* [cmax]        beta of the chunk's tokens */
+    float *dw;    /* [cmax]        scratch of recur__decay_* */
+    float *du;    /* [cmax]        scratch of recur__decay_* */
     double *a;    /* [cmax]        cumulative log-gates */
 } dr_work;
 
@@ -219,6 +222,8 @@ static void dr_work_free(dr_work *w)
     free(w->QT);
     free(w->KT);
     free(w->bt);
+    free(w->dw);
+    free(w->du);
     free(w->a);
 }
 
@@ -248,8 +253,10 @@ static int dr_work_alloc(dr_work *w, int64_t cmax, int K, int V)
     w->QT = malloc((size_t)cmax * K * sizeof(float));
     w->KT = malloc((size_t)cmax * K * sizeof(float));
     w->bt = malloc((size_t)cmax * sizeof(float));
+    w->dw = malloc((size_t)cmax * sizeof(float));
+    w->du = malloc((size_t)cmax * sizeof(float));
     w->a = malloc((size_t)cmax * sizeof(double));
-    if (!w->B || !w->U || !w->Kd || !w->QT || !w->KT || !w->bt || !w->a) {
+    if (!w->B || !w->U || !w->Kd || !w->QT || !w->KT || !w->bt || !w->dw || !w->du || !w->a) {
         dr_work_free(w);
         return RECUR_ENOMEM;
     }
@@ -347,18 +354,14 @@ static void dr_chunk(const recur_dims *d, dr_work *w, int h, int64_t t0, int c, 
     /* A[t][s] = b_t e^{a_t - a_s} k_t.k_s  (row t, s < t)
      * M[t][s] = scale e^{a_t - a_s} q_t.k_s stored at B[s][t] (row s, t > s; the diagonal needs
      * no decay) */
-    for (int r = 0; r < c; r++) {
-        float *Br = B + (size_t)r * ldb;
-        const float br = bt[r];
-        if (g) {
-            const double ar = a[r];
+    if (g) {
+        recur__decay_rows(B, ldb, 0, c, 1, a, 1.0f, bt, w->dw, w->du);
+        recur__decay_cols(B, ldb, c, a, w->dw, w->du);
+    } else {
+        for (int r = 1; r < c; r++) {
+            float *Br = B + (size_t)r * ldb;
             for (int s = 0; s < r; s++)
-                Br[s] *= br * recur__exp_nonpos((float)(ar - a[s]));
-            for (int t = r + 1; t < c; t++)
-                Br[t] *= recur__exp_nonpos((float)(a[t] - ar));
-        } else {
-            for (int s = 0; s < r; s++)
-                Br[s] *= br;
+                Br[s] *= bt[r];
         }
     }
 

@@ -20,6 +20,7 @@
  * against exp in double, 0 below -87 where exp(x) leaves the normal float range).
  */
 #include "gated_linear.h"
+#include "chunk_decay.h"
 #include "chunk_mm.h"
 #include "exp_nonpos.h"
 
@@ -287,6 +288,7 @@ typedef struct {
     float *KjT;                /* [K][C]  per-key: Kj transposed */
     float *Qj;                 /* [GL_SUB][K] per-key: q_t exp(b_t - b_r) */
     float *edec;               /* [K]     exp(b_last) per key (state decay) */
+    float *dw, *du;            /* [C]     scratch of recur__decay_rows */
     void *mem;                 /* the allocation, unless it is the thread's cached block */
 } gl_work;
 
@@ -350,15 +352,16 @@ static int work_alloc(gl_work *w, int64_t C, int K, gl_gate_kind gate)
     const size_t c = (size_t)C, k = (size_t)K;
     const int key = gate == GL_GATE_KEY;
     const size_t fck = c * k * sizeof(float), dck = c * k * sizeof(double);
-    size_t sizes[14] = {
+    size_t sizes[15] = {
         fck, fck, fck, fck, fck,                                      /* Qr Kr KrT Qt Kt */
         c * (c < GL_PANEL ? c : GL_PANEL) * sizeof(float), c * sizeof(float), /* A den */
         key ? dck : c * sizeof(double), key ? fck : 0,                 /* b Kj */
         key ? fck : 0, key ? fck : 0,                                  /* ag KjT */
-        key ? (size_t)GL_SUB * k * sizeof(float) : 0, k * sizeof(float), 0, /* Qj edec */
+        key ? (size_t)GL_SUB * k * sizeof(float) : 0, k * sizeof(float),     /* Qj edec */
+        c * sizeof(float), c * sizeof(float),                                /* dw du */
     };
-    size_t off[14], total = 0;
-    for (int i = 0; i < 14; i++) {
+    size_t off[15], total = 0;
+    for (int i = 0; i < 15; i++) {
         size_t sz = (sizes[i] + 63) & ~(size_t)63;
         if (sz < sizes[i] || total > SIZE_MAX - sz)
             return RECUR_ESHAPE;
@@ -385,6 +388,8 @@ static int work_alloc(gl_work *w, int64_t C, int K, gl_gate_kind gate)
     w->KjT = key ? (float *)(m + off[10]) : NULL;
     w->Qj = key ? (float *)(m + off[11]) : NULL;
     w->edec = (float *)(m + off[12]);
+    w->dw = (float *)(m + off[13]);
+    w->du = (float *)(m + off[14]);
     return RECUR_OK;
 }
 
@@ -392,18 +397,16 @@ static int work_alloc(gl_work *w, int64_t C, int K, gl_gate_kind gate)
  *   A[t,s] = scale * (q_t.k_s) * D[t,s],  D[t,s] = exp(b_t - b_s)   (s <= t; b_t - b_s <= 0)
  * b == NULL means no gate (D = 1). Entries above the diagonal are left as they are: every reader
  * (recur__mm with RECUR_MM_A_LOWER, the normaliser's row sums) stops at s = t. */
-static void mask_scalar(float *A, int r0, int r1, const double *b, float scale)
+static void mask_scalar(gl_work *w, int r0, int r1, const double *b, float scale)
 {
+    if (b) {
+        recur__decay_rows(w->A, r1, r0, r1, 0, b, scale, NULL, w->dw, w->du);
+        return;
+    }
     for (int t = r0; t < r1; t++) {
-        float *restrict At = A + (size_t)(t - r0) * r1;
-        if (!b) {
-            for (int s = 0; s <= t; s++)
-                At[s] *= scale;
-        } else {
-            const double bt = b[t];
-            for (int s = 0; s <= t; s++)
-                At[s] *= scale * recur__exp_nonpos(narrow(bt - b[s]));
-        }
+        float *restrict At = w->A + (size_t)(t - r0) * r1;
+        for (int s = 0; s <= t; s++)
+            At[s] *= scale;
     }
 }
 
@@ -606,7 +609,7 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
             /* A[t][s] = q_t.k_s for s <= t */
             recur__mm(m, r1, K, 1.0f, Qr + (size_t)r0 * lr, (ptrdiff_t)lr, 1, w->KrT, C, 0.0f, w->A, r1,
                       RECUR_MM_C_LOWER, r0);
-            mask_scalar(w->A, r0, r1, bs, scale);
+            mask_scalar(w, r0, r1, bs, scale);
         }
         recur__mm(m, V, r1, 1.0f, w->A, r1, 1, v, ldv, 1.0f, o + (size_t)r0 * ldv, ldv,
                   RECUR_MM_A_LOWER, r0);
