@@ -12,7 +12,7 @@
  *   S_t = e^{a_t} S0 + sum_{s<=t} e^{a_t - a_s} k_s u_s^T
  *   u_t = b_t (v_t - e^{a_t} S0^T k_t - sum_{s<t} e^{a_t - a_s} (k_t.k_s) u_s)
  * i.e. (I + A) U = diag(b) (V - diag(e^a) K S0),  A[t][s] = b_t e^{a_t - a_s} k_t.k_s for s < t
- * (strictly lower, so I + A is unit lower triangular: one strsm). Then
+ * (strictly lower, so I + A is unit lower triangular: a forward substitution, dr_solve). Then
  *   O   = scale diag(e^a) Q S0 + (scale (Q K^T) o D) U,  D[t][s] = e^{a_t - a_s} for s <= t, else 0
  *   S_c = e^{a_c} S0 + (diag(e^{a_c - a}) K)^T U
  * Only a_t - a_s (s <= t), a_c - a_s and a_t are exponentiated: all <= 0.
@@ -23,15 +23,18 @@
  * Parallel = chunkwise with one chunk. The fp32 solve holds up at that size: against a float64
  * recurrence at T = 1000 (one chunk), rel. RMS error of o stayed <= 4e-6 even with strongly
  * correlated keys and beta near 1, and solving in float64 (dtrsm) did not lower it (measured
- * 2026-11-29), so there is no float64 path. Its memory is one T x T float matrix (see dr_chunk).
+ * 2026-11-29, with strsm; the blocked substitution of dr_solve passes the same float64 tests),
+ * so there is no float64 path. Its memory is one T x T float matrix (see dr_chunk).
  *
  * Cost (why chunkwise does not beat recurrent here): per token and head, chunkwise does 3KV
  * multiply-adds for the state products (K S0, Q S0, K^T U), exactly what the fused recurrent step
- * does, plus c (1.5 K + V) for the in-chunk matrices (Q K^T, K K^T, strsm, strmm): 1.8x the
- * recurrent work at c = 64, K = V = 64. So chunkwise wins only where sgemm runs that much faster
- * than the fused, vectorised recurrent loop, which on this machine it does not. Measured
- * 2026-11-29 (H=4, K=V=64, T=16k, 1 thread, CPU time): recurrent 35 ms, chunkwise 43 / 47 / 55 /
- * 74 ms at c = 16 / 32 / 64 / 128 (PyTorch's chunkwise of the same op, c = 64: 2-4x slower).
+ * does, plus c (K + V) for the causal halves of Q K^T, K K^T, the solve and M U: 1.67x the
+ * recurrent work at c = 64, K = V = 64 (1.17x at c = 16). The recurrent step already runs at
+ * ~57 GFLOP/s; the products here run at 90-105 (recur__mm, the level of OpenBLAS sgemm on one
+ * 64^3 product), so at c = 64 even a chunk step with no overhead at all would only tie. Measured
+ * 2026-11-29 (H=4, K=V=64, T=16k, 1 thread, CPU time, shared machine): recurrent 28-30 ms;
+ * chunkwise 32 / 36 / 36-39 / 50 ms at c = 16 / 32 / 64 / 128 (on strsm/sgemm before recur__mm:
+ * 43 / 47 / 55 / 74 ms).
  */
 #include <math.h>
 #include <stdint.h>

@@ -7,7 +7,11 @@
  * Forms:
  *   recurrent  token by token, one fused pass over S per token, no allocation.
  *   chunkwise  chunks of C tokens: intra-chunk masked (Q K^T ⊙ D) V, inter-chunk Q~ S, state
- *              update Diag(exp b_C) S + K~^T V, all on cblas_sgemm. The tail chunk shrinks.
+ *              update Diag(exp b_C) S + K~^T V, all on recur__mm (chunk_mm.h: a register-blocked
+ *              kernel that reads transposed operands in place and skips the zero half of the
+ *              causal products; OpenBLAS spent more on per-call overhead and packing of the
+ *              64 x 64 blocks than on arithmetic). Chunks outer, heads inner. The tail chunk
+ *              shrinks.
  *   parallel   the same chunk kernel with a single chunk of T tokens: the masked T x T matmul,
  *              computed GL_PANEL rows at a time (memory O(GL_PANEL * T), not O(T^2)).
  * A single token (T == 1) takes the recurrent path in every form: it is the decode step.
@@ -24,14 +28,13 @@
 #include "chunk_mm.h"
 #include "exp_nonpos.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Rows of a sub-block for per-key gates: off-diagonal sub-blocks go through sgemm with a
- * reference point between them, diagonal sub-blocks through a direct product loop. */
+/* Rows of a sub-block for per-key gates: off-diagonal sub-blocks go through recur__mm with a
+ * reference point between them, diagonal sub-blocks through diag_per_key (16 lanes = 16 rows). */
 #define GL_SUB 16
 /* Rows of the score matrix held at once: the parallel form (one chunk of T tokens) computes
  * its T x T masked matmul in row panels of this many rows, so it needs O(GL_PANEL * T) memory.

@@ -11,6 +11,9 @@
  *                      [--H 4] [--K 64] [--V 64] [--chunk 64]
  * Prints one JSON object per line on stdout:
  *   {"kind":"sgemm","m":..,"n":..,"k":..,"median_s":..,"gflops":..}
+ *   {"kind":"mm","m":..,"n":..,"k":..,"causal":0|1,"median_s":..,"gflops":..}   librecur's own
+ *      product kernel (recur__mm, core/chunk_mm.h) that the chunkwise forms run on; causal = A
+ *      lower-triangular (the O += A V of a chunk), its GFLOP/s on the useful half (m n (k + 1))
  *   {"kind":"mixer","mixer":..,"form":..,"T":..,"H":..,"K":..,"V":..,"chunk":..,"reps":..,
  *    "median_s":..,"min_s":..,"tokens_per_s":..,"flops":..,"gflops":..,"status":"ok"}
  * A run that fails with RECUR_ENOMEM under the --mem-mb address-space cap (setrlimit RLIMIT_AS,
@@ -21,7 +24,10 @@
  *   gated-linear family  2c^2 K (Q K^T) + 2c^2 V (A V) + 2cKV (Q S) + 2cKV (K^T V)
  *   delta rule           the above + 2c^2 K (K K^T) + c^2 (K + V) (two triangular solves)
  *                        + 2cKV (W S)
- * parallel uses c = T; recurrent counts 4KV per token (6KV for the delta rule).
+ * parallel uses c = T; recurrent counts 4KV per token (6KV for the delta rule). The chunk kernels
+ * skip the zero halves of the causal products, so they execute fewer flops than counted here:
+ * per token and head 4KV + c (K + V) for the gated-linear family, 6KV + 2c (K + V) for the delta
+ * rule (section_kernels.py uses these for the ceiling of chunkwise / recurrent).
  */
 #define _GNU_SOURCE
 #include <cblas.h>
@@ -34,6 +40,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "chunk_mm.h"
 #include "recur.h"
 
 /* ---------------------------------------------------------------- options */
@@ -224,6 +231,32 @@ static void bench_sgemm(int m, int n, int k)
     free(A), free(B), free(C);
 }
 
+/* recur__mm on m x n x k (row-major operands, beta 0), or its causal form (A lower-triangular) */
+static void bench_mm(int m, int n, int k, int causal)
+{
+    float *A = xmalloc((size_t)m * k * 4), *B = xmalloc((size_t)k * n * 4), *C = xmalloc((size_t)m * n * 4);
+    for (size_t i = 0; i < (size_t)m * k; i++)
+        A[i] = urand();
+    for (size_t i = 0; i < (size_t)k * n; i++)
+        B[i] = urand();
+    const int flags = causal ? RECUR_MM_A_LOWER : 0;
+    double flop = causal ? (double)m * n * (k + 1) : 2.0 * m * n * k;
+    int inner = (int)fmax(1.0, 2e8 / flop);
+    double t[7];
+    recur__mm(m, n, k, 1.0f, A, k, 1, B, n, 0.0f, C, n, flags, 0);
+    for (int r = 0; r < 7; r++) {
+        double t0 = now();
+        for (int i = 0; i < inner; i++)
+            recur__mm(m, n, k, 1.0f, A, k, 1, B, n, 0.0f, C, n, flags, 0);
+        t[r] = (now() - t0) / inner;
+    }
+    qsort(t, 7, sizeof t[0], cmp_double);
+    printf("{\"kind\":\"mm\",\"m\":%d,\"n\":%d,\"k\":%d,\"causal\":%d,\"median_s\":%.9g,\"gflops\":%.4g}\n",
+           m, n, k, causal, t[3], flop / t[3] * 1e-9);
+    fflush(stdout);
+    free(A), free(B), free(C);
+}
+
 /* ---------------------------------------------------------------- main */
 
 int main(int argc, char **argv)
@@ -249,6 +282,8 @@ int main(int argc, char **argv)
     bench_sgemm(64, 64, 256);
     bench_sgemm(256, 256, 256);
     bench_sgemm(1024, 1024, 1024);
+    bench_mm(64, 64, 64, 0);
+    bench_mm(64, 64, 64, 1);
 
     static const char *mixers[] = {"linear", "retention", "gla_scalar", "gla_vector", "deltanet",
                                    "gated_deltanet", "softmax", "block_topk"};

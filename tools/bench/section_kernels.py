@@ -125,6 +125,14 @@ def render(c_out, t_out, Ts):
     out.append("")
     out.append(f"Peak used below: **{peak:.1f} GFLOP/s** (best of the shapes above, same run)."
                if peak else "sgemm was not measured.")
+    mm = [r for r in c_out if r["kind"] == "mm"]
+    if mm:
+        out.append("")
+        out.append("The chunkwise forms run on librecur's own product kernel (`recur__mm`, core/chunk_mm.c: "
+                   "6×64 register tiles, operands read in place, causal halves skipped), not on sgemm; "
+                   "same run: " + "; ".join(
+                       f"{r['m']}×{r['n']}×{r['k']}{' causal (A lower-triangular, useful flops)' if r['causal'] else ''}"
+                       f" {r['gflops']:.1f} GFLOP/s" for r in mm) + ".")
     out.append("")
     out.append("### Tokens/s per mixer and form")
     out.append("")
@@ -167,6 +175,8 @@ def render(c_out, t_out, Ts):
                         (f" = {worst[1]})" if worst else ")"), worst[0] if worst else None, 1.0, None,
                         worst[2] if worst else None))
     out.append("")
+    out.extend(ceiling(res, peak, Ts))
+    out.append("")
     out.append("### Baselines (one form)")
     out.append("")
     out.append("| op | " + " | ".join(f"T = {T}" for T in Ts) + " |")
@@ -202,6 +212,43 @@ def render(c_out, t_out, Ts):
                "`tools/bench/torch_chunkwise.py` (batched over heads, the same algorithm and "
                "chunk size; checked against the float64 reference by tests/python/test_reference.py).")
     return "\n".join(out)
+
+
+def ceiling(res, peak, Ts):
+    """What chunkwise ÷ recurrent can reach at T=16k: chunkwise executes the recurrent form's state
+    products plus the causal halves of its in-chunk products, per token and head
+        gated-linear  4KV + c (K + V)        (recurrent: 4KV)
+        delta rule    6KV + 2c (K + V)       (recurrent: 6KV)
+    so at the sgemm peak, with no other cost, it runs peak / (H x that) tokens/s."""
+    T = TARGET_T if TARGET_T in Ts else max(Ts)
+    if not peak:
+        return []
+    rows = []
+    for m, label in MIXERS:
+        rec = res.get((m, "recurrent", T))
+        ch = res.get((m, "chunkwise", T))
+        if not rec or rec.get("status") != "ok":
+            continue
+        delta = m in ("deltanet", "gated_deltanet")
+        rec_fl = (6 if delta else 4) * K * V
+        ch_fl = rec_fl + (2 if delta else 1) * CHUNK * (K + V)
+        rec_gf = rec["tokens_per_s"] * H * rec_fl * 1e-9
+        ceil_tps = peak * 1e9 / (H * ch_fl)
+        meas = ch["tokens_per_s"] / rec["tokens_per_s"] if ch and ch.get("status") == "ok" else None
+        rows.append(f"| {label} | {_fmt_rate(rec['tokens_per_s'])} | {rec_gf:.1f} | {ch_fl / rec_fl:.2f}× | "
+                    f"{_fmt_rate(ceil_tps)} | {_fmt_ratio(ceil_tps / rec['tokens_per_s'])} | {_fmt_ratio(meas)} |")
+    if not rows:
+        return []
+    return ["### Ceiling of chunkwise ÷ recurrent (issue 2's 10× target)", "",
+            f"Chunkwise cannot do less arithmetic than the recurrent form: every token's k v must enter "
+            f"the state and every query must read it (K×V multiply-adds each, per chunk or per token "
+            f"alike); on top come the causal halves of the in-chunk products. Executed flops per token "
+            f"and head: 4KV + c(K+V) for the gated-linear family, 6KV + 2c(K+V) for the delta rule "
+            f"(recurrent: 4KV, 6KV; c = {CHUNK}). The ceiling is chunkwise at the peak of "
+            f"{peak:.1f} GFLOP/s with no other cost at all; T = {T}, same run.", "",
+            "| mixer | recurrent | recurrent GFLOP/s | chunkwise work ÷ recurrent | chunkwise ceiling "
+            "| ceiling ÷ recurrent | measured ÷ recurrent |",
+            "|---|---|---|---|---|---|---|"] + rows
 
 
 if __name__ == "__main__":  # render saved raw output: section_kernels.py c.jsonl torch.jsonl
