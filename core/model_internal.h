@@ -54,7 +54,7 @@ typedef struct {
     recur_mixer_kind kind;
     float *attn_norm;           /* [d] */
     float *w_in;                /* [P][d]: q | k | v | g_proj | gk | b | a (see top); packed */
-    /* rows of w_in, row-major: valid only until recur__model_finish packs w_in */
+    /* wq .. wa: rows of w_in, row-major; valid only until recur__model_finish packs w_in */
     float *wq, *wk, *wv;        /* [H*K][d], [H*K][d], [H*V][d] */
     float *wg;                  /* [H*V][d]  output gate */
     float *wgk;                 /* [H*K][d]  gla only */
