@@ -41,6 +41,8 @@ static const opt OPTS[] = {
      "workers that may run a decode batch at the same time (the others take prefill slices)"},
     {"prefill_slice", OPT_INT, F(prefill_slice), 1, 65536,
      "tokens per prefill slice (interleaved with decode batches)"},
+    {"worker_spin_us", OPT_INT, F(worker_spin_us), 0, 10000,
+     "an idle worker polls for new work this long before it sleeps (0 = sleep at once)"},
     {"log_level", OPT_STR, F(log_level), 0, 0, "debug | info | warn | error"},
     {"max_request_line", OPT_SIZE, H(max_request_line), 64, BIG, "bytes -> 414"},
     {"max_header_bytes", OPT_SIZE, H(max_header_bytes), 256, BIG, "request line + headers -> 431"},
@@ -90,6 +92,7 @@ static void defaults(srv_config *c)
     c->max_batch = 64;
     c->decode_workers = 2;
     c->prefill_slice = 256;
+    c->worker_spin_us = 0;
     snprintf(c->log_level, sizeof c->log_level, "info");
     srv_http_limits_default(&c->http);
     c->max_tokens_per_request = 8192;

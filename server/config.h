@@ -28,6 +28,7 @@ typedef struct {
     int max_batch;
     int decode_workers;              /* decode batches running at once (<= workers) */
     int prefill_slice;
+    int worker_spin_us;              /* an idle worker spins this long before it sleeps */
     char log_level[16];              /* "debug", "info", "warn", "error" */
 
     srv_http_limits http;

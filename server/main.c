@@ -177,6 +177,7 @@ int main(int argc, char **argv)
         srv_log(SRV_LOG_ERROR, "scheduler_failed", "\"error\":\"%s\"", recur_strerror(rc));
         return 1;
     }
+    srv_sched_set_spin(app->sched, (uint64_t)app->cfg.worker_spin_us * 1000);
     srv_http_callbacks cb = {srv_app_on_request, srv_app_on_close, srv_app_on_drain};
     rc = srv_server_start(app->loop, app->cfg.host, app->cfg.port, &app->cfg.http, &cb, app,
                           &app->server);

@@ -3,9 +3,11 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "exp_nonpos.h" /* core's header-only e^x, x <= 0 */
 #include "log.h"
 
 typedef struct {
@@ -18,6 +20,7 @@ typedef struct {
     recur_state **states; /* [max_batch] */
     proto_buf lines;      /* generated lines of the last batch, before they go to their streams */
     size_t *line_end;     /* [max_batch] end of item i's line in `lines` */
+    int last_nb;          /* sessions in the last batched model step (for the stats) */
     int32_t *tokens;      /* [max_batch] */
     srv_work **items;     /* [max_batch] */
 } worker;
@@ -44,6 +47,11 @@ struct srv_sched {
     int stop;
     int turn;                          /* 1: a prefill slice goes next when both wait */
     int idle;                          /* workers waiting on cv */
+    int spinning;                      /* workers spinning before they wait (spin_for_work) */
+    uint64_t spin_ns;                  /* how long an idle worker spins before it waits on cv */
+    atomic_int avail;                  /* 1 when a worker could take something (mirror of
+                                        * can_decode || pre_head, read by spinners unlocked) */
+
     int decoding;                      /* decode batches running */
     srv_work *step_head, *step_tail;   /* ready decode steps */
     srv_work *pre_head, *pre_tail;     /* ready prefill slices */
@@ -62,40 +70,66 @@ static void push(srv_work **h, srv_work **t, srv_work *w)
     *t = w;
 }
 
+/* Insert candidate i (value v) into the sorted top list of n <= k entries. */
+static int top_insert(float v, int i, int n, int k, int32_t *ids, float *vals)
+{
+    if (v != v) /* NaN never ranks */
+        return n;
+    if (n == k && !(v > vals[k - 1]))
+        return n;
+    int j = n < k ? n++ : k - 1;
+    while (j > 0 && v > vals[j - 1]) { /* strictly greater: earlier ids win ties */
+        vals[j] = vals[j - 1];
+        ids[j] = ids[j - 1];
+        j--;
+    }
+    vals[j] = v;
+    ids[j] = i;
+    return n;
+}
+
 int srv_top_k(const float *lp, int vocab, int k, int32_t *ids, float *vals)
 {
     if (k > vocab)
         k = vocab;
-    int n = 0;
-    for (int i = 0; i < vocab; i++) {
-        float v = lp[i];
-        if (v != v) /* NaN never ranks */
+    if (k <= 0)
+        return 0;
+    int n = 0, i = 0;
+    /* Once the list is full, a block of 16 whose largest value does not beat the k-th is
+     * skipped with one vectorised max (NaN loses every comparison, as it must). Runs once per
+     * folded token over the whole vocabulary. */
+    for (; i < vocab && n < k; i++)
+        n = top_insert(lp[i], i, n, k, ids, vals);
+    for (; i + 16 <= vocab; i += 16) {
+        float m = -INFINITY;
+        for (int j = 0; j < 16; j++)
+            m = lp[i + j] > m ? lp[i + j] : m;
+        if (!(m > vals[k - 1]))
             continue;
-        if (n == k && !(v > vals[k - 1]))
-            continue;
-        int j = n < k ? n++ : k - 1;
-        while (j > 0 && v > vals[j - 1]) { /* strictly greater: earlier ids win ties */
-            vals[j] = vals[j - 1];
-            ids[j] = ids[j - 1];
-            j--;
-        }
-        vals[j] = v;
-        ids[j] = i;
+        for (int j = 0; j < 16; j++)
+            n = top_insert(lp[i + j], i + j, n, k, ids, vals);
     }
+    for (; i < vocab; i++)
+        n = top_insert(lp[i], i, n, k, ids, vals);
     return n;
 }
 
-/* recur_log_softmax, the same arithmetic (so the same floats), keeping its two constants:
- * out[i] = (x[i] - c[0]) - c[1]. */
+/* Log-softmax of x, keeping its two constants: out[i] = (x[i] - c[0]) - c[1], c[0] = max x,
+ * c[1] = log sum exp(x - max). recur_log_softmax's formula with the exponentials in float
+ * (recur__exp_nonpos, rel. error < 1e-7, which vectorises; the sum stays in double): this runs
+ * once per folded token, and libm's exp over the vocabulary cost more than the rest of a
+ * request's bookkeeping together. Results agree with recur_log_softmax to ~1e-7. */
 static void log_softmax_c(const float *x, int vocab, float *out, float *c)
 {
     float mx = -INFINITY;
     for (int i = 0; i < vocab; i++)
         if (x[i] > mx)
             mx = x[i];
+    for (int i = 0; i < vocab; i++)
+        out[i] = recur__exp_nonpos(x[i] - mx); /* scratch: e^(x - max) */
     double sum = 0.0;
     for (int i = 0; i < vocab; i++)
-        sum += exp((double)x[i] - mx);
+        sum += out[i];
     float ls = (float)log(sum);
     for (int i = 0; i < vocab; i++)
         out[i] = (x[i] - mx) - ls;
@@ -148,6 +182,7 @@ static void run_steps(worker *wk, srv_work **items, int B)
             wk->tokens[nb] = items[i]->token;
             nb++;
         }
+    wk->last_nb = nb;
     if (nb == 0)
         return;
     int rc = recur_model_step_batch(s->model, wk->ws, wk->states, wk->tokens, nb, wk->logits);
@@ -157,12 +192,7 @@ static void run_steps(worker *wk, srv_work **items, int B)
             wk->items[i]->err = recur_model_step(s->model, wk->ws, wk->states[i], wk->tokens[i],
                                                  wk->logits + (size_t)i * V);
     }
-    pthread_mutex_lock(&s->mu);
-    s->stats.batches++;
-    s->stats.batched_steps += (uint64_t)nb;
-    if ((uint64_t)nb > s->stats.max_batch_seen)
-        s->stats.max_batch_seen = (uint64_t)nb;
-    pthread_mutex_unlock(&s->mu);
+    wk->last_nb = nb;
     for (int i = 0; i < nb; i++) {
         srv_work *w = wk->items[i];
         w->tokens_seen = recur_state_tokens_seen(w->state);
@@ -250,10 +280,6 @@ static void run_prefill(worker *wk, srv_work *w)
         memcpy(w->logits, wk->logits + (size_t)(w->n - 1) * V, (size_t)V * sizeof(float));
         *w->has_logits = 1;
     }
-    pthread_mutex_lock(&s->mu);
-    s->stats.prefill_slices++;
-    s->stats.prefill_tokens += (uint64_t)w->n;
-    pthread_mutex_unlock(&s->mu);
 }
 
 static int can_decode(const srv_sched *s)
@@ -261,11 +287,38 @@ static int can_decode(const srv_sched *s)
     return s->step_head && s->decoding < s->max_decode;
 }
 
-/* Wake an idle worker when there is work it could take (mu held). */
+/* After the queues changed (mu held): publish whether there is work, and wake a sleeping
+ * worker for it unless one is spinning (that one takes it without a futex wake-up). */
 static void wake_if_needed(srv_sched *s)
 {
-    if (s->idle > 0 && (can_decode(s) || s->pre_head))
+    int avail = can_decode(s) || s->pre_head;
+    atomic_store_explicit(&s->avail, avail, memory_order_relaxed);
+    if (avail && s->idle > 0 && s->spinning == 0)
         pthread_cond_signal(&s->cv);
+}
+
+/* An idle worker polls for up to spin_ns before it sleeps on cv (mu held on entry and exit),
+ * which saves the futex wake-up when work comes within that time. Off by default
+ * (worker_spin_us 0): on 2 shared cores the polling took CPU from the loop and the clients and
+ * lowered single-session /tokens throughput (docs/OPERATIONS.md). */
+static void spin_for_work(srv_sched *s)
+{
+    if (s->spin_ns == 0)
+        return;
+    s->spinning++;
+    pthread_mutex_unlock(&s->mu);
+    uint64_t t0 = uv_hrtime();
+    for (;;) {
+        int seen = 0;
+        for (int i = 0; i < 64 && !seen; i++) {
+            seen = atomic_load_explicit(&s->avail, memory_order_relaxed);
+            __builtin_ia32_pause();
+        }
+        if (seen || uv_hrtime() - t0 >= s->spin_ns)
+            break;
+    }
+    pthread_mutex_lock(&s->mu);
+    s->spinning--;
 }
 
 static void *worker_main(void *arg)
@@ -275,6 +328,8 @@ static void *worker_main(void *arg)
     srv_work *batch[1024];
     pthread_mutex_lock(&s->mu);
     for (;;) {
+        if (!s->stop && !can_decode(s) && !s->pre_head)
+            spin_for_work(s);
         while (!s->stop && !can_decode(s) && !s->pre_head) {
             s->idle++;
             pthread_cond_wait(&s->cv, &s->mu);
@@ -316,8 +371,18 @@ static void *worker_main(void *arg)
         pthread_mutex_lock(&s->mu);
         s->stats.busy_ns += t1 - t0;
         if (pre) {
+            if (pre->err == 0) {
+                s->stats.prefill_slices++;
+                s->stats.prefill_tokens += (uint64_t)pre->n;
+            }
             push(&s->done_head, &s->done_tail, pre);
         } else {
+            if (wk->last_nb > 0) {
+                s->stats.batches++;
+                s->stats.batched_steps += (uint64_t)wk->last_nb;
+                if ((uint64_t)wk->last_nb > s->stats.max_batch_seen)
+                    s->stats.max_batch_seen = (uint64_t)wk->last_nb;
+            }
             s->decoding--;
             settle_batch(s, wk, batch, B);
         }
@@ -422,7 +487,14 @@ int srv_sched_create(uv_loop_t *loop, const recur_model *m, int workers, int max
     s->done = done;
     s->progress = progress;
     s->app = app;
-    pthread_mutex_init(&s->mu, NULL);
+    /* Adaptive: a thread that finds mu taken spins briefly before it sleeps in the kernel.
+     * Every critical section here is a few list operations, and a futex sleep + wake-up
+     * costs far more on these VMs than the wait. */
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
+    pthread_mutex_init(&s->mu, &ma);
+    pthread_mutexattr_destroy(&ma);
     pthread_cond_init(&s->cv, NULL);
     int rc = uv_async_init(loop, &s->async, on_async);
     if (rc) {
@@ -459,6 +531,7 @@ int srv_sched_create(uv_loop_t *loop, const recur_model *m, int workers, int max
             return RECUR_ENOMEM;
         if (pthread_create(&wk->tid, NULL, worker_main, wk) != 0)
             return RECUR_ENOMEM;
+        pthread_setname_np(wk->tid, "recurd-worker"); /* top -H, perf --sort comm */
     }
     *out = s;
     return 0;
@@ -472,6 +545,13 @@ void srv_sched_submit(srv_sched *s, srv_work *w)
         push(&s->sub_step_head, &s->sub_step_tail, w);
     else
         push(&s->sub_pre_head, &s->sub_pre_tail, w);
+}
+
+void srv_sched_set_spin(srv_sched *s, uint64_t ns)
+{
+    pthread_mutex_lock(&s->mu);
+    s->spin_ns = ns;
+    pthread_mutex_unlock(&s->mu);
 }
 
 int srv_sched_prefill_slice(const srv_sched *s)

@@ -81,6 +81,8 @@ int srv_sched_create(uv_loop_t *loop, const recur_model *m, int workers, int max
                      int max_decode, int prefill_slice, void (*done)(srv_work *w, void *app),
                      void (*progress)(srv_work *w, void *app), void *app, srv_sched **out);
 void srv_sched_submit(srv_sched *s, srv_work *w);
+/* How long an idle worker polls for work before it sleeps on its condition variable (ns). */
+void srv_sched_set_spin(srv_sched *s, uint64_t ns);
 int srv_sched_prefill_slice(const srv_sched *s);
 /* Counters (read on the loop thread; approximate while workers run). */
 srv_sched_stats srv_sched_get_stats(srv_sched *s);

@@ -64,7 +64,8 @@ static void setup(void)
     if (!app->table) abort();
     if (srv_sched_create(app->loop, app->model, app->cfg.workers, app->cfg.max_batch,
                          app->cfg.decode_workers,
-                         app->cfg.prefill_slice, srv_ops_work_done, app, &app->sched))
+                         app->cfg.prefill_slice, srv_ops_work_done, srv_ops_gen_progress, app,
+                         &app->sched))
         abort();
     srv_http_callbacks cb = {srv_app_on_request, srv_app_on_close, srv_app_on_drain};
     if (srv_server_start(app->loop, "127.0.0.1", 0, &app->cfg.http, &cb, app, &app->server)) abort();
