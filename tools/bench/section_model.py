@@ -182,8 +182,9 @@ def _torch_blas(ctx):
         for line in ldd.splitlines():
             if line.strip().startswith("libblas.so"):
                 target = os.path.realpath(line.split("=>")[1].split("(")[0].strip())
-                same = (": the same OpenBLAS as librecur (fp32 `nn.Linear` is BLAS sgemm), so both sides"
-                        " multiply with the same sgemm" if "openblas" in target else "")
+                same = (": the same OpenBLAS that librecur links (fp32 `nn.Linear` is BLAS sgemm); the"
+                        " C model's projections, MLP and LM head do not use it but its own packed GEMM"
+                        " (`core/packed_gemm.c`, see the bound below)" if "openblas" in target else "")
                 return f"The twin's matmuls go through `libblas.so.3` → `{target}`{same}."
 
     except (OSError, IndexError, subprocess.SubprocessError):
@@ -403,7 +404,7 @@ def render(results, loads, raw, quick=False):
                     f"(the prefill's piece) runs at {a['prefill_gemm_gflops']:.1f} GFLOP/s: the "
                     f"projections, MLP and head of {n} tokens alone take "
                     f"{a['prefill_gemm_s'] * 1e3:.0f} ms, the whole C prefill {tc * 1e3:.0f} ms "
-                    f"({100 * a['prefill_gemm_s'] / tc:.0f} % of it would be GEMM at sgemm speed). With "
+                    f"(the GEMMs alone at sgemm speed would take {100 * a['prefill_gemm_s'] / tc:.0f} % of that). With "
                     f"the mixer and everything else free and GEMMs at sgemm speed, C could be at most "
                     f"{_fmt_ratio(best_ratio)} the twin's prefill here.")
     out.append("")
