@@ -423,6 +423,12 @@ int recur_delta_rule(const recur_dims *d, const float *q, const float *k, const 
      * independent. Heads inner: a chunk's rows [c][H][K] are read once, front to back. */
     for (int64_t t0 = 0; t0 < d->T; t0 += C) {
         const int c = (int)(d->T - t0 < C ? d->T - t0 : C); /* the tail chunk shrinks */
+        /* the chunk's rows of every head, streamed in front to back (recur__touch) */
+        const size_t nk = (size_t)c * d->H * d->K, nv = (size_t)c * d->H * d->V;
+        const size_t rk = (size_t)t0 * d->H * d->K, rv = (size_t)t0 * d->H * d->V;
+        volatile float sink =
+            recur__touch(q + rk, nk) + recur__touch(k + rk, nk) + recur__touch(v + rv, nv);
+        (void)sink;
         for (int h = 0; h < d->H; h++) {
             dr_chunk(d, &w, h, t0, c, q, k, v, beta, g, scale, S + (size_t)h * d->K * d->V, o);
         }

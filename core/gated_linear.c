@@ -662,6 +662,13 @@ static int run_chunked(const gl_problem *p, int64_t C)
      * back (heads outer streamed T strided pieces per head: 1.4x slower at T = 16k). */
     for (int64_t t0 = 0; t0 < p->T; t0 += C) {
         const int64_t n = p->T - t0 < C ? p->T - t0 : C; /* the tail chunk shrinks */
+        /* the chunk's rows of every head, streamed in front to back (recur__touch) */
+        const size_t nk = (size_t)n * p->H * p->K, nv = (size_t)n * p->H * p->V;
+        const size_t rk = (size_t)t0 * p->H * p->K, rv = (size_t)t0 * p->H * p->V;
+        volatile float sink = recur__touch(p->q + rk, nk) + recur__touch(p->k + rk, nk) +
+                              recur__touch(p->v + rv, nv) +
+                              (p->gate == GL_GATE_KEY ? recur__touch(p->g + rk, nk) : 0.0f);
+        (void)sink;
         for (int h = 0; h < p->H; h++)
             chunk_step(p, &w, h, t0, (int)n);
     }
