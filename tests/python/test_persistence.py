@@ -4,8 +4,10 @@ resident-memory budget, and a state_dir that cannot be used."""
 import json
 import os
 import random
+import re
 import resource
 import signal
+import socket
 import stat
 import subprocess
 import threading
@@ -492,24 +494,34 @@ def test_eviction_is_invisible(tmp_path):
 
 
 def test_busy_session_is_never_evicted(tmp_path):
-    with pd(tmp_path / "state", "--max-resident-sessions", "2") as d:
+    # A generation steps on the workers without a loop round trip per token, so with the tiny
+    # model a few thousand tokens take milliseconds: the stream is made long and not read until
+    # the evictions are done (backpressure keeps it running, paused, until then).
+    n = 100000
+    with pd(tmp_path / "state", "--max-resident-sessions", "2", "--max-tokens-per-request", str(n),
+            "--write-high-watermark", "4096", "--write-low-watermark", "1024") as d:
         busy = create(d, [1, 2, 3])
-        result = {}
-
-        def gen():
-            r = requests.post(d.url("/v1/sessions/%s/generate" % busy),
-                              json={"max_tokens": 4000, "temperature": 0}, timeout=60)
-            result["lines"] = [json.loads(x) for x in r.text.split("\n") if x]
-
-        t = threading.Thread(target=gen)
-        t.start()
+        sk = socket.create_connection(("127.0.0.1", d.port), timeout=60)
+        body = json.dumps({"max_tokens": n, "temperature": 0}).encode()
+        sk.sendall(b"POST /v1/sessions/%s/generate HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                   b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                   % (busy.encode(), len(body), body))
         wait_for(lambda: info(d, busy)["tokens_seen"] > 3, what="generation start")
         others = [create(d, [i]) for i in range(6)]  # each evicts the idle one, never busy
-        assert t.is_alive(), "the generation ended before the evictions: test proves nothing"
-        t.join(60)
-        done = result["lines"][-1]
-        assert done["done"] and done["reason"] == "length" and done["tokens_seen"] == 4003
-        assert len(result["lines"]) == 4001
+        st = info(d, busy)
+        assert st["pending_ops"] == 1 and st["tokens_seen"] < 3 + n, \
+            "the generation ended before the evictions: test proves nothing"
+        data = bytearray()
+        while True:
+            chunk = sk.recv(1 << 20)
+            if not chunk:
+                break
+            data += chunk
+        sk.close()
+        lines = [json.loads(m) for m in re.findall(rb"^\{.*\}$", bytes(data), re.M)]
+        done = lines[-1]
+        assert done["done"] and done["reason"] == "length" and done["tokens_seen"] == 3 + n
+        assert len(lines) == n + 1
         for sid in others:
             assert info(d, sid)["tokens_seen"] == 1
         assert metrics(d)["recurd_sessions_evicted_total"] >= 4
