@@ -168,8 +168,8 @@ INLINE void gla_block(const int NZ, float *S, int K, int V, const float *dec, co
     for (int i = 0; i < K; i++) {
         float *row = S + (size_t)i * V;
         __m512 d = _mm512_set1_ps(dec[i]), ki = _mm512_set1_ps(kh[i]), qi = _mm512_set1_ps(scale * qh[i]);
-    #pragma GCC unroll 4
-    for (int z = 0; z < NZ; z++) {
+#pragma GCC unroll 4
+        for (int z = 0; z < NZ; z++) {
             __m512 r = _mm512_fmadd_ps(d, _mm512_loadu_ps(row + 16 * z), _mm512_mul_ps(ki, vv[z]));
             _mm512_storeu_ps(row + 16 * z, r);
             acc[z] = _mm512_fmadd_ps(qi, r, acc[z]);
@@ -190,16 +190,16 @@ INLINE void delta_block(const int NZ, float *S, int K, int V, float dec, float b
     for (int i = 0; i < K; i++) {
         const float *row = S + (size_t)i * V;
         __m512 ki = _mm512_set1_ps(kh[i]);
-    #pragma GCC unroll 4
-    for (int z = 0; z < NZ; z++) u[z] = _mm512_fmadd_ps(ki, _mm512_loadu_ps(row + 16 * z), u[z]);
+#pragma GCC unroll 4
+        for (int z = 0; z < NZ; z++) u[z] = _mm512_fmadd_ps(ki, _mm512_loadu_ps(row + 16 * z), u[z]);
     }
 #pragma GCC unroll 4
     for (int z = 0; z < NZ; z++) u[z] = _mm512_mul_ps(vb, _mm512_fnmadd_ps(vd, u[z], _mm512_loadu_ps(vh + 16 * z)));
     for (int i = 0; i < K; i++) {
         float *row = S + (size_t)i * V;
         __m512 ki = _mm512_set1_ps(kh[i]), qi = _mm512_set1_ps(scale * qh[i]);
-    #pragma GCC unroll 4
-    for (int z = 0; z < NZ; z++) {
+#pragma GCC unroll 4
+        for (int z = 0; z < NZ; z++) {
             __m512 r = _mm512_fmadd_ps(ki, u[z], _mm512_mul_ps(vd, _mm512_loadu_ps(row + 16 * z)));
             _mm512_storeu_ps(row + 16 * z, r);
             acc[z] = _mm512_fmadd_ps(qi, r, acc[z]);
@@ -209,8 +209,9 @@ INLINE void delta_block(const int NZ, float *S, int K, int V, float dec, float b
     for (int z = 0; z < NZ; z++) _mm512_storeu_ps(oh + 16 * z, acc[z]);
 }
 
-/* One head of GLA / retention (gla != 0: dec[i] per key row, else every dec[i] the same) or the
- * delta rule, column block by column block. Returns 0 when V is not a multiple of 16. */
+/* One head, column block by column block: delta == 0 is GLA / retention (dec [K]: the decay of
+ * each key row, all equal for retention), delta != 0 the delta rule (decay ddec, beta b).
+ * Returns 0 (nothing done) when V is not a multiple of 16. */
 static int head_step_blocked(int delta, float *Sh, int K, int V, const float *dec, float ddec, float b,
                              const float *kh, const float *qh, float scale, const float *vh, float *oh)
 {
