@@ -75,6 +75,64 @@ void proto_buf_printf(proto_buf *b, const char *fmt, ...)
     b->len += (size_t)n;
 }
 
+/* "%.9g" of v without printf for 1e-4 <= |v| < 1e9 (every logprob the streams carry): there the
+ * nine significant digits are n = rint(|v| * 10^k), k = 8 - exponent in [0, 12], and that
+ * product is exact in double (a 24-bit significand times 5^k < 2^28 needs at most 52 bits), so
+ * rint rounds the exact value half-to-even, as glibc's printf does: the same string. Other values
+ * go to snprintf. Returns the length written to out (>= 32 bytes). */
+static int format_g9(char *out, float f)
+{
+    static const double P10[13] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10,
+                                   1e11, 1e12};
+    double v = f, a = fabs(v);
+    if (!(a >= 1e-4 && a < 1e9))
+        return snprintf(out, 32, "%.9g", v);
+    int e = 8;
+    while (e > -4 && a < P10[e + 4] * 1e-4) /* largest e with 10^e <= a, give or take one */
+        e--;
+    double n = rint(a * P10[8 - e]);
+    if (n >= 1e9) { /* a rounded up to the next power of ten, or e was one too small */
+        e++;
+        n = rint(a * P10[8 - e]);
+    } else if (n < 1e8) {
+        if (e == -4)
+            return snprintf(out, 32, "%.9g", v);
+        e--;
+        n = rint(a * P10[8 - e]);
+    }
+    if (n >= 1e9 || n < 1e8 || e > 8)
+        return snprintf(out, 32, "%.9g", v);
+    char d[9];
+    uint32_t u = (uint32_t)n;
+    for (int i = 8; i >= 0; i--) {
+        d[i] = (char)('0' + u % 10);
+        u /= 10;
+    }
+    int nd = 9;
+    while (nd > 1 && d[nd - 1] == '0' && nd > e + 1) /* %g drops trailing fraction zeros */
+        nd--;
+    char *p = out;
+    if (v < 0)
+        *p++ = '-';
+    if (e >= 0) {
+        for (int i = 0; i <= e; i++)
+            *p++ = d[i];
+        if (nd > e + 1) {
+            *p++ = '.';
+            for (int i = e + 1; i < nd; i++)
+                *p++ = d[i];
+        }
+    } else {
+        *p++ = '0';
+        *p++ = '.';
+        for (int i = -1; i > e; i--)
+            *p++ = '0';
+        for (int i = 0; i < nd; i++)
+            *p++ = d[i];
+    }
+    return (int)(p - out);
+}
+
 void proto_buf_float(proto_buf *b, float v)
 {
     if (!isfinite(v)) {
@@ -82,7 +140,7 @@ void proto_buf_float(proto_buf *b, float v)
         return;
     }
     char tmp[32];
-    int n = snprintf(tmp, sizeof tmp, "%.9g", (double)v);
+    int n = format_g9(tmp, v);
     proto_buf_append(b, tmp, (size_t)n);
 }
 

@@ -192,7 +192,6 @@ static void run_steps(worker *wk, srv_work **items, int B)
             wk->items[i]->err = recur_model_step(s->model, wk->ws, wk->states[i], wk->tokens[i],
                                                  wk->logits + (size_t)i * V);
     }
-    wk->last_nb = nb;
     for (int i = 0; i < nb; i++) {
         srv_work *w = wk->items[i];
         w->tokens_seen = recur_state_tokens_seen(w->state);

@@ -58,7 +58,7 @@ typedef struct srv_work {
     int emit_lines;
     int top_k;
     proto_framing framing;
-    uint64_t pos0;          /* position of the first token */
+    uint64_t pos0;          /* position of the first token (a generation: of its next token) */
     proto_buf *out;         /* lines are appended here */
     /* results */
     int err;                /* 0 or RECUR_E* */
