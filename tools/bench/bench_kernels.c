@@ -311,49 +311,57 @@ int main(int argc, char **argv)
             if (!in_list(opt_mixers, mx))
                 continue;
             int single = !strcmp(mx, "softmax") || !strcmp(mx, "block_topk");
-            for (int f = 0; f < 3; f++) {
-                if (!in_list(opt_forms, form_names[f]) || (single && f != RECUR_FORM_PARALLEL))
-                    continue;
-                double times[64];
-                int n = 0, rc = 0;
-                double t_start = now();
-                for (int r = 0; r <= opt_reps && n < 64; r++) { /* r == 0 is a warm-up */
+            /* The forms take turns, one timed call each per round, so that the load other work
+             * puts on these shared cores falls on all of them alike and the ratios between forms
+             * hold even when the absolute figures move. r == 0 is a warm-up; a warm-up slower
+             * than half the budget counts as the form's only sample. */
+            double times[3][64], t_used[3] = {0}, checksum[3] = {0};
+            int n[3] = {0}, rc[3] = {0}, live[3] = {0};
+            for (int f = 0; f < 3; f++)
+                live[f] = in_list(opt_forms, form_names[f]) && (!single || f == RECUR_FORM_PARALLEL);
+            for (int r = 0; r <= opt_reps; r++) {
+                for (int f = 0; f < 3; f++) {
+                    if (!live[f] || rc[f] != RECUR_OK || n[f] >= 64 ||
+                        (r > 0 && (t_used[f] > opt_budget || (n[f] >= 1 && r == 1 && times[f][0] > opt_budget / 2))))
+                        continue;
                     double t0 = now();
-                    rc = run_mixer(mx, (recur_form)f, &d);
+                    rc[f] = run_mixer(mx, (recur_form)f, &d);
                     double dt = now() - t0;
-                    if (rc != RECUR_OK)
-                        break;
-                    if (r > 0)
-                        times[n++] = dt;
-                    if (r == 0 && dt > opt_budget / 2) /* one slow warm-up counts as a sample */
-                        times[n++] = dt;
-                    if (now() - t_start > opt_budget && n >= 1)
-                        break;
+                    t_used[f] += dt;
+                    if (rc[f] != RECUR_OK)
+                        continue;
+                    checksum[f] = (double)d.o[(size_t)(T - 1) * opt_H * opt_V];
+                    if (r > 0 || dt > opt_budget / 2)
+                        times[f][n[f]++] = dt;
                 }
+            }
+            for (int f = 0; f < 3; f++) {
+                if (!live[f])
+                    continue;
                 const char *fname = single ? "single" : form_names[f];
-                if (rc != RECUR_OK) {
+                if (rc[f] != RECUR_OK) {
                     char why[160];
-                    if (rc == RECUR_ENOMEM)
+                    if (rc[f] == RECUR_ENOMEM)
                         snprintf(why, sizeof why, "skipped: needs more than %ld MB (out of memory under the cap)",
                                  opt_mem_mb);
                     else
-                        snprintf(why, sizeof why, "error: %s", recur_strerror(rc));
+                        snprintf(why, sizeof why, "error: %s", recur_strerror(rc[f]));
                     printf("{\"kind\":\"mixer\",\"mixer\":\"%s\",\"form\":\"%s\",\"T\":%lld,\"H\":%d,"
                            "\"K\":%d,\"V\":%d,\"chunk\":%lld,\"status\":\"%s\"}\n",
                            mx, fname, (long long)T, opt_H, opt_K, opt_V, (long long)opt_chunk, why);
                     fflush(stdout);
                     continue;
                 }
-                qsort(times, (size_t)n, sizeof times[0], cmp_double);
-                double med = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+                const int nf = n[f];
+                qsort(times[f], (size_t)nf, sizeof times[f][0], cmp_double);
+                double med = nf % 2 ? times[f][nf / 2] : 0.5 * (times[f][nf / 2 - 1] + times[f][nf / 2]);
                 double fl = mixer_flops(mx, (recur_form)f, T, opt_H, opt_K, opt_V);
                 printf("{\"kind\":\"mixer\",\"mixer\":\"%s\",\"form\":\"%s\",\"T\":%lld,\"H\":%d,\"K\":%d,"
                        "\"V\":%d,\"chunk\":%lld,\"reps\":%d,\"median_s\":%.9g,\"min_s\":%.9g,"
                        "\"tokens_per_s\":%.6g,\"flops\":%.6g,\"gflops\":%.4g,\"checksum\":%.6g,"
                        "\"status\":\"ok\"}\n",
-                       mx, fname, (long long)T, opt_H, opt_K, opt_V, (long long)opt_chunk, n, med,
-                       times[0], (double)T / med, fl, fl / med * 1e-9,
-                       (double)d.o[(size_t)(T - 1) * opt_H * opt_V]);
+                       mx, fname, (long long)T, opt_H, opt_K, opt_V, (long long)opt_chunk, nf, med,
+                       times[f][0], (double)T / med, fl, fl / med * 1e-9, checksum[f]);
                 fflush(stdout);
             }
         }

@@ -113,7 +113,8 @@ def render(c_out, t_out, Ts):
                f"(`OPENBLAS_NUM_THREADS=1`, `torch.set_num_threads(1)`). Tokens/s = T / median wall "
                f"time of one call over the whole sequence (all heads, zero initial state); each "
                f"configuration: one warm-up, then up to 5 timed calls within an 8 s budget (the "
-               f"`reps` column of the raw data). The parallel form is skipped where its workspace "
+               f"`reps` column of the raw data), the forms of a mixer taking turns call by call so "
+               f"that load from other work on these shared cores falls on all of them alike. The parallel form is skipped where its workspace "
                f"would need more than {MEM_MB // 1024} GB (address-space cap, RECUR_ENOMEM).")
     out.append("")
     out.append("### OpenBLAS sgemm (the peak chunkwise is measured against)")
