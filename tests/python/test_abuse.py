@@ -309,8 +309,12 @@ def test_client_that_never_reads_is_cut_at_send_stall_timeout():
                 "cut %.2f..%.2f s after write progress stopped, send_stall_timeout %d ms" % (
                     stall_lo, stall_hi, stall_ms))
             assert last_change <= cut_at, (last_change, cut_at)
-            assert rss_max - rss0 < 8 * 1024, "RSS grew %d KiB while the stream was stalled" % (
-                rss_max - rss0)
+            # Under ASan the ~3 MB of stream output churned through malloc/free before the stall
+            # sits in the allocator's quarantine, so RSS says nothing there (LeakSanitizer checks
+            # leaks at exit); the plain pass asserts the bound.
+            if os.environ.get("RECUR_SANITIZE") != "1":
+                assert rss_max - rss0 < 8 * 1024, "RSS grew %d KiB while the stream was stalled" % (
+                    rss_max - rss0)
             # the connection is gone on the server side: reading it ends (EOF or reset) quickly
             got, ended = 0, False
             try:
