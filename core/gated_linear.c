@@ -36,6 +36,8 @@
 /* Rows of a sub-block for per-key gates: off-diagonal sub-blocks go through recur__mm with a
  * reference point between them, diagonal sub-blocks through diag_per_key (16 lanes = 16 rows). */
 #define GL_SUB 16
+/* Per-key sub-blocks whose KjT is carried forward by a factor before it is rebuilt from exp */
+#define GL_KJ_CHAIN 8
 /* Rows of the score matrix held at once: the parallel form (one chunk of T tokens) computes
  * its T x T masked matmul in row panels of this many rows, so it needs O(GL_PANEL * T) memory.
  * A multiple of GL_SUB. */
@@ -289,6 +291,8 @@ typedef struct {
     float *Kj;                 /* [C][K]  per-key: k_s exp(b_r - b_s) for a reference r */
     float *ag;                 /* [C][K]  exp(g_t) per key (per-key gates) */
     float *KjT;                /* [K][C]  per-key: Kj transposed */
+    int kj_cols, kj_chain;     /* per-key: KjT holds columns [0, kj_cols) for the reference
+                                * kj_cols - 1, built kj_chain sub-blocks ago from exp directly */
     float *Qj;                 /* [GL_SUB][K] per-key: q_t exp(b_t - b_r) */
     float *edec;               /* [K]     exp(b_last) per key (state decay) */
     float *dw, *du;            /* [C]     scratch of recur__decay_rows */
@@ -486,15 +490,46 @@ static void scores_per_key(gl_work *w, const float *Qr, const float *Kr, size_t 
                     dst[i] = qt[i] * e[i];
                 }
             }
-            /* Kj[s] = k_s ⊙ exp(b_r - b_s), s < J0, row-major, then transposed for recur__mm */
-            for (int s = 0; s < J0; s++) {
-                const double *restrict bs = b + (size_t)s * K;
-                const float *restrict ks = Kr + (size_t)s * lr;
-                float *restrict dst = w->Kj + (size_t)s * K;
+            /* KjT[i][s] = k_s[i] exp(b_r[i] - b_s[i]), s < J0 (transposed for recur__mm). After
+             * the previous sub-block (reference r' = r - GL_SUB) the columns s <= r' only need
+             * the factor exp(b_r - b_r'), and the new rows are suffix products of exp(g):
+             *   Kj[s] = k_s ⊙ prod_{j=s+1..r} exp(g_j),   s = r' + 1 .. r
+             * so a sub-block costs K exponentials, not J0 K. Every GL_KJ_CHAIN sub-blocks (and at
+             * a fresh start) all J0 rows are taken from exp directly, which bounds the rounding
+             * a chain of factors accumulates. */
+            const int fresh = w->kj_cols != J0 - GL_SUB || w->kj_chain >= GL_KJ_CHAIN;
+            const int s0 = fresh ? 0 : J0 - GL_SUB;
+            if (fresh) {
+                for (int s = 0; s < J0; s++) {
+                    const double *restrict bs = b + (size_t)s * K;
+                    const float *restrict ks = Kr + (size_t)s * lr;
+                    float *restrict dst = w->Kj + (size_t)s * K;
+                    for (int i = 0; i < K; i++)
+                        dst[i] = ks[i] * recur__exp_nonpos(narrow(br[i] - bs[i]));
+                }
+                w->kj_chain = 0;
+            } else {
+                const double *bp = b + (size_t)(s0 - 1) * K; /* b_r' */
+                for (int i = 0; i < K; i++) {
+                    const float f = recur__exp_nonpos(narrow(br[i] - bp[i]));
+                    float *restrict row = w->KjT + (size_t)i * C;
+                    for (int s = 0; s < s0; s++)
+                        row[s] *= f;
+                }
                 for (int i = 0; i < K; i++)
-                    dst[i] = ks[i] * recur__exp_nonpos(narrow(br[i] - bs[i]));
+                    e[i] = 1.0f;
+                for (int s = J0 - 1; s >= s0; s--) {
+                    const float *restrict ks = Kr + (size_t)s * lr, *restrict as = w->ag + (size_t)s * K;
+                    float *restrict dst = w->Kj + (size_t)s * K;
+                    for (int i = 0; i < K; i++) {
+                        dst[i] = ks[i] * e[i];
+                        e[i] *= as[i];
+                    }
+                }
+                w->kj_chain++;
             }
-            recur__transpose(w->Kj, K, J0, K, w->KjT, C);
+            recur__transpose(w->Kj + (size_t)s0 * K, K, J0 - s0, K, w->KjT + s0, C);
+            w->kj_cols = J0;
             recur__mm(m, J0, K, scale, w->Qj, K, 1, w->KjT, C, 0.0f, AJ, r1, 0, 0);
         }
         diag_per_key(w, Qr, lr, J0, J1, K, scale, AJ, r1);
@@ -581,16 +616,40 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
             for (int i = 0; i < K; i++)
                 at[i] = recur__exp_nonpos(gt[i]);
         }
+        /* e = exp(b_t) and f = exp(b_last - b_s) as running products of exp(g) (e_t = e_{t-1}
+         * exp(g_t), f_s = f_{s+1} exp(g_{s+1})), taken from exp directly every GL_SUB tokens so
+         * that no chain is longer than GL_SUB - 1 products */
         const double *bl = w->b + (size_t)(n - 1) * K;
+        float e[RECUR_MAX_DIM];
         for (int t = 0; t < n; t++) {
             const double *restrict bt = w->b + (size_t)t * K;
-            const float *restrict qr = Qr + (size_t)t * lr, *restrict kr = Kr + (size_t)t * lr;
-            float *restrict qt = w->Qt + (size_t)t * K, *restrict kt = w->Kt + (size_t)t * K;
-            for (int i = 0; i < K; i++) {
-                qt[i] = qr[i] * recur__exp_nonpos(narrow(bt[i]));
-                kt[i] = kr[i] * recur__exp_nonpos(narrow(bl[i] - bt[i]));
-            }
+            const float *restrict qr = Qr + (size_t)t * lr, *restrict at = w->ag + (size_t)t * K;
+            float *restrict qt = w->Qt + (size_t)t * K;
+            if (t % GL_SUB == 0)
+                for (int i = 0; i < K; i++)
+                    e[i] = recur__exp_nonpos(narrow(bt[i]));
+            else
+                for (int i = 0; i < K; i++)
+                    e[i] *= at[i];
+            for (int i = 0; i < K; i++)
+                qt[i] = qr[i] * e[i];
         }
+        for (int s = n - 1; s >= 0; s--) {
+            const double *restrict bs = w->b + (size_t)s * K;
+            const float *restrict kr = Kr + (size_t)s * lr;
+            float *restrict kt = w->Kt + (size_t)s * K;
+            if ((n - 1 - s) % GL_SUB == 0)
+                for (int i = 0; i < K; i++)
+                    e[i] = recur__exp_nonpos(narrow(bl[i] - bs[i]));
+            else {
+                const float *restrict an = w->ag + (size_t)(s + 1) * K;
+                for (int i = 0; i < K; i++)
+                    e[i] *= an[i];
+            }
+            for (int i = 0; i < K; i++)
+                kt[i] = kr[i] * e[i];
+        }
+        w->kj_cols = -1; /* scores_per_key starts afresh in every chunk */
         for (int i = 0; i < K; i++)
             w->edec[i] = recur__exp_nonpos(narrow(bl[i]));
         Qt = w->Qt;
