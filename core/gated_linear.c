@@ -443,9 +443,32 @@ static void diag_per_key(const gl_work *w, const float *Qr, size_t lr, int J0, i
     gl_v16 acc[GL_SUB];
     for (int t = 0; t < GL_SUB; t++)
         acc[t] = (gl_v16){0};
-    for (int i = 0; i < K; i++) {
+    /* keys four at a time, so acc[t] is loaded and stored once per four */
+    int i = 0;
+    for (; i + 4 <= K; i += 4) {
+        gl_v16 kv[4], pv[4] = {{0}, {0}, {0}, {0}};
+        for (int j = 0; j < 4; j++) {
+            float kl[GL_SUB] = {0};
+            const float *ki = w->KrT + (size_t)(i + j) * w->C + J0;
+            for (int l = 0; l < m; l++)
+                kl[l] = ki[l];
+            memcpy(&kv[j], kl, sizeof kv[j]);
+        }
+        for (int t = 0; t < m; t++) {
+            const float *at = w->ag + (size_t)(J0 + t) * K + i, *qt = Qr + (size_t)(J0 + t) * lr + i;
+            gl_v16 x = acc[t];
+            for (int j = 0; j < 4; j++) {
+                pv[j] = pv[j] * at[j] + e_lane[t];
+                x += (qt[j] * kv[j]) * pv[j];
+            }
+            acc[t] = x;
+        }
+    }
+    for (; i < K; i++) {
         float kl[GL_SUB] = {0};
-        memcpy(kl, w->KrT + (size_t)i * w->C + J0, (size_t)m * sizeof(float));
+        const float *ki = w->KrT + (size_t)i * w->C + J0;
+        for (int l = 0; l < m; l++)
+            kl[l] = ki[l];
         gl_v16 kv, pv = {0};
         memcpy(&kv, kl, sizeof kv);
         for (int t = 0; t < m; t++) {
