@@ -740,8 +740,9 @@ static int run_chunked(const gl_problem *p, int64_t C)
     int rc = work_alloc(&w, C, p->K, p->gate);
     if (rc)
         return rc;
-    /* Chunks outer, heads inner: a chunk's rows [C][H][K] are one contiguous block, read front to
-     * back (heads outer streamed T strided pieces per head: 1.4x slower at T = 16k). */
+    /* Chunks outer, heads inner: a chunk's rows [C][H][K] are one contiguous block, streamed in
+     * once and then used by every head from cache (heads outer walked the whole sequence H times
+     * in strided pieces). */
     for (int64_t t0 = 0; t0 < p->T; t0 += C) {
         const int64_t n = p->T - t0 < C ? p->T - t0 : C; /* the tail chunk shrinks */
         /* the chunk's rows of every head, streamed in front to back (recur__touch) */
