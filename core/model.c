@@ -1,4 +1,4 @@
-/* model.c — the model object: tensor table (docs/MODEL.md "Tensors"), the fp32 weight arena,
+/* model.c — the model object: tensor table (docs/MODEL.md "Tensors"), the weight arena,
  * loading a model directory, info, fingerprint, free. The forward pass is in model_forward.c. */
 #include <errno.h>
 #include <stdio.h>
@@ -59,59 +59,85 @@ int recur__tensor_shape(const recur_config *c, recur_mixer_kind kind, recur_laye
     return 1;
 }
 
-static float **layer_slot(recur_layer *L, recur_layer_tensor t)
+/* p + i elements of type wt */
+static void *elem_at(void *p, size_t i, recur_wtype wt) { return (char *)p + i * recur__wtype_size(wt); }
+
+/* The arena place of a layer tensor (for T_UP: the second half of w_gate_up). */
+static void *layer_place(const recur_config *c, recur_layer *L, recur_layer_tensor t, recur_wtype wt)
 {
     switch (t) {
-    case T_ATTN_NORM: return &L->attn_norm;
-    case T_Q: return &L->wq;
-    case T_K: return &L->wk;
-    case T_V: return &L->wv;
-    case T_GK: return &L->wgk;
-    case T_B: return &L->wb;
-    case T_A: return &L->wa;
-    case T_A_LOG: return &L->A_log;
-    case T_DT_BIAS: return &L->dt_bias;
-    case T_G: return &L->wg;
-    case T_O_NORM: return &L->o_norm;
-    case T_O: return &L->wo;
-    case T_MLP_NORM: return &L->mlp_norm;
-    case T_GATE: return &L->w_gate_up;
-    case T_UP: return NULL; /* second half of w_gate_up, see recur__weight */
-    case T_DOWN: return &L->w_down;
+    case T_ATTN_NORM: return L->attn_norm;
+    case T_Q: return L->wq;
+    case T_K: return L->wk;
+    case T_V: return L->wv;
+    case T_GK: return L->wgk;
+    case T_B: return L->wb;
+    case T_A: return L->wa;
+    case T_A_LOG: return L->A_log;
+    case T_DT_BIAS: return L->dt_bias;
+    case T_G: return L->wg;
+    case T_O_NORM: return L->o_norm;
+    case T_O: return L->wo;
+    case T_MLP_NORM: return L->mlp_norm;
+    case T_GATE: return L->w_gate_up;
+    case T_UP: return elem_at(L->w_gate_up, (size_t)c->d_ff * c->d_model, wt);
+    case T_DOWN: return L->w_down;
     default: return NULL;
     }
 }
 
-int recur__weight(recur_model *m, int layer, int t, recur_weight_ref *ref)
+int recur__weight_meta(const recur_config *c, int layer, int t, recur_weight_ref *ref)
 {
-    const recur_config *c = &m->cfg;
     int ndim = 1;
     int64_t shape[2] = {0, 0};
     if (layer < 0) {
         /* globals: t = 0 embed, 1 norm_f, 2 lm_head (untied only) */
         switch (t) {
-        case 0: ref->ptr = m->embed; shape[0] = c->vocab_size; shape[1] = c->d_model; ndim = 2;
+        case 0: shape[0] = c->vocab_size; shape[1] = c->d_model; ndim = 2;
             snprintf(ref->name, sizeof ref->name, "embed.weight"); break;
-        case 1: ref->ptr = m->norm_f; shape[0] = c->d_model;
+        case 1: shape[0] = c->d_model;
             snprintf(ref->name, sizeof ref->name, "norm_f.weight"); break;
         case 2: if (c->tied_embeddings) return 0;
-            ref->ptr = m->lm_head; shape[0] = c->vocab_size; shape[1] = c->d_model; ndim = 2;
+            shape[0] = c->vocab_size; shape[1] = c->d_model; ndim = 2;
             snprintf(ref->name, sizeof ref->name, "lm_head.weight"); break;
         default: return 0;
         }
     } else {
-        recur_layer *L = &m->layers[layer];
-        if (!recur__tensor_shape(c, L->kind, (recur_layer_tensor)t, shape, &ndim)) return 0;
-        float **slot = layer_slot(L, (recur_layer_tensor)t);
-        ref->ptr = slot ? *slot : L->w_gate_up + (size_t)c->d_ff * c->d_model;
+        if (!recur__tensor_shape(c, c->mixers[layer], (recur_layer_tensor)t, shape, &ndim)) return 0;
         snprintf(ref->name, sizeof ref->name, "layers.%d.%s", layer, suffixes[t]);
     }
+    ref->ptr = NULL;
+    ref->half = NULL;
     ref->ndim = ndim;
     ref->shape[0] = shape[0];
     ref->shape[1] = ndim == 2 ? shape[1] : 0;
     ref->n = (size_t)shape[0] * (size_t)(ndim == 2 ? shape[1] : 1);
     ref->is_norm = (layer < 0 && t == 1) ||
                    (layer >= 0 && (t == T_ATTN_NORM || t == T_MLP_NORM || t == T_O_NORM));
+    /* every 2-D layer tensor is (part of) a GEMM matrix; of the globals lm_head, and embed when
+     * the LM head is its packed copy */
+    ref->is_matrix = ndim == 2 && (layer >= 0 || t == 2 || c->tied_embeddings);
+    return 1;
+}
+
+int recur__weight(recur_model *m, int layer, int t, recur_weight_ref *ref)
+{
+    const recur_config *c = &m->cfg;
+    if (!recur__weight_meta(c, layer, t, ref)) return 0;
+    int half = m->wtype != RECUR_WT_F32;
+    void *place;
+    if (layer < 0) {
+        place = t == 0 ? (void *)m->embed : t == 1 ? (void *)m->norm_f : m->lm_head;
+        if (t == 0) { /* embed: fp32 for the lookup; a tied half model also stages it in lm_head */
+            ref->ptr = m->embed;
+            if (half && c->tied_embeddings) ref->half = m->lm_head;
+            return 1;
+        }
+    } else {
+        place = layer_place(c, &m->layers[layer], (recur_layer_tensor)t, m->wtype);
+    }
+    if (half && ref->is_matrix) ref->half = place;
+    else ref->ptr = place;
     return 1;
 }
 
@@ -136,7 +162,7 @@ void recur__big_free(void *p, size_t bytes)
 #define ALIGN_FLOATS 16 /* 64-byte alignment for every tensor group */
 static size_t round_up(size_t n) { return (n + ALIGN_FLOATS - 1) / ALIGN_FLOATS * ALIGN_FLOATS; }
 
-int recur__model_alloc(const recur_config *c, recur_model **out)
+int recur__model_alloc(const recur_config *c, recur_wtype wt, recur_model **out)
 {
     size_t d = (size_t)c->d_model, H = (size_t)c->n_heads, K = (size_t)c->head_k, V = (size_t)c->head_v;
     size_t HK = H * K, HV = H * V, ff = (size_t)c->d_ff, vocab = (size_t)c->vocab_size;
@@ -145,11 +171,13 @@ int recur__model_alloc(const recur_config *c, recur_model **out)
     recur_model *m = calloc(1, sizeof *m);
     if (!m) return RECUR_ENOMEM;
     m->cfg = *c;
+    m->wtype = wt;
+    const size_t es = recur__wtype_size(wt);
     for (int pass = 0; pass < 2; pass++) {
         size_t off = 0;
         float *base = m->arena;
 #define TAKE(ptr, n) do { if (pass) (ptr) = base + off; off = round_up(off + (size_t)(n)); } while (0)
-#define TAKE_MATRIX(ptr, N, K) TAKE(ptr, recur__packed_floats((int)(N), (int)(K)))
+#define TAKE_MATRIX(ptr, N, K) TAKE(ptr, (recur__packed_floats((int)(N), (int)(K)) * es + 3) / 4)
         TAKE(m->embed, vocab * d);
         TAKE(m->norm_f, d);
         TAKE_MATRIX(m->lm_head, vocab, d); /* tied: filled from embed when packed */
@@ -172,12 +200,12 @@ int recur__model_alloc(const recur_config *c, recur_model **out)
             TAKE_MATRIX(L->w_in, n_in, d);
             if (pass) {
                 L->wq = L->w_in;
-                L->wk = L->wq + HK * d;
-                L->wv = L->wk + HK * d;
-                L->wg = L->wv + HV * d;
-                L->wgk = gla ? L->wg + HV * d : NULL;
-                L->wb = delta ? L->w_in + (size_t)L->off_b * d : NULL;
-                L->wa = gdn ? L->w_in + (size_t)L->off_a * d : NULL;
+                L->wk = elem_at(L->w_in, HK * d, wt);
+                L->wv = elem_at(L->w_in, 2 * HK * d, wt);
+                L->wg = elem_at(L->w_in, (size_t)L->off_g * d, wt);
+                L->wgk = gla ? elem_at(L->w_in, (size_t)L->off_gk * d, wt) : NULL;
+                L->wb = delta ? elem_at(L->w_in, (size_t)L->off_b * d, wt) : NULL;
+                L->wa = gdn ? elem_at(L->w_in, (size_t)L->off_a * d, wt) : NULL;
             }
             if (gdn) { TAKE(L->A_log, H); TAKE(L->dt_bias, H); }
             TAKE(L->o_norm, V);
@@ -189,7 +217,7 @@ int recur__model_alloc(const recur_config *c, recur_model **out)
 #undef TAKE_MATRIX
 #undef TAKE
         if (!pass) {
-            if (off > ((size_t)1 << 31)) { free(m); return RECUR_ESHAPE; } /* > 8 GiB of fp32 */
+            if (off > ((size_t)1 << 31)) { free(m); return RECUR_ESHAPE; } /* > 8 GiB */
             m->arena_floats = off;
             m->arena = recur__big_alloc(off * sizeof(float));
             if (!m->arena) { free(m); return RECUR_ENOMEM; }
@@ -222,12 +250,13 @@ uint64_t recur__fnv1a(uint64_t h, const void *data, size_t n)
     return h;
 }
 
-/* W [N][K] row-major at w (its region holds recur__packed_floats(N, K)) -> packed in place;
- * tmp holds at least N*K floats. */
-static void pack_in_place(float *w, int N, int K, float *tmp)
+/* W [N][K] row-major at w, elements of type wt (its region holds recur__packed_floats(N, K) of
+ * them) -> packed in place; tmp holds at least N*K elements. */
+static void pack_in_place(void *w, int N, int K, recur_wtype wt, void *tmp)
 {
-    memcpy(tmp, w, (size_t)N * K * sizeof(float));
-    recur__pack(w, tmp, N, K);
+    memcpy(tmp, w, (size_t)N * K * recur__wtype_size(wt));
+    if (wt == RECUR_WT_F32) recur__pack(w, tmp, N, K);
+    else recur__pack_half(w, tmp, N, K);
 }
 
 /* Every GEMM matrix into the packed layout of packed_gemm.h (the forward pass reads only that). */
@@ -240,17 +269,19 @@ static int pack_weights(recur_model *m)
         size_t n[] = {(size_t)m->layers[l].n_in * d, (size_t)d * HV, (size_t)2 * ff * d, (size_t)d * ff};
         for (int i = 0; i < 4; i++) if (n[i] > most) most = n[i];
     }
-    float *tmp = malloc(most * sizeof(float));
+    const recur_wtype wt = m->wtype;
+    void *tmp = malloc(most * recur__wtype_size(wt));
     if (!tmp) return RECUR_ENOMEM;
     for (int l = 0; l < c->n_layers; l++) {
         recur_layer *L = &m->layers[l];
-        pack_in_place(L->w_in, L->n_in, d, tmp);
-        pack_in_place(L->wo, d, HV, tmp);
-        pack_in_place(L->w_gate_up, 2 * ff, d, tmp);
-        pack_in_place(L->w_down, d, ff, tmp);
+        pack_in_place(L->w_in, L->n_in, d, wt, tmp);
+        pack_in_place(L->wo, d, HV, wt, tmp);
+        pack_in_place(L->w_gate_up, 2 * ff, d, wt, tmp);
+        pack_in_place(L->w_down, d, ff, wt, tmp);
     }
-    if (c->tied_embeddings) recur__pack(m->lm_head, m->embed, c->vocab_size, d);
-    else pack_in_place(m->lm_head, c->vocab_size, d, tmp);
+    /* tied fp32: packed from embed; tied half: embed's halves were staged in lm_head */
+    if (c->tied_embeddings && wt == RECUR_WT_F32) recur__pack(m->lm_head, m->embed, c->vocab_size, d);
+    else pack_in_place(m->lm_head, c->vocab_size, d, wt, tmp);
     free(tmp);
     return RECUR_OK;
 }
@@ -273,7 +304,9 @@ int recur__model_finish(recur_model *m)
     for (int l = 0; l < c->n_layers; l++) info->mixers[l] = c->mixers[l];
 
     /* fingerprint: FNV-1a 64 over the canonical config text, then every tensor's fp32 data in
-     * table order (embed, norm_f, lm_head if untied, then each layer's tensors) */
+     * table order (embed, norm_f, lm_head if untied, then each layer's tensors); a tensor held
+     * in halves is hashed as its exact fp32 widening, so the fingerprint does not depend on
+     * how the weights are held */
     char canon[2048];
     int n = recur__config_canonical(c, canon, sizeof canon);
     uint64_t h = recur__fnv1a(RECUR_FNV_OFFSET, canon, n > 0 ? (size_t)n : 0);
@@ -282,7 +315,12 @@ int recur__model_finish(recur_model *m)
     for (int l = -1; l < c->n_layers; l++)
         for (int t = 0; t < T_N_LAYER_TENSORS; t++)
             if (recur__weight(m, l, t, &ref)) {
-                h = recur__fnv1a(h, ref.ptr, ref.n * sizeof(float));
+                if (ref.ptr) h = recur__fnv1a(h, ref.ptr, ref.n * sizeof(float));
+                else
+                    for (size_t i = 0; i < ref.n; i++) {
+                        float f = recur__half_to_float(ref.half[i], m->wtype);
+                        h = recur__fnv1a(h, &f, sizeof f);
+                    }
                 params += (int64_t)ref.n;
             }
     info->fingerprint = h;
@@ -292,6 +330,9 @@ int recur__model_finish(recur_model *m)
     size_t HK = (size_t)c->n_heads * c->head_k, HV = (size_t)c->n_heads * c->head_v;
     sb += (size_t)m->n_softmax * (size_t)c->max_context * (HK + HV) * sizeof(float);
     info->state_bytes = sb;
+    info->weight_bytes = m->arena_floats * sizeof(float);
+    snprintf(info->weights_dtype, sizeof info->weights_dtype, "%s",
+             m->wtype == RECUR_WT_F16 ? "F16" : m->wtype == RECUR_WT_BF16 ? "BF16" : "F32");
     return pack_weights(m);
 }
 
@@ -314,7 +355,8 @@ static int read_small_file(const char *path, size_t limit, char **out, size_t *l
     return RECUR_OK;
 }
 
-int recur_model_load_files(const char *config_path, const char *weights_path, recur_model **out)
+int recur__model_load_files_opt(const char *config_path, const char *weights_path, int keep_half,
+                                recur_model **out)
 {
     if (!config_path || !weights_path || !out) return RECUR_EINVAL;
     char *text;
@@ -326,14 +368,17 @@ int recur_model_load_files(const char *config_path, const char *weights_path, re
     free(text);
     if (rc) return rc;
     recur_model *m;
-    rc = recur__model_alloc(&cfg, &m);
+    rc = recur__safetensors_load(&cfg, weights_path, keep_half, &m);
     if (rc) return rc;
-    rc = recur__safetensors_load(m, weights_path);
-    if (rc) { recur_model_free(m); return rc; }
     rc = recur__model_finish(m);
     if (rc) { recur_model_free(m); return rc; }
     *out = m;
     return RECUR_OK;
+}
+
+int recur_model_load_files(const char *config_path, const char *weights_path, recur_model **out)
+{
+    return recur__model_load_files_opt(config_path, weights_path, 1, out);
 }
 
 int recur_model_load(const char *dir, recur_model **out)

@@ -137,14 +137,15 @@ static void l2norm(float *x, int n)
     for (int i = 0; i < n; i++) x[i] *= r;
 }
 
-/* C[R][N] = beta * C + A[R][Kd] W[N][Kd]^T   (nn.Linear on R rows), W packed at load. One kernel
+/* C[R][N] = beta * C + A[R][Kd] W[N][Kd]^T   (nn.Linear on R rows), W packed at load, elements
+ * of the model's wtype (fp32, or the weights file's F16 / BF16 widened in the kernel). One kernel
  * for every row count: a row's result is the same bits whether it is stepped alone, in a batch
  * at any position, or in a prefill piece (packed_gemm.h); and with W pre-packed it is faster than
  * sgemv at one row and than sgemm (which repacks W per call) at 8 to 256 rows. */
-static void linear_rows(int R, int N, int Kd, const float *A, int lda, const float *Wp, float beta,
-                        float *C, int ldc)
+static void linear_rows(const recur_model *m, int R, int N, int Kd, const float *A, int lda, const void *Wp,
+                        float beta, float *C, int ldc)
 {
-    recur__packed_gemm(R, N, Kd, A, lda, Wp, beta, C, ldc);
+    recur__packed_gemm_t(R, N, Kd, A, lda, Wp, m->wtype, beta, C, ldc);
 }
 
 /* ---------------------------------------------------------------- mixer: decode (one token) */
@@ -479,7 +480,7 @@ static int forward_rows(const recur_model *m, recur_workspace *ws, recur_state *
         // h = RMSNorm_attn(x) ; proj = [q|k|v|g|gk|b|a] = W_in h
         for (int r = 0; r < R; r++)
             rmsnorm(ws->h + (size_t)r * d, ws->x + (size_t)r * d, L->attn_norm, d, eps);
-        linear_rows(R, L->n_in, d, ws->h, d, L->w_in, 0.0f, ws->proj, L->n_in);
+        linear_rows(m, R, L->n_in, d, ws->h, d, L->w_in, 0.0f, ws->proj, L->n_in);
         preprocess_rows(m, L, ws, R);
 
         // o = core(q, k, v, gates; state)
@@ -506,24 +507,24 @@ static int forward_rows(const recur_model *m, recur_workspace *ws, recur_state *
             for (int hd = 0; hd < H; hd++) rmsnorm(o + (size_t)hd * V, o + (size_t)hd * V, L->o_norm, V, eps);
             for (size_t i = 0; i < HV; i++) o[i] *= silu_v(g[i]);
         }
-        linear_rows(R, d, (int)HV, ws->o, (int)HV, L->wo, 1.0f, ws->x, d);
+        linear_rows(m, R, d, (int)HV, ws->o, (int)HV, L->wo, 1.0f, ws->x, d);
 
         // h = RMSNorm_mlp(x) ; x += down( silu(gate h) * (up h) )
         for (int r = 0; r < R; r++)
             rmsnorm(ws->h + (size_t)r * d, ws->x + (size_t)r * d, L->mlp_norm, d, eps);
-        linear_rows(R, 2 * ff, d, ws->h, d, L->w_gate_up, 0.0f, ws->ff, 2 * ff);
+        linear_rows(m, R, 2 * ff, d, ws->h, d, L->w_gate_up, 0.0f, ws->ff, 2 * ff);
         for (int r = 0; r < R; r++) {
             float *f = ws->ff + (size_t)r * 2 * ff;
             for (int j = 0; j < ff; j++) f[j] = silu_v(f[j]) * f[ff + j];
         }
-        linear_rows(R, d, ff, ws->ff, 2 * ff, L->w_down, 1.0f, ws->x, d);
+        linear_rows(m, R, d, ff, ws->ff, 2 * ff, L->w_down, 1.0f, ws->x, d);
     }
 
     if (logits) {
         // logits = lm_head RMSNorm_f(x)
         for (int r = 0; r < R; r++)
             rmsnorm(ws->h + (size_t)r * d, ws->x + (size_t)r * d, m->norm_f, d, eps);
-        linear_rows(R, c->vocab_size, d, ws->h, d, m->lm_head, 0.0f, logits, c->vocab_size);
+        linear_rows(m, R, c->vocab_size, d, ws->h, d, m->lm_head, 0.0f, logits, c->vocab_size);
     }
     return RECUR_OK;
 }

@@ -4,7 +4,8 @@
  * One splitmix64 stream, tensors in table order (embed, norm_f, lm_head if untied, then each
  * layer's tensors in the order of docs/MODEL.md): projections and embeddings uniform in
  * [-a, a], a = sqrt(3) * 0.02 (std 0.02); norm weights 1; A_log = log(u), u ~ U[1, 16];
- * dt_bias = log(expm1(u)), u ~ U[1e-3, 1e-1]. */
+ * dt_bias = log(expm1(u)), u ~ U[1e-3, 1e-1]. A model whose matrices are held as halves gets
+ * each matrix value rounded to the half type (a seeded stand-in for an F16 / BF16 file). */
 #include <math.h>
 #include <string.h>
 #include "model_internal.h"
@@ -15,6 +16,35 @@ static uint64_t splitmix64(uint64_t *s)
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     return z ^ (z >> 31);
+}
+
+/* fp32 -> the nearest half of type wt (ties to even); the seeded values are small and finite */
+static uint16_t float_to_half(float f, recur_wtype wt)
+{
+    uint32_t b;
+    if (wt == RECUR_WT_F16) { /* F. Giesen's float_to_half_fast3_rtne (no _Float16 in every compiler) */
+        const uint32_t f16max = (127u + 16u) << 23, denorm_magic = ((127u - 15u) + (23u - 10u) + 1u) << 23;
+        memcpy(&b, &f, 4);
+        uint32_t sign = b & 0x80000000u, u = b ^ sign;
+        uint16_t o;
+        if (u >= f16max) {
+            o = u > 0x7f800000u ? 0x7e00 : 0x7c00; /* NaN, or inf / overflow */
+        } else if (u < (113u << 23)) { /* result subnormal or zero: let an fp32 add round it */
+            float uf, dm;
+            memcpy(&uf, &u, 4);
+            memcpy(&dm, &denorm_magic, 4);
+            uf += dm;
+            memcpy(&u, &uf, 4);
+            o = (uint16_t)(u - denorm_magic);
+        } else {
+            uint32_t odd = (u >> 13) & 1u;
+            u += ((uint32_t)(15 - 127) << 23) + 0xfffu + odd;
+            o = (uint16_t)(u >> 13);
+        }
+        return (uint16_t)(o | (sign >> 16));
+    }
+    memcpy(&b, &f, 4);
+    return (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
 }
 
 /* uniform in [0, 1) with 53 bits */
@@ -34,19 +64,29 @@ void recur__model_seed(recur_model *m, uint64_t seed)
                 else if (l >= 0 && t == T_A_LOG) x = log(1.0 + 15.0 * uniform01(&s));
                 else if (l >= 0 && t == T_DT_BIAS) x = log(expm1(1e-3 + (1e-1 - 1e-3) * uniform01(&s)));
                 else x = (2.0 * uniform01(&s) - 1.0) * a;
-                ref.ptr[i] = (float)x;
+                float f = (float)x;
+                if (ref.half) {
+                    ref.half[i] = float_to_half(f, m->wtype);
+                    f = recur__half_to_float(ref.half[i], m->wtype);
+                }
+                if (ref.ptr) ref.ptr[i] = f;
             }
         }
 }
 
 int recur_model_init_seed(const char *config_json, uint64_t seed, recur_model **out)
 {
+    return recur__model_init_seed_wtype(config_json, seed, RECUR_WT_F32, out);
+}
+
+int recur__model_init_seed_wtype(const char *config_json, uint64_t seed, recur_wtype wt, recur_model **out)
+{
     if (!config_json || !out) return RECUR_EINVAL;
     recur_config cfg;
     int rc = recur__config_parse(config_json, strlen(config_json), &cfg);
     if (rc) return rc;
     recur_model *m;
-    rc = recur__model_alloc(&cfg, &m);
+    rc = recur__model_alloc(&cfg, wt, &m);
     if (rc) return rc;
     recur__model_seed(m, seed);
     rc = recur__model_finish(m);

@@ -2,7 +2,7 @@
  * model_internal.h — private structures of the model stack (model*.c, state.c, snapshot.c,
  * safetensors.c). Not part of the public API: only librecur's own files include it.
  *
- * Weights live in one owned fp32 arena. Per layer, the mixer's input projections are laid out
+ * Weights live in one owned arena. Per layer, the mixer's input projections are laid out
  * back to back so that they form a single [P][d] matrix (one GEMM per layer over a batch or a
  * prefill piece):  q [H*K] | k [H*K] | v [H*V] | g_proj [H*V] | gk [H*K] (gla) | b [H] | a [H].
  * gate_proj and up_proj are likewise adjacent: one [2*d_ff][d] matrix.
@@ -12,12 +12,19 @@
  * place into the panel layout of packed_gemm.h (its region is sized for the padded packed form),
  * and from then on only recur__packed_gemm reads them. There is no second copy: the one extra is
  * the LM head of a tied model, a packed copy of embed (embed stays row-major for the lookup).
+ *
+ * Element type of the GEMM matrices (m->wtype): fp32, or — for a weights file whose matrices
+ * (and embed, when tied) are all F16 or all BF16 — that half type, kept as read: the matrix
+ * regions hold 16-bit halves (row-major while filling, then packed), half the bytes, and
+ * recur__packed_gemm_t widens them exactly in the kernel (same results as fp32, bit for bit).
+ * Everything else (embed for the lookup, norms, A_log, dt_bias) is fp32 whatever the file.
  */
 #ifndef RECUR_MODEL_INTERNAL_H
 #define RECUR_MODEL_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include "packed_gemm.h"
 #include "recur.h"
 
 /* ---------------------------------------------------------------- config */
@@ -53,19 +60,20 @@ typedef enum {
 typedef struct {
     recur_mixer_kind kind;
     float *attn_norm;           /* [d] */
-    float *w_in;                /* [P][d]: q | k | v | g_proj | gk | b | a (see top); packed */
+    /* matrices (void *): elements of the model's wtype (float or uint16_t halves) */
+    void *w_in;                 /* [P][d]: q | k | v | g_proj | gk | b | a (see top); packed */
     /* wq .. wa: rows of w_in, row-major; valid only until recur__model_finish packs w_in */
-    float *wq, *wk, *wv;        /* [H*K][d], [H*K][d], [H*V][d] */
-    float *wg;                  /* [H*V][d]  output gate */
-    float *wgk;                 /* [H*K][d]  gla only */
-    float *wb;                  /* [H][d]    deltanet, gated_deltanet */
-    float *wa;                  /* [H][d]    gated_deltanet */
+    void *wq, *wk, *wv;         /* [H*K][d], [H*K][d], [H*V][d] */
+    void *wg;                   /* [H*V][d]  output gate */
+    void *wgk;                  /* [H*K][d]  gla only */
+    void *wb;                   /* [H][d]    deltanet, gated_deltanet */
+    void *wa;                   /* [H][d]    gated_deltanet */
     float *A_log, *dt_bias;     /* [H]       gated_deltanet */
     float *o_norm;              /* [V] */
-    float *wo;                  /* [d][H*V]  packed */
+    void *wo;                   /* [d][H*V]  packed */
     float *mlp_norm;            /* [d] */
-    float *w_gate_up;           /* [2*d_ff][d]: gate_proj rows then up_proj rows; packed */
-    float *w_down;              /* [d][d_ff]  packed */
+    void *w_gate_up;            /* [2*d_ff][d]: gate_proj rows then up_proj rows; packed */
+    void *w_down;               /* [d][d_ff]  packed */
     int n_in;                   /* P: rows of w_in */
     int off_g, off_gk, off_b, off_a; /* column offsets inside one row of the projected [P] vector */
     size_t state_off;           /* recurrent layers: float offset in the state block */
@@ -75,11 +83,12 @@ typedef struct {
 struct recur_model {
     recur_config cfg;
     recur_model_info info;
-    float *arena;               /* every weight, fp32, owned (recur__big_alloc) */
+    recur_wtype wtype;          /* element type of the matrices (w_in, wo, w_gate_up, w_down, lm_head) */
+    float *arena;               /* every weight, owned (recur__big_alloc); sized in 4-byte units */
     size_t arena_floats;
-    float *embed;               /* [vocab][d] */
+    float *embed;               /* [vocab][d] fp32 */
     float *norm_f;              /* [d] */
-    float *lm_head;             /* [vocab][d] packed; tied: a packed copy of embed made at finish */
+    void *lm_head;              /* [vocab][d] packed; tied: a packed copy of embed made at finish */
     recur_layer layers[RECUR_MAX_LAYERS];
     size_t rec_floats;          /* floats of every recurrent layer's state (one block) */
     int n_softmax;              /* layers with a KV cache */
@@ -91,32 +100,49 @@ int recur__tensor_shape(const recur_config *c, recur_mixer_kind kind, recur_laye
                         int64_t shape[2], int *ndim);
 const char *recur__tensor_suffix(recur_layer_tensor t);
 
-/* One tensor of the model: its safetensors name, shape and place in the arena. */
+/* One tensor of the model: its safetensors name, shape and place(s) in the arena. A tensor is
+ * held as fp32 (ptr), as halves of the model's wtype (half), or both (embed of a tied half
+ * model: fp32 for the lookup, halves for the LM head); the unused pointer is NULL. */
 typedef struct {
     char name[64];
-    float *ptr;
+    float *ptr;      /* fp32 row-major, or NULL */
+    uint16_t *half;  /* halves of m->wtype, row-major (until packed), or NULL */
     int ndim;
     int64_t shape[2];
-    size_t n;      /* elements */
-    int is_norm;   /* RMSNorm weight (seeded init: ones) */
+    size_t n;        /* elements */
+    int is_norm;     /* RMSNorm weight (seeded init: ones) */
+    int is_matrix;   /* feeds a packed GEMM (all 2-D layer tensors, lm_head, embed when tied) */
 } recur_weight_ref;
 
 /* Enumerate tensors: layer -1 with t = 0 (embed), 1 (norm_f), 2 (lm_head); layer >= 0 with
- * t a recur_layer_tensor. Returns 0 when that tensor does not exist for this model. */
+ * t a recur_layer_tensor. Returns 0 when that tensor does not exist for this model.
+ * recur__weight_meta fills everything but ptr / half (NULL) from the config alone. */
 int recur__weight(recur_model *m, int layer, int t, recur_weight_ref *ref);
+int recur__weight_meta(const recur_config *c, int layer, int t, recur_weight_ref *ref);
 
-/* Allocate the arena and set every weight pointer (weights zero, matrices row-major). */
-int recur__model_alloc(const recur_config *c, recur_model **out);
+/* Allocate the arena and set every weight pointer (weights zero, matrices row-major), the
+ * matrices with elements of type wt. */
+int recur__model_alloc(const recur_config *c, recur_wtype wt, recur_model **out);
 /* Fill the weights of a freshly allocated model from a seed (docs/MODEL.md "Seeded
- * initialisation"), row-major; recur__model_finish still has to run. */
+ * initialisation"), row-major; recur__model_finish still has to run. Half matrices get each
+ * value rounded to the half type (nearest even); embed's fp32 copy of a tied half model gets
+ * the rounded value too, so the lookup and the LM head see one tensor. */
 void recur__model_seed(recur_model *m, uint64_t seed);
+/* recur_model_init_seed with the matrices kept as wt (F16 / BF16: the seeded values rounded). */
+int recur__model_init_seed_wtype(const char *config_json, uint64_t seed, recur_wtype wt, recur_model **out);
+/* recur_model_load_files; keep_half == 0 widens a half file to fp32 matrices (the path before
+ * half weights were kept; tests compare the two bit for bit). */
+int recur__model_load_files_opt(const char *config_path, const char *weights_path, int keep_half,
+                                recur_model **out);
 /* Once the weights are in place (row-major): fill info (params, state bytes, fingerprint of the
  * row-major data), then pack the GEMM matrices in place. 0 or RECUR_ENOMEM (m unusable then:
  * free it). After this, recur__weight's pointers to matrices point at packed data. */
 int recur__model_finish(recur_model *m);
 
-/* Read a safetensors file into m's weights (fp32). */
-int recur__safetensors_load(recur_model *m, const char *path);
+/* Validate a safetensors file against config c, allocate the model (matrices kept in the file's
+ * half type when keep_half and every matrix tensor has that one half type; fp32 otherwise) and
+ * read every weight into it. *out is then ready for recur__model_finish. */
+int recur__safetensors_load(const recur_config *c, const char *path, int keep_half, recur_model **out);
 
 /* Large long-lived buffers (weights, workspaces): anonymous mappings with transparent huge
  * pages requested (first touch and TLB reach, CONVENTIONS.md); zero-filled. NULL on failure. */

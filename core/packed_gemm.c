@@ -5,12 +5,16 @@
  * one panel at the end of N, many panels for M = 1) runs the same chain per element, which is why
  * a row's result does not depend on M or on where the row sits. Panels are the outer loop: a
  * pair of panels (K x 32 floats) stays in L1 while every row tile of x passes over it, and W is
- * read once per call (from L3/DRAM when it is large). */
+ * read once per call (from L3/DRAM when it is large).
+ *
+ * Half weights (F16 / BF16 panels): the tile widens each loaded panel vector to fp32 (F16C
+ * vcvtph2ps; BF16 a zero-extend and a 16-bit shift), exact, then runs the fp32 chain unchanged.
+ * The widening is one instruction per panel vector and k, shared by the MR rows of the tile. */
 #include <math.h>
 #include <string.h>
 #include "packed_gemm.h"
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__) && defined(__F16C__))
 #include <immintrin.h>
 #endif
 
@@ -34,7 +38,40 @@ void recur__pack(float *Wp, const float *W, int N, int K)
         }
 }
 
+void recur__pack_half(uint16_t *Wp, const uint16_t *W, int N, int K)
+{
+    int np = (N + RECUR_PANEL - 1) / RECUR_PANEL;
+    for (int p = 0; p < np; p++)
+        for (int k = 0; k < K; k++) {
+            uint16_t *dst = Wp + ((size_t)p * K + k) * RECUR_PANEL;
+            for (int j = 0; j < RECUR_PANEL; j++) {
+                int n = p * RECUR_PANEL + j;
+                dst[j] = n < N ? W[(size_t)n * K + k] : 0;
+            }
+        }
+}
+
 /* ---------------------------------------------------------------- scalar reference */
+
+/* Packed weight i (a panel offset) of type wt, as fp32. */
+static inline float weight_at(const void *Wp, recur_wtype wt, size_t i)
+{
+    return wt == RECUR_WT_F32 ? ((const float *)Wp)[i] : recur__half_to_float(((const uint16_t *)Wp)[i], wt);
+}
+
+void recur__packed_gemm_ref_t(int M, int N, int K, const float *x, int ldx, const void *Wp,
+                              recur_wtype wt, float beta, float *y, int ldy)
+{
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            size_t w = (size_t)(n / RECUR_PANEL) * K * RECUR_PANEL + n % RECUR_PANEL;
+            const float *xr = x + (size_t)m * ldx;
+            float acc = 0.0f;
+            for (int k = 0; k < K; k++) acc = fmaf(xr[k], weight_at(Wp, wt, w + (size_t)k * RECUR_PANEL), acc);
+            float *yo = y + (size_t)m * ldy + n;
+            *yo = beta == 0.0f ? acc : fmaf(beta, *yo, acc);
+        }
+}
 
 void recur__packed_gemm_ref(int M, int N, int K, const float *x, int ldx, const float *Wp,
                             float beta, float *y, int ldy)
@@ -53,33 +90,50 @@ void recur__packed_gemm_ref(int M, int N, int K, const float *x, int ldx, const 
 #if defined(__AVX512F__)
 /* ---------------------------------------------------------------- AVX-512: one zmm per panel row */
 
+#ifndef MR_MAX
 #define MR_MAX 8 /* rows per tile: 8 x 2 panels = 16 accumulators of 32 zmm */
+#endif
+#ifndef MR_HALF
+#define MR_HALF 14 /* half weights: 14 x 2 = 28 accumulators, one widening per 14 FMAs */
+#endif
+#define MR_TILE (MR_HALF > MR_MAX ? MR_HALF : MR_MAX)
 #define NP_ONE_ROW 8 /* panels in flight for M = 1: enough independent chains to stream W */
 
-/* Rows [0, MR) of x against panels [0, NP) of Wp (Wp, y already offset to the tile); n_left =
- * N minus the tile's first column. MR and NP are constants after inlining: acc stays in zmm.
- * pf (or NULL): the next pair of panels, asked into L2 two lines per k while this tile runs
- * (the first row tile of a pair does it; a cold W otherwise stalls the next pair's first tile;
- * when one panel is left this runs past the end of W, which a prefetch may: it never faults;
- * +5 % on the default model's GEMM sequence at M = 64). */
-INLINE void tile(const int MR, const int NP, int K, const float *x, int ldx, const float *Wp,
-                 float beta, float *y, int ldy, int n_left, const float *pf)
+/* The 16 weights of panel row i (element offset) as fp32; WT a constant after inlining. */
+INLINE __m512 load_w(const int WT, const void *Wp, size_t i)
 {
-    __m512 acc[MR_MAX][NP_ONE_ROW];
+    if (WT == RECUR_WT_F32) return _mm512_load_ps((const float *)Wp + i);
+    __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)Wp + i));
+    if (WT == RECUR_WT_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* Rows [0, MR) of x against panels [0, NP) of Wp (Wp, y already offset to the tile); n_left =
+ * N minus the tile's first column. MR, NP and WT are constants after inlining: acc stays in zmm.
+ * pf (or NULL): the next pair of panels, asked into L2 one line per 64 bytes of it per k while
+ * this tile runs (the first row tile of a pair does it; a cold W otherwise stalls the next pair's
+ * first tile; when one panel is left this runs past the end of W, which a prefetch may: it never
+ * faults; +5 % on the default model's GEMM sequence at M = 64). */
+INLINE void tile(const int WT, const int MR, const int NP, int K, const float *x, int ldx, const void *Wp,
+                 float beta, float *y, int ldy, int n_left, const void *pf)
+{
+    __m512 acc[MR_TILE][NP_ONE_ROW];
     const size_t ps = (size_t)K * RECUR_PANEL;
-#pragma GCC unroll 8
+    const size_t pair_bytes_k = 2 * RECUR_PANEL * (WT == RECUR_WT_F32 ? 4 : 2); /* 128 or 64 */
+#pragma GCC unroll 16
     for (int m = 0; m < MR; m++)
 #pragma GCC unroll 8
         for (int p = 0; p < NP; p++) acc[m][p] = _mm512_setzero_ps();
     for (int k = 0; k < K; k++) {
         if (pf) {
-            _mm_prefetch((const char *)(pf + (size_t)k * 2 * RECUR_PANEL), _MM_HINT_T1);
-            _mm_prefetch((const char *)(pf + (size_t)k * 2 * RECUR_PANEL + RECUR_PANEL), _MM_HINT_T1);
+            const char *pk = (const char *)pf + (size_t)k * pair_bytes_k;
+            _mm_prefetch(pk, _MM_HINT_T1);
+            if (pair_bytes_k > 64) _mm_prefetch(pk + 64, _MM_HINT_T1);
         }
         __m512 w[NP_ONE_ROW];
 #pragma GCC unroll 8
-        for (int p = 0; p < NP; p++) w[p] = _mm512_load_ps(Wp + p * ps + (size_t)k * RECUR_PANEL);
-#pragma GCC unroll 8
+        for (int p = 0; p < NP; p++) w[p] = load_w(WT, Wp, p * ps + (size_t)k * RECUR_PANEL);
+#pragma GCC unroll 16
         for (int m = 0; m < MR; m++) {
             __m512 xb = _mm512_set1_ps(x[(size_t)m * ldx + k]);
 #pragma GCC unroll 8
@@ -87,7 +141,7 @@ INLINE void tile(const int MR, const int NP, int K, const float *x, int ldx, con
         }
     }
     const __m512 vb = _mm512_set1_ps(beta);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int m = 0; m < MR; m++)
 #pragma GCC unroll 8
         for (int p = 0; p < NP; p++) {
@@ -101,33 +155,48 @@ INLINE void tile(const int MR, const int NP, int K, const float *x, int ldx, con
         }
 }
 
-void recur__packed_gemm(int M, int N, int K, const float *x, int ldx, const float *Wp, float beta,
-                        float *y, int ldy)
+/* Wp + i elements of type WT */
+#define WOFF(WT, Wp, i) ((const void *)((const char *)(Wp) + (size_t)(i) * ((WT) == RECUR_WT_F32 ? 4 : 2)))
+
+INLINE void gemm(const int WT, int M, int N, int K, const float *x, int ldx, const void *Wp, float beta,
+                 float *y, int ldy)
 {
     const int np = (N + RECUR_PANEL - 1) / RECUR_PANEL;
     const size_t ps = (size_t)K * RECUR_PANEL;
     if (M == 1) {
         int p = 0;
         for (; p + NP_ONE_ROW <= np; p += NP_ONE_ROW)
-            tile(1, NP_ONE_ROW, K, x, ldx, Wp + p * ps, beta, y + p * RECUR_PANEL, ldy, N - p * RECUR_PANEL, NULL);
+            tile(WT, 1, NP_ONE_ROW, K, x, ldx, WOFF(WT, Wp, p * ps), beta, y + p * RECUR_PANEL, ldy,
+                 N - p * RECUR_PANEL, NULL);
         for (; p + 2 <= np; p += 2)
-            tile(1, 2, K, x, ldx, Wp + p * ps, beta, y + p * RECUR_PANEL, ldy, N - p * RECUR_PANEL, NULL);
-        if (p < np) tile(1, 1, K, x, ldx, Wp + p * ps, beta, y + p * RECUR_PANEL, ldy, N - p * RECUR_PANEL, NULL);
+            tile(WT, 1, 2, K, x, ldx, WOFF(WT, Wp, p * ps), beta, y + p * RECUR_PANEL, ldy, N - p * RECUR_PANEL, NULL);
+        if (p < np) tile(WT, 1, 1, K, x, ldx, WOFF(WT, Wp, p * ps), beta, y + p * RECUR_PANEL, ldy, N - p * RECUR_PANEL, NULL);
         return;
     }
     for (int p = 0; p < np; p += 2) {
-        const float *wp = Wp + p * ps;
+        const void *wp = WOFF(WT, Wp, p * ps);
         float *yp = y + p * RECUR_PANEL;
         int n_left = N - p * RECUR_PANEL;
         int two = np - p >= 2;
-        for (int m = 0; m < M; m += MR_MAX) {
+        const int mr_max = WT == RECUR_WT_F32 ? MR_MAX : MR_HALF; /* see MR_HALF */
+        for (int m = 0; m < M; m += mr_max) {
             const float *xm = x + (size_t)m * ldx;
             float *ym = yp + (size_t)m * ldy;
-            int mr = M - m < MR_MAX ? M - m : MR_MAX;
-            const float *pf = m == 0 && p + 2 < np ? wp + 2 * ps : NULL;
-#define T(R) do { if (two) tile(R, 2, K, xm, ldx, wp, beta, ym, ldy, n_left, pf); \
-                  else tile(R, 1, K, xm, ldx, wp, beta, ym, ldy, n_left, pf); } while (0)
+            int mr = M - m < mr_max ? M - m : mr_max;
+            const void *pf = m == 0 && p + 2 < np ? WOFF(WT, wp, 2 * ps) : NULL;
+#define T(R) do { if (two) tile(WT, R, 2, K, xm, ldx, wp, beta, ym, ldy, n_left, pf); \
+                  else tile(WT, R, 1, K, xm, ldx, wp, beta, ym, ldy, n_left, pf); } while (0)
             switch (mr) {
+#if MR_TILE >= 14
+            case 14: T(14); break;
+            case 13: T(13); break;
+#endif
+#if MR_TILE >= 12
+            case 12: T(12); break;
+            case 11: T(11); break;
+            case 10: T(10); break;
+            case 9: T(9); break;
+#endif
             case 8: T(8); break;
             case 7: T(7); break;
             case 6: T(6); break;
@@ -142,13 +211,22 @@ void recur__packed_gemm(int M, int N, int K, const float *x, int ldx, const floa
     }
 }
 
-#elif defined(__AVX2__) && defined(__FMA__)
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 /* ---------------------------------------------------------------- AVX2+FMA: two ymm per panel row */
 
 #define MR_MAX 4
 #define NP_ONE_ROW 4
 
-INLINE void tile(const int MR, const int NP, int K, const float *x, int ldx, const float *Wp,
+/* The 8 weights at element offset i as fp32; WT a constant after inlining. */
+INLINE __m256 load_w(const int WT, const void *Wp, size_t i)
+{
+    if (WT == RECUR_WT_F32) return _mm256_load_ps((const float *)Wp + i);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)Wp + i));
+    if (WT == RECUR_WT_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+INLINE void tile(const int WT, const int MR, const int NP, int K, const float *x, int ldx, const void *Wp,
                  float beta, float *y, int ldy, int n_left)
 {
     __m256 acc[MR_MAX][2 * NP_ONE_ROW];
@@ -161,7 +239,7 @@ INLINE void tile(const int MR, const int NP, int K, const float *x, int ldx, con
         __m256 w[2 * NP_ONE_ROW];
 #pragma GCC unroll 8
         for (int h = 0; h < 2 * NP; h++)
-            w[h] = _mm256_load_ps(Wp + (h / 2) * ps + (size_t)k * RECUR_PANEL + (h % 2) * 8);
+            w[h] = load_w(WT, Wp, (h / 2) * ps + (size_t)k * RECUR_PANEL + (h % 2) * 8);
 #pragma GCC unroll 8
         for (int m = 0; m < MR; m++) {
             __m256 xb = _mm256_set1_ps(x[(size_t)m * ldx + k]);
@@ -182,28 +260,32 @@ INLINE void tile(const int MR, const int NP, int K, const float *x, int ldx, con
         }
 }
 
-void recur__packed_gemm(int M, int N, int K, const float *x, int ldx, const float *Wp, float beta,
-                        float *y, int ldy)
+#define WOFF(WT, Wp, i) ((const void *)((const char *)(Wp) + (size_t)(i) * ((WT) == RECUR_WT_F32 ? 4 : 2)))
+
+INLINE void gemm(const int WT, int M, int N, int K, const float *x, int ldx, const void *Wp, float beta,
+                 float *y, int ldy)
 {
     const int np = (N + RECUR_PANEL - 1) / RECUR_PANEL;
     const size_t ps = (size_t)K * RECUR_PANEL;
     if (M == 1) {
         int p = 0;
         for (; p + NP_ONE_ROW <= np; p += NP_ONE_ROW)
-            tile(1, NP_ONE_ROW, K, x, ldx, Wp + p * ps, beta, y + p * RECUR_PANEL, ldy, N - p * RECUR_PANEL);
+            tile(WT, 1, NP_ONE_ROW, K, x, ldx, WOFF(WT, Wp, p * ps), beta, y + p * RECUR_PANEL, ldy,
+                 N - p * RECUR_PANEL);
         for (; p < np; p++)
-            tile(1, 1, K, x, ldx, Wp + p * ps, beta, y + p * RECUR_PANEL, ldy, N - p * RECUR_PANEL);
+            tile(WT, 1, 1, K, x, ldx, WOFF(WT, Wp, p * ps), beta, y + p * RECUR_PANEL, ldy, N - p * RECUR_PANEL);
         return;
     }
     for (int p = 0; p < np; p++)
         for (int m = 0; m < M; m += MR_MAX) {
             const float *xm = x + (size_t)m * ldx;
             float *ym = y + (size_t)m * ldy + p * RECUR_PANEL;
+            const void *wp = WOFF(WT, Wp, p * ps);
             switch (M - m < MR_MAX ? M - m : MR_MAX) {
-            case 4: tile(4, 1, K, xm, ldx, Wp + p * ps, beta, ym, ldy, N - p * RECUR_PANEL); break;
-            case 3: tile(3, 1, K, xm, ldx, Wp + p * ps, beta, ym, ldy, N - p * RECUR_PANEL); break;
-            case 2: tile(2, 1, K, xm, ldx, Wp + p * ps, beta, ym, ldy, N - p * RECUR_PANEL); break;
-            default: tile(1, 1, K, xm, ldx, Wp + p * ps, beta, ym, ldy, N - p * RECUR_PANEL); break;
+            case 4: tile(WT, 4, 1, K, xm, ldx, wp, beta, ym, ldy, N - p * RECUR_PANEL); break;
+            case 3: tile(WT, 3, 1, K, xm, ldx, wp, beta, ym, ldy, N - p * RECUR_PANEL); break;
+            case 2: tile(WT, 2, 1, K, xm, ldx, wp, beta, ym, ldy, N - p * RECUR_PANEL); break;
+            default: tile(WT, 1, 1, K, xm, ldx, wp, beta, ym, ldy, N - p * RECUR_PANEL); break;
             }
         }
 }
@@ -211,9 +293,25 @@ void recur__packed_gemm(int M, int N, int K, const float *x, int ldx, const floa
 #else
 /* ---------------------------------------------------------------- no SIMD: the reference */
 
+#define NO_SIMD 1
+#endif
+
+void recur__packed_gemm_t(int M, int N, int K, const float *x, int ldx, const void *Wp,
+                          recur_wtype wt, float beta, float *y, int ldy)
+{
+#ifdef NO_SIMD
+    recur__packed_gemm_ref_t(M, N, K, x, ldx, Wp, wt, beta, y, ldy);
+#else
+    switch (wt) { /* one instance of the kernel per element type */
+    case RECUR_WT_F16: gemm(RECUR_WT_F16, M, N, K, x, ldx, Wp, beta, y, ldy); break;
+    case RECUR_WT_BF16: gemm(RECUR_WT_BF16, M, N, K, x, ldx, Wp, beta, y, ldy); break;
+    default: gemm(RECUR_WT_F32, M, N, K, x, ldx, Wp, beta, y, ldy); break;
+    }
+#endif
+}
+
 void recur__packed_gemm(int M, int N, int K, const float *x, int ldx, const float *Wp, float beta,
                         float *y, int ldy)
 {
-    recur__packed_gemm_ref(M, N, K, x, ldx, Wp, beta, y, ldy);
+    recur__packed_gemm_t(M, N, K, x, ldx, Wp, RECUR_WT_F32, beta, y, ldy);
 }
-#endif

@@ -17,20 +17,68 @@
  * Packed layout of W [N][K] (nn.Linear, row-major): column panels of RECUR_PANEL outputs,
  *   Wp[p][k][j] = W[p*RECUR_PANEL + j][k]     p < ceil(N/RECUR_PANEL), k < K, j < RECUR_PANEL
  * k-major inside a panel (one 64-byte line per k), panels back to back, rows n >= N zero.
+ *
+ * Element types (recur_wtype): fp32, or the 16-bit halves of a weights file (IEEE binary16 or
+ * bfloat16) kept as they are, in the same layout (a 32-byte half line per k). A half weight is
+ * widened to fp32 exactly (every F16 / BF16 value is an fp32 value) as its panel vector is
+ * loaded, and then enters the same chain: a half-packed W gives bit for bit what the fp32-packed
+ * widening of the same W gives, while reading half the bytes (batch-1 decode streams W).
  */
 #ifndef RECUR_PACKED_GEMM_H
 #define RECUR_PACKED_GEMM_H
 
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 
 #define RECUR_PANEL 16
 
-/* Floats of the packed form of a [N][K] matrix: ceil(N/RECUR_PANEL) * K * RECUR_PANEL. */
+typedef enum {
+    RECUR_WT_F32 = 0,  /* float */
+    RECUR_WT_F16 = 1,  /* uint16_t, IEEE 754 binary16 */
+    RECUR_WT_BF16 = 2  /* uint16_t, bfloat16 (the high half of an fp32) */
+} recur_wtype;
+
+/* Bytes of one element of type t. */
+static inline size_t recur__wtype_size(recur_wtype t) { return t == RECUR_WT_F32 ? 4 : 2; }
+
+/* A 16-bit half of type t (F16 or BF16) widened to fp32, exactly (subnormals, inf, NaN too). */
+static inline float recur__half_to_float(uint16_t h, recur_wtype t)
+{
+    uint32_t bits;
+    if (t == RECUR_WT_BF16) {
+        bits = (uint32_t)h << 16;
+    } else {
+        uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+        if (exp == 0) {
+            if (man == 0) bits = sign;
+            else { /* subnormal: renormalise */
+                int e = -1;
+                do { e++; man <<= 1; } while (!(man & 0x400));
+                bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
+            }
+        } else if (exp == 31) bits = sign | 0x7f800000u | (man << 13);
+        else bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* Whether a half of type t is finite (exponent field not all ones). */
+static inline int recur__half_finite(uint16_t h, recur_wtype t)
+{
+    return t == RECUR_WT_BF16 ? (h & 0x7f80) != 0x7f80 : (h & 0x7c00) != 0x7c00;
+}
+
+/* Elements of the packed form of a [N][K] matrix: ceil(N/RECUR_PANEL) * K * RECUR_PANEL. */
 size_t recur__packed_floats(int N, int K);
 
 /* Pack W [N][K] (row stride K) into Wp [recur__packed_floats(N, K)] (caller-owned, 64-byte
- * aligned for the vector paths). */
+ * aligned for the vector paths). recur__pack_half: the same for 16-bit halves (either type:
+ * the bits are moved, padding is +0). */
 void recur__pack(float *Wp, const float *W, int N, int K);
+void recur__pack_half(uint16_t *Wp, const uint16_t *W, int N, int K);
 
 /* y[M][N] (row stride ldy) = beta*y + x[M][K] (row stride ldx) W^T, W packed by recur__pack.
  * beta == 0 never reads y (it may hold anything). M >= 0, N >= 1, K >= 1. x and y must not
@@ -42,5 +90,12 @@ void recur__packed_gemm(int M, int N, int K, const float *x, int ldx, const floa
  * paths must equal bit for bit (tests). */
 void recur__packed_gemm_ref(int M, int N, int K, const float *x, int ldx, const float *Wp,
                             float beta, float *y, int ldy);
+
+/* recur__packed_gemm on a W packed with elements of type wt (F32: recur__pack, F16 / BF16:
+ * recur__pack_half), and its scalar reference (each weight widened by recur__half_to_float). */
+void recur__packed_gemm_t(int M, int N, int K, const float *x, int ldx, const void *Wp,
+                          recur_wtype wt, float beta, float *y, int ldy);
+void recur__packed_gemm_ref_t(int M, int N, int K, const float *x, int ldx, const void *Wp,
+                              recur_wtype wt, float beta, float *y, int ldy);
 
 #endif /* RECUR_PACKED_GEMM_H */

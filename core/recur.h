@@ -149,6 +149,9 @@ typedef struct {
     int64_t n_params;
     size_t state_bytes;                   /* a session's state at its largest (softmax at max_context) */
     uint64_t fingerprint;                 /* hash of config + weights; stamped into snapshots */
+    size_t weight_bytes;                  /* bytes of weights held in memory (packed, padded) */
+    char weights_dtype[8];                /* how the GEMM matrices are held: "F32", "F16" or "BF16"
+                                           * (a half weights file stays half; results as fp32) */
 } recur_model_info;
 
 typedef struct recur_model recur_model;         /* immutable after load; shareable across threads */

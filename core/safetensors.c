@@ -1,11 +1,13 @@
-/* safetensors.c — read a model's weights from a safetensors file into the fp32 arena.
+/* safetensors.c — read a model's weights from a safetensors file into the model's arena.
  *
  * Layout: u64 LE header length N, N bytes of JSON {name: {dtype, shape, data_offsets}, ...,
  * "__metadata__": {...}}, then the data; offsets are relative to the end of the header.
  * The file is mmapped read-only, every entry is validated against the model's tensor table
  * (name, dtype F32/F16/BF16, exact shape, byte range inside the file, no overlap, no missing or
- * extra tensor) before a single weight is converted, and the mapping is dropped after the
- * conversion: the model owns plain fp32. Corrupt input is an error code, never a crash. */
+ * extra tensor) before the model is allocated, and the mapping is dropped after the copy: the
+ * model owns its weights. When every matrix tensor (docs/MODEL.md "Weights in memory") has the
+ * same half dtype, the matrices keep it (their halves are copied as they are; the rest is widened
+ * to fp32); otherwise everything is fp32. Corrupt input is an error code, never a crash. */
 #include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
@@ -18,39 +20,18 @@
 
 #define ST_MAX_HEADER ((uint64_t)64 << 20) /* a header above 64 MiB is not a model of ours */
 
-typedef enum { DT_F32, DT_F16, DT_BF16 } st_dtype;
-
 typedef struct {
-    recur_weight_ref ref;
+    recur_weight_ref ref; /* name and shape from the config; places once the model exists */
+    int layer, t;         /* recur__weight's enumeration */
     int found;
-    st_dtype dt;
-    uint64_t begin, end; /* relative to the data section */
+    recur_wtype dt;       /* on disk */
+    uint64_t begin, end;  /* relative to the data section */
 } st_entry;
 
-static float half_to_float(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0) {
-        if (man == 0) bits = sign;
-        else { /* subnormal: renormalise */
-            int e = -1;
-            do { e++; man <<= 1; } while (!(man & 0x400));
-            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
-        }
-    } else if (exp == 31) bits = sign | 0x7f800000u | (man << 13);
-    else bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
-static float bf16_to_float(uint16_t h)
-{
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
+/* The exact widenings (packed_gemm.h), by the names tests/unit/test_safetensors_half.c checks
+ * against every bit pattern. */
+static inline float half_to_float(uint16_t h) { return recur__half_to_float(h, RECUR_WT_F16); }
+static inline float bf16_to_float(uint16_t h) { return recur__half_to_float(h, RECUR_WT_BF16); }
 
 /* An integral JSON number in [0, 2^53]. */
 static int get_u64(const cJSON *it, uint64_t *out)
@@ -77,9 +58,9 @@ static int check_entry(const cJSON *obj, st_entry *e, uint64_t data_size)
     }
     if (!cJSON_IsString(dtype) || !cJSON_IsArray(shape) || !cJSON_IsArray(offs)) return RECUR_EFORMAT;
     size_t elsize;
-    if (!strcmp(dtype->valuestring, "F32")) { e->dt = DT_F32; elsize = 4; }
-    else if (!strcmp(dtype->valuestring, "F16")) { e->dt = DT_F16; elsize = 2; }
-    else if (!strcmp(dtype->valuestring, "BF16")) { e->dt = DT_BF16; elsize = 2; }
+    if (!strcmp(dtype->valuestring, "F32")) { e->dt = RECUR_WT_F32; elsize = 4; }
+    else if (!strcmp(dtype->valuestring, "F16")) { e->dt = RECUR_WT_F16; elsize = 2; }
+    else if (!strcmp(dtype->valuestring, "BF16")) { e->dt = RECUR_WT_BF16; elsize = 2; }
     else return RECUR_EFORMAT;
 
     int nd = 0;
@@ -113,7 +94,7 @@ static int cmp_begin(const void *a, const void *b)
 }
 
 /* Validate the header against the model's tensor table; entries[] filled with byte ranges. */
-static int validate_header(recur_model *m, const char *hdr, size_t hdr_len, uint64_t data_size,
+static int validate_header(const char *hdr, size_t hdr_len, uint64_t data_size,
                            st_entry *entries, int n_entries)
 {
     const char *end = NULL;
@@ -155,37 +136,46 @@ out:
     return rc;
 }
 
-/* Convert one tensor to fp32; a non-finite weight is a corrupt file. */
-static int convert(const st_entry *e, const unsigned char *data)
+/* Copy one tensor into its place(s) in m: fp32 (widened from a half file exactly) and / or the
+ * model's half type (only ever the file's own, copied as is). A non-finite weight is a corrupt
+ * file. */
+static int convert(const st_entry *e, const recur_weight_ref *dst, recur_wtype mwt, const unsigned char *data)
 {
     const unsigned char *src = data + e->begin;
-    float *dst = e->ref.ptr;
     size_t n = e->ref.n;
-    float acc = 0.0f; /* NaN/inf propagate into acc: one test at the end */
-    switch (e->dt) {
-    case DT_F32:
-        memcpy(dst, src, n * 4);
-        break;
-    case DT_F16:
-        for (size_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, src + 2 * i, 2);
-            dst[i] = half_to_float(h);
-        }
-        break;
-    case DT_BF16:
-        for (size_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, src + 2 * i, 2);
-            dst[i] = bf16_to_float(h);
-        }
-        break;
+    if (e->dt == RECUR_WT_F32) {
+        if (dst->half || !dst->ptr) return RECUR_EFORMAT; /* cannot happen: fp32 is never narrowed */
+        memcpy(dst->ptr, src, n * 4);
+        float acc = 0.0f; /* NaN/inf propagate into acc: one test at the end */
+        for (size_t i = 0; i < n; i++) acc += dst->ptr[i] * 0.0f;
+        return isfinite(acc) ? RECUR_OK : RECUR_EFORMAT;
     }
-    for (size_t i = 0; i < n; i++) acc += dst[i] * 0.0f;
-    return isfinite(acc) ? RECUR_OK : RECUR_EFORMAT;
+    if (dst->half && mwt != e->dt) return RECUR_EFORMAT; /* cannot happen: see choose_wtype */
+    int finite = 1;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, src + 2 * i, 2);
+        finite &= recur__half_finite(h, e->dt);
+        if (dst->ptr) dst->ptr[i] = e->dt == RECUR_WT_F16 ? half_to_float(h) : bf16_to_float(h);
+    }
+    if (dst->half) memcpy(dst->half, src, n * 2);
+    return finite ? RECUR_OK : RECUR_EFORMAT;
 }
 
-int recur__safetensors_load(recur_model *m, const char *path)
+/* The matrices' type in memory: the file's half type when every matrix tensor has it. */
+static recur_wtype choose_wtype(const st_entry *entries, int n, int keep_half)
+{
+    recur_wtype wt = RECUR_WT_F32;
+    int first = 1;
+    for (int i = 0; i < n; i++) {
+        if (!entries[i].ref.is_matrix) continue;
+        if (first) { wt = entries[i].dt; first = 0; }
+        else if (entries[i].dt != wt) return RECUR_WT_F32;
+    }
+    return keep_half ? wt : RECUR_WT_F32;
+}
+
+int recur__safetensors_load(const recur_config *c, const char *path, int keep_half, recur_model **out)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return RECUR_EIO;
@@ -200,6 +190,7 @@ int recur__safetensors_load(recur_model *m, const char *path)
 
     int rc;
     st_entry *entries = NULL;
+    recur_model *m = NULL;
     uint64_t hdr_len = 0;
     for (int i = 0; i < 8; i++) hdr_len |= (uint64_t)base[i] << (8 * i);
     if (hdr_len < 2 || hdr_len > ST_MAX_HEADER) { rc = RECUR_EFORMAT; goto out; }
@@ -207,19 +198,31 @@ int recur__safetensors_load(recur_model *m, const char *path)
 
     int n = 0;
     recur_weight_ref ref;
-    for (int l = -1; l < m->cfg.n_layers; l++)
-        for (int t = 0; t < T_N_LAYER_TENSORS; t++) n += recur__weight(m, l, t, &ref);
+    for (int l = -1; l < c->n_layers; l++)
+        for (int t = 0; t < T_N_LAYER_TENSORS; t++) n += recur__weight_meta(c, l, t, &ref);
     entries = calloc((size_t)n, sizeof *entries);
     if (!entries) { rc = RECUR_ENOMEM; goto out; }
     n = 0;
-    for (int l = -1; l < m->cfg.n_layers; l++)
+    for (int l = -1; l < c->n_layers; l++)
         for (int t = 0; t < T_N_LAYER_TENSORS; t++)
-            if (recur__weight(m, l, t, &entries[n].ref)) n++;
+            if (recur__weight_meta(c, l, t, &entries[n].ref)) {
+                entries[n].layer = l;
+                entries[n].t = t;
+                n++;
+            }
 
-    rc = validate_header(m, (const char *)base + 8, (size_t)hdr_len, size - 8 - hdr_len, entries, n);
-    for (int i = 0; rc == RECUR_OK && i < n; i++) rc = convert(&entries[i], base + 8 + hdr_len);
+    rc = validate_header((const char *)base + 8, (size_t)hdr_len, size - 8 - hdr_len, entries, n);
+    if (rc) goto out;
+    rc = recur__model_alloc(c, choose_wtype(entries, n, keep_half), &m);
+    if (rc) goto out;
+    for (int i = 0; rc == RECUR_OK && i < n; i++) {
+        recur__weight(m, entries[i].layer, entries[i].t, &ref);
+        rc = convert(&entries[i], &ref, m->wtype, base + 8 + hdr_len);
+    }
 out:
     free(entries);
     munmap(map, (size_t)size);
+    if (rc) recur_model_free(m);
+    else *out = m;
     return rc;
 }

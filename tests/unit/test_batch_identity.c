@@ -3,13 +3,16 @@
  * inside a batch of any size (1..256), at any position, next to any other sessions, ends with
  * logits memcmp-equal to recur_model_step's on a twin of its state, and with a state whose
  * snapshot (recurrent state and live KV rows) is byte-equal to the twin's. Sessions start at
- * different positions (prefills of different lengths), and the compositions change every step. */
+ * different positions (prefills of different lengths), and the compositions change every step.
+ * The same holds for a model whose matrices are held as F16 / BF16 halves (a half weights file,
+ * here seeded values rounded to half: recur__model_init_seed_wtype). */
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "model_internal.h" /* recur__model_init_seed_wtype */
 #include "recur.h"
 
 #define CFG(name, vocab, d, H, K, V, ff, nl, mixers)                                              \
@@ -37,11 +40,12 @@ static void snap(const recur_state *s, uint8_t **buf, size_t *len)
     cr_assert_eq(w, *len);
 }
 
-static void check_identity(const char *cfg, int steps)
+static void check_identity_wt(const char *cfg, int steps, recur_wtype wt)
 {
     recur_model *m;
     recur_workspace *ws;
-    cr_assert_eq(recur_model_init_seed(cfg, 3, &m), 0);
+    cr_assert_eq(recur__model_init_seed_wtype(cfg, 3, wt, &m), 0);
+    cr_assert_eq(m->wtype, wt);
     cr_assert_eq(recur_workspace_create(m, NS, &ws), 0);
     const int vocab = recur_model_get_info(m)->vocab_size;
     recur_state **a = calloc(NS, sizeof *a), **b = calloc(NS, sizeof *b), **batch = calloc(NS, sizeof *batch);
@@ -94,6 +98,8 @@ static void check_identity(const char *cfg, int steps)
     recur_model_free(m);
 }
 
+static void check_identity(const char *cfg, int steps) { check_identity_wt(cfg, steps, RECUR_WT_F32); }
+
 /* small odd shapes (N and K off the panel width) */
 #define SMALL(mixers, nl) CFG("small", 40, 24, 2, 8, 6, 20, nl, mixers)
 /* panel-sized and larger shapes: d 64, H*K = 96, vocab 300 (a partial last panel) */
@@ -112,4 +118,18 @@ Test(batch_identity, hybrid_every_kind)
 Test(batch_identity, hybrid_wide, .timeout = 120)
 {
     check_identity(WIDE("\"gated_deltanet\",\"softmax\",\"gla\",\"linear\",\"deltanet\",\"retention\"", 6), 15);
+}
+Test(batch_identity, f16_hybrid_every_kind)
+{
+    check_identity_wt(SMALL("\"linear\",\"retention\",\"gla\",\"deltanet\",\"gated_deltanet\",\"softmax\"", 6), 15,
+                      RECUR_WT_F16);
+}
+Test(batch_identity, f16_hybrid_wide, .timeout = 120)
+{
+    check_identity_wt(WIDE("\"gated_deltanet\",\"softmax\",\"gla\",\"linear\",\"deltanet\",\"retention\"", 6), 15,
+                      RECUR_WT_F16);
+}
+Test(batch_identity, bf16_gated_deltanet_wide, .timeout = 120)
+{
+    check_identity_wt(WIDE("\"gated_deltanet\",\"gated_deltanet\"", 2), 15, RECUR_WT_BF16);
 }

@@ -132,7 +132,7 @@ static int golden(recur_model **mout, st_spec **specs, unsigned char **data, siz
     recur_model *m;
     recur_config cfg;
     cr_assert_eq(recur__config_parse(cfg_text, strlen(cfg_text), &cfg), 0);
-    cr_assert_eq(recur__model_alloc(&cfg, &m), 0);
+    cr_assert_eq(recur__model_alloc(&cfg, RECUR_WT_F32, &m), 0);
     recur__model_seed(m, 7);
     st_spec *sp = calloc(256, sizeof *sp);
     unsigned char *d = malloc(1 << 22);
@@ -343,6 +343,208 @@ Test(safetensors, f16_and_bf16_convert)
     free(d);
     free(d2);
 }
+
+/* ---------------------------------------------------------------- half weights kept half */
+
+/* fp32 -> the nearest F16 / BF16 (ties to even), as a weights file would hold it */
+static uint16_t to_half(float f, int bf16)
+{
+    if (!bf16) {
+        _Float16 x = (_Float16)f;
+        uint16_t h;
+        memcpy(&h, &x, 2);
+        return h;
+    }
+    uint32_t b;
+    memcpy(&b, &f, 4);
+    return (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+}
+
+/* Write config cfg and a weights file of the model seeded with `seed` into tmpdir, every tensor
+ * in dtype ("F32", "F16", "BF16") except tensor number f32_index (-1: none), kept F32. */
+static void write_model_files(const char *cfg, uint64_t seed, const char *dtype, int f32_index)
+{
+    FILE *f = fopen(cfg_path, "w");
+    fputs(cfg, f);
+    fclose(f);
+    recur_model *m;
+    recur_config c;
+    cr_assert_eq(recur__config_parse(cfg, strlen(cfg), &c), 0);
+    cr_assert_eq(recur__model_alloc(&c, RECUR_WT_F32, &m), 0);
+    recur__model_seed(m, seed);
+    st_spec *sp = calloc(512, sizeof *sp);
+    unsigned char *d = malloc(m->arena_floats * 4);
+    size_t off = 0;
+    int n = 0;
+    recur_weight_ref ref;
+    for (int l = -1; l < m->cfg.n_layers; l++)
+        for (int t = 0; t < T_N_LAYER_TENSORS; t++)
+            if (recur__weight(m, l, t, &ref)) {
+                int half = strcmp(dtype, "F32") != 0 && n != f32_index;
+                snprintf(sp[n].name, sizeof sp[n].name, "%s", ref.name);
+                snprintf(sp[n].dtype, sizeof sp[n].dtype, "%s", half ? dtype : "F32");
+                sp[n].ndim = ref.ndim;
+                sp[n].shape[0] = ref.shape[0];
+                sp[n].shape[1] = ref.shape[1];
+                sp[n].begin = off;
+                for (size_t i = 0; i < ref.n; i++) {
+                    if (half) {
+                        uint16_t h = to_half(ref.ptr[i], !strcmp(dtype, "BF16"));
+                        memcpy(d + off + 2 * i, &h, 2);
+                    } else {
+                        memcpy(d + off + 4 * i, &ref.ptr[i], 4);
+                    }
+                }
+                off += ref.n * (half ? 2 : 4);
+                sp[n].end = off;
+                n++;
+            }
+    write_st(st_path, sp, n, d, off, NULL);
+    recur_model_free(m);
+    free(sp);
+    free(d);
+}
+
+/* The same file loaded with its matrices kept half (h) and widened to fp32 (w) computes the same
+ * bits: prefill logits, step logits, batched step logits, and the states (snapshots) after. */
+static void expect_same_bits(const recur_model *h, const recur_model *w)
+{
+    const int vocab = h->cfg.vocab_size, B = 3, T = 7;
+    cr_assert_eq(recur_model_get_info(h)->fingerprint, recur_model_get_info(w)->fingerprint);
+    recur_workspace *wsh, *wsw;
+    cr_assert_eq(recur_workspace_create(h, B, &wsh), 0);
+    cr_assert_eq(recur_workspace_create(w, B, &wsw), 0);
+    recur_state *sh[3], *sw[3];
+    for (int i = 0; i < B; i++) {
+        cr_assert_eq(recur_state_create(h, &sh[i]), 0);
+        cr_assert_eq(recur_state_create(w, &sw[i]), 0);
+    }
+    float *lh = malloc(sizeof(float) * T * vocab), *lw = malloc(sizeof(float) * T * vocab);
+    int32_t tok[7] = {1, 5, 9, 2, 33, 0, 17};
+    cr_assert_eq(recur_model_prefill(h, wsh, sh[0], tok, T, lh), 0);
+    cr_assert_eq(recur_model_prefill(w, wsw, sw[0], tok, T, lw), 0);
+    cr_assert_eq(memcmp(lh, lw, sizeof(float) * T * vocab), 0, "prefill logits differ");
+    for (int t = 0; t < 4; t++) {
+        cr_assert_eq(recur_model_step(h, wsh, sh[1], tok[t], lh), 0);
+        cr_assert_eq(recur_model_step(w, wsw, sw[1], tok[t], lw), 0);
+        cr_assert_eq(memcmp(lh, lw, sizeof(float) * vocab), 0, "step %d logits differ", t);
+        cr_assert_eq(recur_model_step_batch(h, wsh, sh, tok + t, B, lh), 0);
+        cr_assert_eq(recur_model_step_batch(w, wsw, sw, tok + t, B, lw), 0);
+        cr_assert_eq(memcmp(lh, lw, sizeof(float) * B * vocab), 0, "batched step %d logits differ", t);
+    }
+    for (int i = 0; i < B; i++) {
+        size_t n = recur_snapshot_size(sh[i]), k1, k2;
+        cr_assert_eq(n, recur_snapshot_size(sw[i]));
+        uint8_t *a = malloc(n), *b = malloc(n);
+        cr_assert_eq(recur_snapshot_write(sh[i], a, n, &k1), 0);
+        cr_assert_eq(recur_snapshot_write(sw[i], b, n, &k2), 0);
+        cr_assert_eq(memcmp(a, b, n), 0, "state %d differs", i);
+        free(a);
+        free(b);
+        recur_state_destroy(sh[i]);
+        recur_state_destroy(sw[i]);
+    }
+    free(lh);
+    free(lw);
+    recur_workspace_free(wsh);
+    recur_workspace_free(wsw);
+}
+
+static const char *tied_cfg =
+    "{\"name\":\"tied\",\"vocab_size\":40,\"d_model\":24,\"n_layers\":2,\"n_heads\":2,\"head_k\":8,"
+    "\"head_v\":6,\"d_ff\":20,\"mixers\":[\"gla\",\"gated_deltanet\"],\"tied_embeddings\":true,"
+    "\"max_context\":80,\"norm_eps\":1e-5}";
+
+Test(safetensors, half_files_stay_half_and_compute_the_fp32_bits)
+{
+    const char *cfgs[] = {hybrid_cfg, tied_cfg};
+    const char *dts[] = {"F16", "BF16"};
+    for (int c = 0; c < 2; c++)
+        for (int k = 0; k < 2; k++) {
+            write_model_files(cfgs[c], 11 + c, dts[k], -1);
+            recur_model *h, *w;
+            cr_assert_eq(recur__model_load_files_opt(cfg_path, st_path, 1, &h), 0);
+            cr_assert_eq(recur__model_load_files_opt(cfg_path, st_path, 0, &w), 0);
+            /* recur_model_load keeps half too */
+            recur_model *d;
+            cr_assert_eq(recur_model_load(tmpdir, &d), 0);
+            cr_assert_str_eq(recur_model_get_info(d)->weights_dtype, dts[k]);
+            recur_model_free(d);
+            const recur_model_info *ih = recur_model_get_info(h), *iw = recur_model_get_info(w);
+            cr_assert_eq(h->wtype, k == 0 ? RECUR_WT_F16 : RECUR_WT_BF16);
+            cr_assert_eq(w->wtype, RECUR_WT_F32);
+            cr_assert_str_eq(ih->weights_dtype, dts[k]);
+            cr_assert_str_eq(iw->weights_dtype, "F32");
+            cr_assert_eq(ih->n_params, iw->n_params);
+            /* the matrices are nearly all of the weights here: well under 3/4 of the fp32 bytes */
+            cr_assert_lt(ih->weight_bytes * 4, iw->weight_bytes * 3, "%zu vs %zu", ih->weight_bytes,
+                         iw->weight_bytes);
+            expect_same_bits(h, w);
+            recur_model_free(h);
+            recur_model_free(w);
+        }
+}
+
+Test(safetensors, mixed_dtype_matrices_fall_back_to_fp32)
+{
+    /* tensors: 0 embed, 1 norm_f, 2 lm_head, 3 layers.0.attn_norm, 4 layers.0.mixer.q_proj, ...
+     * q_proj F32, every other tensor F16: one matrix type cannot hold both, so everything is
+     * widened; an F32 norm alone keeps the matrices half */
+    recur_model *h, *w;
+    write_model_files(hybrid_cfg, 5, "F16", 4);
+    cr_assert_eq(recur_model_load(tmpdir, &h), 0);
+    cr_assert_str_eq(recur_model_get_info(h)->weights_dtype, "F32");
+    recur_model_free(h);
+    write_model_files(hybrid_cfg, 5, "F16", 3);
+    cr_assert_eq(recur__model_load_files_opt(cfg_path, st_path, 1, &h), 0);
+    cr_assert_eq(recur__model_load_files_opt(cfg_path, st_path, 0, &w), 0);
+    cr_assert_str_eq(recur_model_get_info(h)->weights_dtype, "F16");
+    expect_same_bits(h, w);
+    recur_model_free(h);
+    recur_model_free(w);
+}
+
+Test(safetensors, corrupt_half_files_are_rejected)
+{
+    /* a half file whose matrices would stay half is validated like any other: a non-finite
+     * half (inf, NaN) in a matrix or elsewhere, a short file, a byte range of the wrong size */
+    write_model_files(hybrid_cfg, 5, "F16", -1);
+    FILE *f = fopen(st_path, "rb");
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *buf = malloc((size_t)size);
+    cr_assert_eq(fread(buf, 1, (size_t)size, f), (size_t)size);
+    fclose(f);
+    uint64_t hl = 0;
+    for (int i = 0; i < 8; i++) hl |= (uint64_t)buf[i] << (8 * i);
+    size_t data0 = 8 + (size_t)hl;
+    const uint16_t bad[] = {0x7c00 /* +inf */, 0xfe01 /* NaN */};
+    /* the last bytes of the file are the last tensor's (down_proj of the last layer); tensors
+     * 0 embed [40][24], 1 norm_f [24], 2 lm_head [40][24] come first */
+    size_t where[] = {(size_t)size - 2, data0 + 2 * 40 * 24 + 2 * 24 + 2 * 10}; /* down_proj, lm_head */
+    for (int b = 0; b < 2; b++)
+        for (int w = 0; w < 2; w++) {
+            unsigned char *c = malloc((size_t)size);
+            memcpy(c, buf, (size_t)size);
+            memcpy(c + where[w], &bad[b], 2);
+            f = fopen(st_path, "wb");
+            fwrite(c, 1, (size_t)size, f);
+            fclose(f);
+            cr_assert_eq(load_rc(), RECUR_EFORMAT, "bad half %04x at %zu", bad[b], where[w]);
+            free(c);
+        }
+    f = fopen(st_path, "wb");
+    fwrite(buf, 1, (size_t)size - 1, f); /* one byte short */
+    fclose(f);
+    cr_assert_eq(load_rc(), RECUR_ETRUNCATED);
+    f = fopen(st_path, "wb");
+    fwrite(buf, 1, data0 + 100, f); /* cut inside the data */
+    fclose(f);
+    cr_assert_eq(load_rc(), RECUR_ETRUNCATED);
+    free(buf);
+}
+
 
 /* ---------------------------------------------------------------- forms agree */
 
@@ -685,7 +887,7 @@ Test(forms, overflowing_weights_fail_no_more_in_prefill_than_in_step)
     recur_workspace *ws;
     recur_state *a, *b;
     cr_assert_eq(recur_model_init_seed(hybrid_cfg, 2, &m), 0);
-    for (size_t i = 0; i < m->arena_floats; i++) m->arena[i] *= 1e30f;
+    for (size_t i = 0; i < m->arena_floats; i++) m->arena[i] *= 1e30f; /* seeded: all fp32 */
     cr_assert_eq(recur_workspace_create(m, 1, &ws), 0);
     cr_assert_eq(recur_state_create(m, &a), 0);
     cr_assert_eq(recur_state_create(m, &b), 0);

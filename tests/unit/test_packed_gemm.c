@@ -5,7 +5,9 @@
  *   |y - y64| <= 1.01 (K + 2) u (sum_k |x_k W_nk| + |beta y0|)
  * Bit-level claims: the dispatched (SIMD) kernel equals the scalar formula of packed_gemm.h
  * (recur__packed_gemm_ref) with memcmp, and a row's output does not depend on M, on the row's
- * position, on strides or on the other rows. Shapes: M 1..67, N off the panel width, K odd. */
+ * position, on strides or on the other rows. Shapes: M 1..67, N off the panel width, K odd.
+ * Half panels (F16, BF16): the same kernel on 16-bit weights equals its scalar reference and the
+ * fp32 kernel on the exactly widened matrix, bit for bit. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
@@ -168,4 +170,153 @@ Test(packed_gemm, row_bits_independent_of_m_and_position)
         free(row); free(alone); free(yb0);
         mat_free(&a);
     }
+}
+
+/* ---------------------------------------------------------------- half panels (F16, BF16) */
+
+/* fp32 -> nearest half of type wt (ties to even); inputs here are finite and in range */
+static uint16_t to_half(float f, recur_wtype wt)
+{
+    if (wt == RECUR_WT_F16) {
+        _Float16 x = (_Float16)f;
+        uint16_t h;
+        memcpy(&h, &x, 2);
+        return h;
+    }
+    uint32_t b;
+    memcpy(&b, &f, 4);
+    return (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+}
+
+/* A matrix of half values: W16 [N][K] row-major, its half-packed form, and the exact widening
+ * of the same values (a.W) with its fp32-packed form (a.Wp): two packings of one matrix. Values
+ * span F16's subnormals, small and large magnitudes and exact zeros. */
+typedef struct {
+    mat a;
+    uint16_t *W16, *Wp16;
+} hmat;
+
+static hmat hmat_new(int N, int K, recur_wtype wt)
+{
+    hmat h;
+    h.a = mat_new(N, K);
+    h.W16 = malloc(sizeof(uint16_t) * (size_t)N * K);
+    size_t pf = recur__packed_floats(N, K);
+    h.Wp16 = aligned_alloc(64, (pf * 2 + 63) / 64 * 64);
+    cr_assert(h.W16 && h.Wp16);
+    for (size_t i = 0; i < (size_t)N * K; i++) {
+        float v = h.a.W[i];
+        switch (i % 7) {
+        case 0: v *= 1e-6f; break;   /* F16 subnormal range */
+        case 1: v *= 300.0f; break;
+        case 2: v = 0.0f; break;
+        default: break;
+        }
+        h.W16[i] = to_half(v, wt);
+        h.a.W[i] = recur__half_to_float(h.W16[i], wt);
+    }
+    recur__pack(h.a.Wp, h.a.W, N, K);
+    recur__pack_half(h.Wp16, h.W16, N, K);
+    return h;
+}
+
+static void hmat_free(hmat *h)
+{
+    mat_free(&h->a);
+    free(h->W16);
+    free(h->Wp16);
+}
+
+/* the half kernel == its scalar reference == the fp32 kernel on the widened matrix (memcmp), and
+ * within the float64 bound of the widened values */
+static void run_half_case(int M, int N, int K, float beta, recur_wtype wt)
+{
+    hmat h = hmat_new(N, K, wt);
+    int ldx = K + 1, ldy = N + 2;
+    float *x = malloc(sizeof(float) * (size_t)M * ldx), *y0 = malloc(sizeof(float) * (size_t)M * ldy);
+    float *y1 = malloc(sizeof(float) * (size_t)M * ldy), *y2 = malloc(sizeof(float) * (size_t)M * ldy);
+    float *y3 = malloc(sizeof(float) * (size_t)M * ldy);
+    for (size_t i = 0; i < (size_t)M * ldx; i++) x[i] = frand();
+    for (size_t i = 0; i < (size_t)M * ldy; i++) y0[i] = frand();
+    memcpy(y1, y0, sizeof(float) * (size_t)M * ldy);
+    memcpy(y2, y0, sizeof(float) * (size_t)M * ldy);
+    memcpy(y3, y0, sizeof(float) * (size_t)M * ldy);
+    recur__packed_gemm_t(M, N, K, x, ldx, h.Wp16, wt, beta, y1, ldy);
+    recur__packed_gemm_ref_t(M, N, K, x, ldx, h.Wp16, wt, beta, y2, ldy);
+    recur__packed_gemm(M, N, K, x, ldx, h.a.Wp, beta, y3, ldy);
+    const char *tn = wt == RECUR_WT_F16 ? "F16" : "BF16";
+    cr_assert_eq(memcmp(y1, y2, sizeof(float) * (size_t)M * ldy), 0, "%s M %d N %d K %d: kernel != scalar", tn, M, N, K);
+    cr_assert_eq(memcmp(y1, y3, sizeof(float) * (size_t)M * ldy), 0, "%s M %d N %d K %d: half != fp32-packed", tn, M, N,
+                 K);
+    check_vs_f64(&h.a, M, x, ldx, y0, beta, y1, ldy);
+    free(x); free(y0); free(y1); free(y2); free(y3);
+    hmat_free(&h);
+}
+
+Test(packed_gemm, half_conversion_is_exact)
+{
+    /* every F16 and BF16 bit pattern widens to the value it denotes (F16: against _Float16) */
+    for (uint32_t b = 0; b < 65536; b++) {
+        uint16_t h = (uint16_t)b;
+        _Float16 x;
+        memcpy(&x, &h, 2);
+        float want = (float)x, got = recur__half_to_float(h, RECUR_WT_F16);
+        cr_assert(memcmp(&want, &got, 4) == 0 || (isnan(want) && isnan(got)), "F16 %04x", b);
+        cr_assert_eq(recur__half_finite(h, RECUR_WT_F16), isfinite(want) != 0, "F16 %04x", b);
+        uint32_t wb = b << 16;
+        memcpy(&want, &wb, 4);
+        got = recur__half_to_float(h, RECUR_WT_BF16);
+        cr_assert_eq(memcmp(&want, &got, 4), 0, "BF16 %04x", b);
+        cr_assert_eq(recur__half_finite(h, RECUR_WT_BF16), isfinite(want) != 0, "BF16 %04x", b);
+    }
+}
+
+Test(packed_gemm, half_panels_odd_shapes)
+{
+    static const int Ms[] = {1, 2, 8, 9, 13, 14, 15, 28, 29, 64, 67};
+    static const int Ns[] = {1, 15, 17, 33, 130};
+    static const int Ks[] = {1, 2, 17, 64, 191};
+    static const float betas[] = {0.0f, 1.0f, -0.75f};
+    for (int t = 0; t < 2; t++)
+        for (size_t i = 0; i < sizeof Ms / sizeof *Ms; i++)
+            for (size_t j = 0; j < sizeof Ns / sizeof *Ns; j++)
+                for (size_t k = 0; k < sizeof Ks / sizeof *Ks; k++)
+                    run_half_case(Ms[i], Ns[j], Ks[k], betas[(i + j + k) % 3], t ? RECUR_WT_BF16 : RECUR_WT_F16);
+}
+
+Test(packed_gemm, half_every_m_and_row_independence)
+{
+    /* M = 1..67 on one matrix: each block equal to the fp32-packed result, and every row equal
+     * to that row alone (M = 1) */
+    for (int t = 0; t < 2; t++) {
+        recur_wtype wt = t ? RECUR_WT_BF16 : RECUR_WT_F16;
+        const int N = 47, K = 63, Mmax = 67;
+        hmat h = hmat_new(N, K, wt);
+        float *x = malloc(sizeof(float) * Mmax * K), *y = malloc(sizeof(float) * Mmax * N);
+        float *yf = malloc(sizeof(float) * Mmax * N), *alone = malloc(sizeof(float) * Mmax * N);
+        for (int i = 0; i < Mmax * K; i++) x[i] = frand();
+        for (int m = 0; m < Mmax; m++)
+            recur__packed_gemm_t(1, N, K, x + m * K, K, h.Wp16, wt, 0.0f, alone + m * N, N);
+        for (int M = 1; M <= Mmax; M++) {
+            recur__packed_gemm_t(M, N, K, x, K, h.Wp16, wt, 0.0f, y, N);
+            recur__packed_gemm(M, N, K, x, K, h.a.Wp, 0.0f, yf, N);
+            cr_assert_eq(memcmp(y, yf, sizeof(float) * M * N), 0, "M %d: half != fp32-packed", M);
+            cr_assert_eq(memcmp(y, alone, sizeof(float) * M * N), 0, "M %d: a row differs from M = 1", M);
+        }
+        free(x); free(y); free(yf); free(alone);
+        hmat_free(&h);
+    }
+}
+
+Test(packed_gemm, half_packed_layout)
+{
+    hmat h = hmat_new(37, 5, RECUR_WT_BF16);
+    for (int p = 0; p < 3; p++)
+        for (int k = 0; k < 5; k++)
+            for (int j = 0; j < RECUR_PANEL; j++) {
+                int n = p * RECUR_PANEL + j;
+                uint16_t want = n < 37 ? h.W16[(size_t)n * 5 + k] : 0;
+                cr_assert_eq(h.Wp16[((size_t)p * 5 + k) * RECUR_PANEL + j], want);
+            }
+    hmat_free(&h);
 }

@@ -2,9 +2,13 @@
  * bench_model.c — the C model's decode and prefill rates and the sgemm bound of batched decode
  * (issue 3, "Benchmarks"), for tools/bench/section_model.py. Prints one JSON object per line.
  *
- *   bench_model (--model DIR | --config FILE [--seed N]) [--batches 1,8,64] [--reps R]
- *               [--tokens-per-rep N] [--prefill N] [--prefill-reps R] [--sgemm-m M]
+ *   bench_model (--model DIR [--fp32-weights] | --config FILE [--seed N]) [--batches 1,8,64]
+ *               [--reps R] [--tokens-per-rep N] [--prefill N] [--prefill-reps R] [--sgemm-m M]
  *               [--prefill-sgemm-m M]
+ *
+ * --model loads DIR as recurd does (an F16 / BF16 file keeps its matrices half in memory);
+ * --fp32-weights widens them to fp32 at load instead (the same function, bit for bit: the
+ * before/after of keeping half weights). The info line gives weight_bytes and weights_dtype.
  *
  * decode:  recur_model_step_batch over B distinct sessions (B = 1 also recur_model_step); a rep
  *          is max(4, N/B) steps after 4 warm-up steps; tokens/s = B * steps / seconds.
@@ -20,8 +24,9 @@
  *          and the sequence at M = prefill-sgemm-m (default 256, the prefill's piece; 0 = off),
  *          the GEMM-only lower bound of prefill time.
  * packed:  the same sequence through librecur's own GEMM on weights packed once
- *          (core/packed_gemm.h, what the model runs), timed after the sgemm reps with as many
- *          runs per rep; reported as kind "packed_seq" (and at M = prefill-sgemm-m).
+ *          (core/packed_gemm.h, what the model runs, with the model's element type: F16 / BF16
+ *          panels for a half model), timed after the sgemm reps with as many runs per rep;
+ *          reported as kind "packed_seq" (and at M = prefill-sgemm-m).
  * stream:  cblas_sgemv over a [params/d][d] matrix (as many floats as the weights): batch-1
  *          decode streams every weight once per token through sgemv, so this is its bound.
  * Times: wall (CLOCK_MONOTONIC) and process CPU time (CLOCK_PROCESS_CPUTIME_ID) per rep; the
@@ -40,6 +45,7 @@
 
 #include "recur.h"
 #include "packed_gemm.h" /* librecur-internal: the model's own GEMM, timed beside sgemm */
+#include "model_internal.h" /* librecur-internal: recur__model_load_files_opt (--fp32-weights) */
 
 static double clk(clockid_t id)
 {
@@ -82,12 +88,13 @@ static void print_list(const char *key, const double *x, int n)
 typedef struct {
     int n, k;        /* C[M][n] = A[M][k] W[n][k]^T */
     float *w;        /* own buffer */
-    float *wp;       /* w packed (recur__pack), own 64-byte aligned buffer */
+    void *wp;        /* w packed (recur__pack, or rounded to halves and recur__pack_half) */
     float beta;
 } gemm_op;
 
 typedef struct {
     int M, nops;
+    recur_wtype wt;  /* element type of the packed copies */
     gemm_op *ops;
     float *a, *c;    /* [M][max k], [M][max n] */
     double flops;    /* 2 M n k summed */
@@ -99,8 +106,24 @@ static float frand(uint64_t *s)
     return (float)((*s >> 40) & 0xFFFFFF) / 16777216.0f * 0.04f - 0.02f;
 }
 
+/* fp32 -> nearest half of type wt (ties to even) */
+static uint16_t to_half(float f, recur_wtype wt)
+{
+    if (wt == RECUR_WT_F16) {
+        _Float16 x = (_Float16)f;
+        uint16_t h;
+        memcpy(&h, &x, 2);
+        return h;
+    }
+    uint32_t b;
+    memcpy(&b, &f, 4);
+    return (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+}
+
 static void seq_build(gemm_seq *g, const recur_model_info *in, int M)
 {
+    g->wt = !strcmp(in->weights_dtype, "F16") ? RECUR_WT_F16 : !strcmp(in->weights_dtype, "BF16") ? RECUR_WT_BF16
+                                                                                                 : RECUR_WT_F32;
     int H = in->n_heads, K = in->head_k, V = in->head_v, d = in->d_model, ff = in->d_ff;
     g->M = M;
     g->nops = 4 * in->n_layers + 1;
@@ -123,8 +146,16 @@ static void seq_build(gemm_seq *g, const recur_model_info *in, int M)
         gemm_op *op = &g->ops[i];
         op->w = malloc(sizeof(float) * (size_t)op->n * op->k);
         for (size_t j = 0; j < (size_t)op->n * op->k; j++) op->w[j] = frand(&s);
-        op->wp = aligned_alloc(64, (recur__packed_floats(op->n, op->k) * sizeof(float) + 63) / 64 * 64);
-        recur__pack(op->wp, op->w, op->n, op->k);
+        size_t pn = recur__packed_floats(op->n, op->k);
+        op->wp = aligned_alloc(64, (pn * recur__wtype_size(g->wt) + 63) / 64 * 64);
+        if (g->wt == RECUR_WT_F32) {
+            recur__pack(op->wp, op->w, op->n, op->k);
+        } else {
+            uint16_t *h = malloc(sizeof(uint16_t) * (size_t)op->n * op->k);
+            for (size_t j = 0; j < (size_t)op->n * op->k; j++) h[j] = to_half(op->w[j], g->wt);
+            recur__pack_half(op->wp, h, op->n, op->k);
+            free(h);
+        }
         if (op->n > maxn) maxn = op->n;
         if (op->k > maxk) maxk = op->k;
         g->flops += 2.0 * M * op->n * op->k;
@@ -147,7 +178,7 @@ static void seq_run_packed(const gemm_seq *g)
 {
     for (int i = 0; i < g->nops; i++) {
         const gemm_op *op = &g->ops[i];
-        recur__packed_gemm(g->M, op->n, op->k, g->a, op->k, op->wp, op->beta, g->c, op->n);
+        recur__packed_gemm_t(g->M, op->n, op->k, g->a, op->k, op->wp, g->wt, op->beta, g->c, op->n);
     }
 }
 
@@ -163,8 +194,9 @@ static void time_packed(const gemm_seq *g, long runs, int reps)
         w[r] = wall() - w0;
         c[r] = cpu() - c0;
     }
-    printf("{\"kind\": \"packed_seq\", \"M\": %d, \"ops\": %d, \"flops\": %.6g, \"runs_per_rep\": %ld", g->M,
-           g->nops, g->flops, runs);
+    printf("{\"kind\": \"packed_seq\", \"M\": %d, \"ops\": %d, \"flops\": %.6g, \"runs_per_rep\": %ld, "
+           "\"wtype\": \"%s\"", g->M, g->nops, g->flops, runs,
+           g->wt == RECUR_WT_F16 ? "F16" : g->wt == RECUR_WT_BF16 ? "BF16" : "F32");
     print_list("wall_s", w, n);
     print_list("cpu_s", c, n);
     printf("}\n");
@@ -218,10 +250,11 @@ int main(int argc, char **argv)
 {
     const char *config = NULL, *dir = NULL, *batches = "1,8,64";
     uint64_t seed = 1;
-    int reps = 5, prefill_reps = 3, sgemm_m = 0, prefill_m = 256;
+    int reps = 5, prefill_reps = 3, sgemm_m = 0, prefill_m = 256, fp32_weights = 0;
     long tokens_per_rep = 512, prefill = 4096;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--fp32-weights")) { fp32_weights = 1; continue; }
         if (!v) goto usage;
         if (!strcmp(a, "--model")) dir = v;
         else if (!strcmp(a, "--config")) config = v;
@@ -242,7 +275,10 @@ int main(int argc, char **argv)
     recur_model *m;
     int rc;
     if (dir) {
-        rc = recur_model_load(dir, &m);
+        char cp[4200], wp[4200];
+        snprintf(cp, sizeof cp, "%s/config.json", dir);
+        snprintf(wp, sizeof wp, "%s/model.safetensors", dir);
+        rc = recur__model_load_files_opt(cp, wp, !fp32_weights, &m);
     } else {
         char *text = read_text(config);
         if (!text) { fprintf(stderr, "bench_model: cannot read %s\n", config); return 1; }
@@ -253,9 +289,10 @@ int main(int argc, char **argv)
     const recur_model_info *in = recur_model_get_info(m);
     printf("{\"kind\": \"info\", \"name\": \"%s\", \"params\": %lld, \"d_model\": %d, \"n_layers\": %d, "
            "\"n_heads\": %d, \"head_k\": %d, \"head_v\": %d, \"d_ff\": %d, \"vocab\": %d, "
-           "\"state_bytes\": %zu, \"source\": \"%s\"}\n",
+           "\"state_bytes\": %zu, \"source\": \"%s\", \"weight_bytes\": %zu, \"weights_dtype\": \"%s\"}\n",
            in->name, (long long)in->n_params, in->d_model, in->n_layers, in->n_heads, in->head_k, in->head_v,
-           in->d_ff, in->vocab_size, in->state_bytes, dir ? "weights" : "seeded");
+           in->d_ff, in->vocab_size, in->state_bytes, dir ? "weights" : "seeded", in->weight_bytes,
+           in->weights_dtype);
     fflush(stdout);
 
     int bs[32], nb = 0, maxb = 1;
@@ -423,7 +460,7 @@ int main(int argc, char **argv)
     recur_model_free(m);
     return 0;
 usage:
-    fprintf(stderr, "usage: bench_model (--model DIR | --config FILE [--seed N]) [--batches 1,8,64] [--reps R]\n"
+    fprintf(stderr, "usage: bench_model (--model DIR [--fp32-weights] | --config FILE [--seed N]) [--batches 1,8,64] [--reps R]\n"
                     "                   [--tokens-per-rep N] [--prefill N] [--prefill-reps R] [--sgemm-m M]\n"
                     "                   [--prefill-sgemm-m M]\n");
     return 2;

@@ -3,8 +3,12 @@ prefill of 4k tokens, beside the PyTorch twin in the same run, and batched decod
 sgemm bound.
 
 Models: the default model (models/default when its weights are there, otherwise a model seeded
-from tools/configs/default.json, the same architecture) and a larger seeded model,
-tools/configs/bench_d512.json (d 512, 8 gated DeltaNet layers, 8 heads x 64).
+from tools/configs/default.json, the same architecture; its file is F16, and librecur keeps an
+F16 / BF16 file's matrices half in memory) and a larger model, tools/configs/bench_d512.json
+(d 512, 8 gated DeltaNet layers, 8 heads x 64) twice: seeded in C (fp32 weights in memory; the
+twin with its own init of the same shapes), and as an F16 file written at bench time by
+tools/export.py (seed 1) into build/bench/d512_f16 and loaded on both sides (C keeps it F16 in
+memory, the twin widens it to fp32 as nn.Linear weights) — so both compute the same function.
 
 Builds tools/bench/bench_model.c against build/librecur.a, runs it and
 tools/bench/bench_torch_model.py for each model (C then PyTorch, one thread each), and returns
@@ -43,7 +47,9 @@ DEFAULT_CONFIG = "tools/configs/default.json"
 # per model: tokens per decode rep (a rep is max(4, N/B) steps), reps, prefill reps,
 # chunk sizes tried for the twin's prefill (the fastest is the baseline)
 PLAN = {"default": dict(tokens=512, reps=5, prefill_reps=5, chunks="32,64"),
-        "d512": dict(tokens=64, reps=5, prefill_reps=3, chunks="32,64")}
+        "d512": dict(tokens=64, reps=5, prefill_reps=3, chunks="32,64"),
+        "d512-f16": dict(tokens=64, reps=5, prefill_reps=3, chunks="32,64")}
+D512_F16_DIR = "bench/d512_f16"  # under the build directory, written by tools/export.py
 QUICK = dict(tokens=64, reps=3, prefill_reps=1, chunks="32")
 
 TARGET_B1 = 6.0        # decode at batch 1 >= 6x PyTorch
@@ -111,10 +117,19 @@ def _models(ctx):
                        "models/default has no weights yet)",
                        c_args=["--config", cfg, "--seed", str(SEED)], t_args=["--config", cfg],
                        config=os.path.join(ctx.root, cfg))
-    big = dict(key="d512", label=f"larger model, seeded ({D512_CONFIG}, seed {SEED})",
+    big = dict(key="d512", label=f"larger model, seeded, fp32 weights ({D512_CONFIG}, seed {SEED})",
                c_args=["--config", D512_CONFIG, "--seed", str(SEED)], t_args=["--config", D512_CONFIG],
                config=os.path.join(ctx.root, D512_CONFIG))
-    return [default, big]
+    f16_dir = os.path.join(ctx.build, D512_F16_DIR)
+    r = os.path.relpath(f16_dir, ctx.root)
+    f16_rel = f16_dir if r.startswith("..") else r
+    big16 = dict(key="d512-f16", label=f"larger model, F16 weights file ({D512_CONFIG} exported by "
+                 f"tools/export.py --seed {SEED} --dtype F16 to {f16_rel})",
+                 c_args=["--model", f16_rel], t_args=["--model", f16_rel],
+                 config=os.path.join(ctx.root, D512_CONFIG),
+                 export=[ctx.python, "tools/export.py", "--config", D512_CONFIG, "--seed", str(SEED),
+                         "--out", f16_rel, "--dtype", "F16"])
+    return [default, big, big16]
 
 
 def run(ctx):
@@ -148,6 +163,8 @@ def run(ctx):
     results = []
     for mdl in _models(ctx):
         p = dict(QUICK if ctx.quick else PLAN[mdl["key"]])
+        if "export" in mdl:
+            ctx.run(mdl["export"], timeout=600)
         cfg = json.load(open(mdl["config"]))
         prefill = PREFILL
         if "softmax" in cfg["mixers"]:  # a KV cache is bounded by max_context
@@ -264,11 +281,18 @@ def analyse(cfg, c_out, t_out):
     packed = [r for r in c_out if r["kind"] == "packed_seq"]
     for r in packed:
         gf = r.get("runs_per_rep", 1) * r["flops"] / _med(r["cpu_s"]) / 1e9
+        a["packed_wtype"] = r.get("wtype", "F32")
         if seq and r["M"] == seq["M"]:
             a["packed_gflops"] = gf
         elif seqp and r["M"] == seqp["M"]:
             a["packed_prefill_gflops"] = gf
     return a
+
+
+def _weight_mib(info):
+    if "weight_bytes" not in info:
+        return "?"
+    return f"{info['weight_bytes'] / 2**20:.1f} MiB ({info.get('weights_dtype', 'F32')} matrices)"
 
 
 def _verdict(r, need):
@@ -285,7 +309,9 @@ def _verdict(r, need):
 def render(results, loads, raw, quick=False):
     out = []
     out.append(
-        "One thread on each side (`OPENBLAS_NUM_THREADS=1`, `torch.set_num_threads(1)`), fp32. "
+        "One thread on each side (`OPENBLAS_NUM_THREADS=1`, `torch.set_num_threads(1)`), fp32 "
+        "arithmetic (C holds an F16 file's matrices as F16 and widens them exactly in the GEMM "
+        "kernel: the same results as fp32 weights, bit for bit; the twin holds fp32). "
         "C: `tools/bench/bench_model.c` on librecur — decode is `recur_model_step_batch` over B "
         "distinct sessions (B = 1 also `recur_model_step`), prefill is `recur_model_prefill` of "
         f"{PREFILL} tokens from a zero state without logits. PyTorch twin: "
@@ -305,8 +331,10 @@ def render(results, loads, raw, quick=False):
     out.append("Load average (1/5/15 min) at the start of the section and after each model: " +
                "; ".join(" ".join(l) for l in loads) + ".")
     verdicts = []
+    analysed = {}
     for mdl, cfg, c_out, t_out in results:
         a = analyse(cfg, c_out, t_out)
+        analysed[mdl["key"]] = a
         info = a["info"]
         mix = sorted(set(cfg["mixers"]))
         out.append("")
@@ -316,8 +344,10 @@ def render(results, loads, raw, quick=False):
             f"`{info['name']}`: d {info['d_model']}, {info['n_layers']} layers "
             f"({', '.join(mix)}), {info['n_heads']} heads × {info['head_k']}/{info['head_v']}, "
             f"d_ff {info['d_ff']}, vocab {info['vocab']}; {info['params'] / 1e6:.2f} M parameters "
-            f"({info['params'] * 4 / 2**20:.1f} MiB fp32), state {info['state_bytes'] // 1024} KiB "
-            f"per session. Twin: {a['torch'].get('source', '?')}, PyTorch {a['torch'].get('version', '?')}.")
+            f"({info['params'] * 4 / 2**20:.1f} MiB as fp32); **weights in memory (C): "
+            f"{_weight_mib(info)}**; state {info['state_bytes'] // 1024} KiB "
+            f"per session. Twin: {a['torch'].get('source', '?')}, PyTorch {a['torch'].get('version', '?')} "
+            f"(fp32 weights, {info['params'] * 4 / 2**20:.1f} MiB).")
         out.append("")
         out.append("| | C (tokens/CPU-s) | PyTorch twin | C ÷ PyTorch | C ÷ PyTorch, wall time | reps (C / PyTorch) |")
         out.append("|---|---|---|---|---|---|")
@@ -353,18 +383,19 @@ def render(results, loads, raw, quick=False):
             out.append(f"Batching gain of the C decode (tokens/s at B ÷ at B = 1): {gains}.")
             out.append("")
         if "stream_s" in a and "c_cpu" in r1:
-            wb = info["params"] * 4
+            wb = info.get("weight_bytes", info["params"] * 4)
+            tb = info["params"] * 4
             need = ""
             if "t_cpu" in r1:
                 want = TARGET_B1 * r1["t_cpu"]
                 need = (f" Six times the twin ({_fmt_rate(want)} tokens/s) would mean streaming them at "
                         f"{want * wb / 1e9:.1f} GB/s.")
             out.append(
-                f"**Batch 1 is weight streaming.** Each token reads every weight once "
-                f"({wb / 1e6:.1f} MB fp32, through librecur's packed GEMM): the C step moves them at "
-                f"{r1['c_cpu'] * wb / 1e9:.1f} GB/s, the twin at "
-                f"{r1.get('t_cpu', 0) * wb / 1e9:.1f} GB/s; one cblas_sgemv over a single matrix of that "
-                f"size runs at {a['stream_gbs']:.1f} GB/s in the same run.{need}")
+                f"**Batch 1 is weight streaming.** Each token reads every weight once: the C step "
+                f"{wb / 1e6:.1f} MB ({info.get('weights_dtype', 'F32')} matrices, librecur's packed GEMM) "
+                f"at {r1['c_cpu'] * wb / 1e9:.1f} GB/s, the twin {tb / 1e6:.1f} MB (fp32) at "
+                f"{r1.get('t_cpu', 0) * tb / 1e9:.1f} GB/s; one cblas_sgemv over an fp32 matrix of "
+                f"{tb / 1e6:.1f} MB runs at {a['stream_gbs']:.1f} GB/s in the same run.{need}")
             out.append("")
         if "bound" in a:
             c64 = a["decode"].get(64, {})
@@ -389,6 +420,7 @@ def render(results, loads, raw, quick=False):
                     f"The model does not call sgemm: its GEMMs run on weights packed once at load "
                     f"(`core/packed_gemm.c`, no per-call repacking, one fused chain per output so a "
                     f"batched session's logits are bit-identical to an unbatched step's). That kernel "
+                    f"({a.get('packed_wtype', 'F32')} panels, as the model holds them) "
                     f"runs the same sequence at M = {a['sgemm_M']} at **{a['packed_gflops']:.1f} GFLOP/s**"
                     + (f", and at M = {a['prefill_M']} at {a['packed_prefill_gflops']:.1f}"
                        if "packed_prefill_gflops" in a and "prefill_M" in a else "")
@@ -407,6 +439,29 @@ def render(results, loads, raw, quick=False):
                     f"(the GEMMs alone at sgemm speed would take {100 * a['prefill_gemm_s'] / tc:.0f} % of that). With "
                     f"the mixer and everything else free and GEMMs at sgemm speed, C could be at most "
                     f"{_fmt_ratio(best_ratio)} the twin's prefill here.")
+    if "d512" in analysed and "d512-f16" in analysed:
+        a32, a16 = analysed["d512"], analysed["d512-f16"]
+        out.append("")
+        out.append("### d512: fp32 weights vs F16 weights in memory (C, same run)")
+        out.append("")
+        out.append("| | fp32 (seeded) | F16 (file) | F16 ÷ fp32 |")
+        out.append("|---|---|---|---|")
+        i32, i16 = a32["info"], a16["info"]
+        if "weight_bytes" in i32 and "weight_bytes" in i16:
+            out.append(f"| weights in memory | {i32['weight_bytes'] / 2**20:.1f} MiB | "
+                       f"{i16['weight_bytes'] / 2**20:.1f} MiB | {i16['weight_bytes'] / i32['weight_bytes']:.2f}× |")
+        for B in BATCHES:
+            x, y = a32["decode"].get(B, {}).get("c_cpu"), a16["decode"].get(B, {}).get("c_cpu")
+            out.append(f"| decode, batch {B} (tokens/CPU-s) | {_fmt_rate(x)} | {_fmt_rate(y)} | "
+                       f"{_fmt_ratio(y / x if x and y else None)} |")
+        x, y = a32["prefill"].get("c_cpu"), a16["prefill"].get("c_cpu")
+        out.append(f"| prefill, {a16['prefill'].get('n', PREFILL)} tokens | {_fmt_rate(x)} | {_fmt_rate(y)} | "
+                   f"{_fmt_ratio(y / x if x and y else None)} |")
+        out.append("")
+        out.append("The two differ in their weight values (C's seeded init vs the twin's init exported "
+                   "as F16), not in shapes or work; an F16 file loaded with its matrices widened to fp32 "
+                   "(`bench_model --fp32-weights`) computes bit-identical logits "
+                   "(tests/unit/test_model.c).")
     out.append("")
     out.append("### Targets (issue 3)")
     out.append("")
@@ -432,12 +487,12 @@ if __name__ == "__main__":  # re-render saved raw data: section_model.py build/b
     rows = _jsonl(open(sys.argv[1]).read())
     root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
     res = []
-    for key in ("default", "d512"):
+    for key in ("default", "d512", "d512-f16"):
         c = [r for r in rows if r["model"] == key and r["side"] == "c"]
         t = [r for r in rows if r["model"] == key and r["side"] == "torch"]
         if not c:
             continue
-        cfgp = os.path.join(root, D512_CONFIG if key == "d512" else DEFAULT_CONFIG)
+        cfgp = os.path.join(root, D512_CONFIG if key.startswith("d512") else DEFAULT_CONFIG)
         if key == "default" and next(r for r in c if r["kind"] == "info").get("source") == "weights":
             cfgp = os.path.join(root, DEFAULT_DIR, "config.json")
         res.append((dict(key=key, label=key), json.load(open(cfgp)), c, t))
