@@ -20,7 +20,8 @@
  * (1: steps arriving while a batch computes wait for it and form the next batch).
  * Finished items return to the loop thread through uv_async; done() runs there, in completion
  * order, after progress() for every generation with pending lines (so a generation's last
- * lines are always delivered before its done()). While an item is in flight the loop must not touch its state or logits; the caller
+ * lines are always delivered before its done()). While an item is in flight the loop must not
+ * touch its state or logits (a generation is in flight from submission to done()); the caller
  * submits at most one item per session at a time (per-session FIFO order lives in ops.c).
  */
 #ifndef SRV_SCHEDULER_H
