@@ -10,6 +10,17 @@
  * Column tails use masked loads and stores (never a byte past the matrix); row tails repeat row 0
  * in the unused accumulators and do not store them. Measured on 64 x 64 x 64 (Zen 4, 1 thread,
  * 2026-11-29): see docs/BENCHMARKS.md, Kernels.
+ *
+ * Portable path (no AVX-512, or RECUR_MM_PORTABLE): cblas_sgemm, which brings its own
+ * register-blocked kernel for every CPU, on rectangles that keep the contract:
+ *   A read in place as A (acs = 1) or A^T (ars = 1); any other strides: copied, contiguous;
+ *   A lower: C = A[:, 0:pf] B[0:pf] in place (terms every row has) + the triangle of A copied
+ *     into a scratch with zeros above its diagonal (A there is never read);
+ *   C lower / upper: the rectangle every row writes, in place; the triangle's square computed
+ *     into a scratch (beta 0) and only its triangle copied (beta 0) or added (beta 1) to C;
+ *   triangles taller than MM_TRI_ROWS are cut in row halves first.
+ * The scratch is thread-local and reserved before C is touched; if it cannot be allocated (or a
+ * stride is one sgemm refuses) the call runs the plain loop instead, exact but 3-5x slower.
  */
 #include "chunk_mm.h"
 
@@ -197,11 +208,26 @@ void recur__transpose(const float *src, ptrdiff_t lds, int rows, int cols, float
         }
 }
 
-#else /* portable: row by row, vectorisable over j */
+#else /* portable: OpenBLAS sgemm on rectangles, triangles through a thread-local scratch */
 
-void recur__mm(int m, int n, int k, float alpha, const float *A, ptrdiff_t ars, ptrdiff_t acs,
-               const float *B, ptrdiff_t ldb, float beta, float *C, ptrdiff_t ldc, int flags,
-               int diag)
+#include <cblas.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Triangles (of C, or of a lower A) taller than this are split in two row halves, recursively:
+ * each half is a rectangle sgemm reads and writes in place plus a triangle half as tall, so less
+ * of the zero / unwritten half is computed, at the price of more sgemm calls. 64 x 64 x 64 causal
+ * (A lower, GFLOP/s on the useful half) at 64 / 32 / 16 / 8: 50 / 66 / 76 / 78; chunkwise at
+ * T = 16k fastest at 16 (Zen 4, OpenBLAS 0.3.21, 1 thread, 2026-11-29). */
+#define MM_TRI_ROWS 16
+
+/* The plain loop, with recur__mm's contract: the fallback when the scratch cannot be allocated
+ * or a stride is one cblas_sgemm does not accept (row by row, vectorisable over j). */
+static void mm_loop(int m, int n, int k, float alpha, const float *A, ptrdiff_t ars, ptrdiff_t acs,
+                    const float *B, ptrdiff_t ldb, float beta, float *C, ptrdiff_t ldc, int flags,
+                    int diag)
 {
     for (int i = 0; i < m; i++) {
         const int tri = i + diag;
@@ -224,6 +250,244 @@ void recur__mm(int m, int n, int k, float alpha, const float *A, ptrdiff_t ars, 
                 Ci[j] += a * Bp[j];
         }
     }
+}
+
+/* ---- scratch: two buffers per thread, grown to the largest call seen, never shrunk.
+ * Slot MM_SA holds a copy of (part of) A, slot MM_SC a block of C; one call needs each at most
+ * once at a time. The thread owns them; a pthread key destructor frees them when the thread
+ * exits (the main thread's stay until process exit). If the key cannot be created, a thread
+ * that exits leaks its two buffers: no crash, no wrong result. Allocation may be a test hook. */
+#ifndef MM_SCRATCH_ALLOC
+#define MM_SCRATCH_ALLOC(bytes) aligned_alloc(64, (bytes))
+#endif
+enum { MM_SA, MM_SC };
+typedef struct {
+    float *p;
+    size_t cap; /* floats */
+} mm_slot;
+static _Thread_local mm_slot mm_scratch[2];
+static pthread_once_t mm_once = PTHREAD_ONCE_INIT;
+static pthread_key_t mm_key;
+static int mm_key_ok;
+
+static void mm_scratch_free(void *arg)
+{
+    mm_slot *s = arg;
+    for (int i = 0; i < 2; i++) {
+        free(s[i].p);
+        s[i].p = NULL;
+        s[i].cap = 0;
+    }
+}
+
+static void mm_key_create(void)
+{
+    mm_key_ok = pthread_key_create(&mm_key, mm_scratch_free) == 0;
+}
+
+/* slot's buffer with room for n floats, or NULL (the old buffer is kept then) */
+static float *mm_reserve(int slot, size_t n)
+{
+    mm_slot *s = &mm_scratch[slot];
+    if (n <= s->cap)
+        return s->p;
+    if (n > ((size_t)-1 >> 3))
+        return NULL;
+    const size_t cap = (n + 1023) & ~(size_t)1023; /* whole 4 KiB, a multiple of 64 bytes */
+    float *p = MM_SCRATCH_ALLOC(cap * sizeof(float));
+    if (!p)
+        return NULL;
+    free(s->p);
+    s->p = p;
+    s->cap = cap;
+    pthread_once(&mm_once, mm_key_create);
+    if (mm_key_ok)
+        pthread_setspecific(mm_key, mm_scratch);
+    return p;
+}
+
+/* ---- rectangles. A's layout, fixed per call: read in place as op(A) = A (row-major, lda = ars)
+ * or A^T (lda = acs), or copied into slot MM_SA. */
+enum { MM_NOTRANS, MM_TRANS, MM_COPY };
+
+typedef struct {
+    const float *A;
+    ptrdiff_t ars, acs;
+    const float *B;
+    ptrdiff_t ldb;
+    ptrdiff_t ldc;
+    int k, mode;
+    float alpha;
+} mm_args;
+
+static void mm_sgemm(const mm_args *x, int m, int n, int k, const float *A, int tr, ptrdiff_t lda,
+                     const float *B, float beta, float *C, ptrdiff_t ldc)
+{
+    cblas_sgemm(CblasRowMajor, tr ? CblasTrans : CblasNoTrans, CblasNoTrans, m, n, k, x->alpha, A,
+                (int)lda, B, (int)x->ldb, beta, C, (int)ldc);
+}
+
+/* dst[r][q] = A(i0 + r, p0 + q) for q <= i0 + r + diag - p0 when lower, else 0 (A unread there);
+ * r < rows, q < w; dst row-major with row stride w */
+static void copy_a(const mm_args *x, int i0, int rows, int p0, int w, int lower, int diag, float *dst)
+{
+    for (int r = 0; r < rows; r++) {
+        const int q1 = lower ? imax(0, imin(w, i0 + r + diag - p0 + 1)) : w;
+        const float *a = x->A + (ptrdiff_t)(i0 + r) * x->ars + (ptrdiff_t)p0 * x->acs;
+        float *d = dst + (size_t)r * (size_t)w;
+        if (x->acs == 1)
+            memcpy(d, a, (size_t)q1 * sizeof(float));
+        else
+            for (int q = 0; q < q1; q++)
+                d[q] = a[(ptrdiff_t)q * x->acs];
+        memset(d + q1, 0, (size_t)(w - q1) * sizeof(float));
+    }
+}
+
+/* C[r][j] = beta C[r][j] + alpha sum_p A(i0 + r, p) B[p][j0 + j], r < m, j < n, with A lower
+ * (p <= i0 + r + diag) when lower; beta 0 or 1, C not read when 0. Full rectangle of C. */
+static void mm_rect(const mm_args *x, int i0, int m, int j0, int n, float beta, float *C,
+                    ptrdiff_t ldc, int lower, int diag)
+{
+    if (m <= 0 || n <= 0)
+        return;
+    const int k = x->k;
+    /* row i0 + r has terms p < i0 + r + diag + 1: all of [0, pf) for every row, none past pe */
+    const int pe = lower ? imax(0, imin(k, i0 + m + diag)) : k;
+    const int pf = lower ? imax(0, imin(pe, i0 + diag + 1)) : pe;
+    if (pe - pf > MM_TRI_ROWS && m > 1) { /* a tall triangle of A: two row halves */
+        const int h = m / 2;
+        mm_rect(x, i0, h, j0, n, beta, C, ldc, lower, diag);
+        mm_rect(x, i0 + h, m - h, j0, n, beta, C + (ptrdiff_t)h * ldc, ldc, lower, diag);
+        return;
+    }
+    const float *B = x->B + j0;
+    if (pf > 0) { /* C = beta C + alpha A[:, 0:pf] B[0:pf]   (every row has all these terms) */
+        if (x->mode == MM_COPY) {
+            float *a = mm_scratch[MM_SA].p;
+            copy_a(x, i0, m, 0, pf, 0, 0, a);
+            mm_sgemm(x, m, n, pf, a, 0, pf, B, beta, C, ldc);
+        } else {
+            const float *a = x->A + (ptrdiff_t)i0 * x->ars;
+            mm_sgemm(x, m, n, pf, a, x->mode == MM_TRANS, x->mode == MM_TRANS ? x->acs : x->ars, B,
+                     beta, C, ldc);
+        }
+        beta = 1.0f;
+    }
+    if (pe > pf) { /* the triangle of A: rows r >= it have terms in [pf, pe); A copied, zeros above */
+        const int it = imax(0, pf - diag - i0), w = pe - pf;
+        if (beta == 0.0f) /* rows with no term at all */
+            for (int r = 0; r < it; r++)
+                memset(C + (ptrdiff_t)r * ldc, 0, (size_t)n * sizeof(float));
+        float *a = mm_scratch[MM_SA].p;
+        copy_a(x, i0 + it, m - it, pf, w, 1, diag, a);
+        mm_sgemm(x, m - it, n, w, a, 0, w, B + (ptrdiff_t)pf * x->ldb, beta,
+                 C + (ptrdiff_t)it * ldc, ldc);
+    } else if (pf == 0 && beta == 0.0f) { /* no term in any row */
+        for (int r = 0; r < m; r++)
+            memset(C + (ptrdiff_t)r * ldc, 0, (size_t)n * sizeof(float));
+    }
+}
+
+/* C[r][j] = (beta C[r][j]) + S[r][j] where written(i0 + r, j0 + j): the triangle of a block */
+static void put_tri(float *C, ptrdiff_t ldc, const float *S, int m, int n, int i0, int j0, int upper,
+                    int diag, float beta)
+{
+    for (int r = 0; r < m; r++) {
+        const int t = i0 + r + diag + 1 - j0; /* first column of the block past the diagonal */
+        const int jlo = upper ? imax(0, t) : 0, jhi = upper ? n : imin(n, t);
+        float *c = C + (ptrdiff_t)(i0 + r) * ldc + j0;
+        const float *s = S + (size_t)r * (size_t)n;
+        if (beta == 0.0f)
+            for (int j = jlo; j < jhi; j++)
+                c[j] = s[j];
+        else
+            for (int j = jlo; j < jhi; j++)
+                c[j] += s[j];
+    }
+}
+
+/* Rows [r0, r1) of a product whose C is a triangle (C_LOWER, or C_UPPER when upper):
+ *   lower: row i writes j <= i + diag, so columns [0, r0 + diag + 1) are written by every row
+ *          (in place) and [r0 + diag + 1, r1 + diag) form a square of which the rows write a part;
+ *   upper: row i writes j > i + diag: columns [r1 + diag, n) by every row, [r0 + diag + 1,
+ *          r1 + diag) in part.
+ * The square is computed whole into slot MM_SC (beta 0) and only its triangle copied (beta 0)
+ * or added (beta 1) to C: the other part of C is neither read nor written. */
+static void mm_tri(const mm_args *x, int n, int r0, int r1, float beta, float *C, int upper,
+                   int lower, int diag)
+{
+    if (upper)
+        r1 = imin(r1, n - diag - 1); /* rows past it write nothing */
+    else
+        r0 = imax(r0, -diag);
+    if (r1 <= r0)
+        return;
+    if (r1 - r0 > MM_TRI_ROWS) {
+        const int mid = r0 + (r1 - r0) / 2;
+        mm_tri(x, n, r0, mid, beta, C, upper, lower, diag);
+        mm_tri(x, n, mid, r1, beta, C, upper, lower, diag);
+        return;
+    }
+    const int j0 = imax(0, imin(n, r0 + diag + 1)), j1 = imax(j0, imin(n, r1 + diag));
+    if (upper)
+        mm_rect(x, r0, r1 - r0, j1, n - j1, beta, C + (ptrdiff_t)r0 * x->ldc + j1, x->ldc, lower, diag);
+    else
+        mm_rect(x, r0, r1 - r0, 0, j0, beta, C + (ptrdiff_t)r0 * x->ldc, x->ldc, lower, diag);
+    /* the square: rows that write at least one of its columns */
+    const int s0 = upper ? r0 : imax(r0, j0 - diag), s1 = upper ? imin(r1, j1 - diag - 1) : r1;
+    if (j1 <= j0 || s1 <= s0)
+        return;
+    float *S = mm_scratch[MM_SC].p;
+    mm_rect(x, s0, s1 - s0, j0, j1 - j0, 0.0f, S, j1 - j0, lower, diag);
+    put_tri(C, x->ldc, S, s1 - s0, j1 - j0, s0, j0, upper, diag, beta);
+}
+
+static int stride_ok(ptrdiff_t ld, int need)
+{
+    return ld >= (need > 1 ? need : 1) && ld <= INT_MAX;
+}
+
+void recur__mm(int m, int n, int k, float alpha, const float *A, ptrdiff_t ars, ptrdiff_t acs,
+               const float *B, ptrdiff_t ldb, float beta, float *C, ptrdiff_t ldc, int flags,
+               int diag)
+{
+    if (m <= 0 || n <= 0)
+        return;
+    const int lower = (flags & RECUR_MM_A_LOWER) != 0;
+    const int cl = (flags & RECUR_MM_C_LOWER) != 0, cu = (flags & RECUR_MM_C_UPPER) != 0;
+    if (cl && cu) /* no entry is both */
+        return;
+    beta = beta != 0.0f ? 1.0f : 0.0f;
+    /* a single row or a single term: that stride is never stepped, any value serves */
+    if (m == 1)
+        ars = acs == 1 ? k : ars, ldc = n;
+    if (k == 1)
+        acs = ars == 1 ? m : acs, ldb = n;
+    if (k <= 0)
+        ldb = n;
+    mm_args x = {A, ars, acs, B, ldb, ldc, k, MM_COPY, alpha};
+    if (acs == 1 && stride_ok(ars, k))
+        x.mode = MM_NOTRANS;
+    else if (ars == 1 && stride_ok(acs, m))
+        x.mode = MM_TRANS;
+    /* Reserve all the scratch first: once a part of C is written the call cannot start over. */
+    size_t na = 0, nc = 0;
+    if (x.mode == MM_COPY)
+        na = (size_t)m * (size_t)imax(k, 0);
+    else if (lower)
+        na = (size_t)m * (size_t)imin(imax(k, 0), m);
+    if (cl || cu)
+        nc = (size_t)imin(m, MM_TRI_ROWS) * (size_t)imin(n, MM_TRI_ROWS);
+    if (!stride_ok(ldb, n) || !stride_ok(ldc, n) || (na && !mm_reserve(MM_SA, na)) ||
+        (nc && !mm_reserve(MM_SC, nc))) {
+        mm_loop(m, n, k, alpha, A, ars, acs, B, ldb, beta, C, ldc, flags, diag);
+        return;
+    }
+    if (cl || cu)
+        mm_tri(&x, n, 0, m, beta, C, cu, lower, diag);
+    else
+        mm_rect(&x, 0, m, 0, n, beta, C, ldc, lower, diag);
 }
 
 void recur__transpose(const float *src, ptrdiff_t lds, int rows, int cols, float *dst, ptrdiff_t ldd)

@@ -1,12 +1,15 @@
 /* test_chunk_mm.c — recur__mm and recur__transpose (core/chunk_mm.h) against a float64 loop.
  *
  * Random shapes (including empty ones, tails of every width and k beyond one k block), strides
- * (row-major and transposed A), both betas, every triangle flag and diagonal offset. C starts
- * as NaN where beta = 0 (it must not be read) and every entry outside the written triangle
- * must keep its sentinel. Tolerance: |C - ref| <= 1e-5 (1 + sum |A B|) per entry.
+ * (row-major, transposed and fully strided A), both betas, every triangle flag and diagonal
+ * offset. C starts as NaN where beta = 0 (it must not be read) and every entry outside the
+ * written triangle must keep its sentinel; A's entries above the diagonal are NaN under
+ * RECUR_MM_A_LOWER (they must not be read). Tolerance: |C - ref| <= 1e-5 (1 + |alpha| sum |A B|
+ * + |ref|) per entry.
  *
  * Built twice: as is (the AVX-512 kernel on machines that have it), and by
- * test_chunk_mm_portable.c with RECUR_MM_PORTABLE (the plain loop every other machine runs).
+ * test_chunk_mm_portable.c with RECUR_MM_PORTABLE (the OpenBLAS path every other machine runs),
+ * which adds its own cases.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -40,12 +43,21 @@ static float frand(void) /* [-1, 1) */
     return (float)next_u32() / 2147483648.0f - 1.0f;
 }
 
-/* One random case; returns the number of bad entries. */
-static int one_case(int m, int n, int k, int flags, int diag, int transA, float beta)
+/* One random case; returns the number of bad entries. layout of A: 0 row-major (ars = lda,
+ * acs = 1), 1 transposed (ars = 1, acs = lda), 2 neither stride 1 (acs = 2). A single row or a
+ * single term sometimes gets a unit stride it never steps (ars = 1 for m = 1, acs = 1 for k = 1). */
+static int one_case(int m, int n, int k, int flags, int diag, int layout, float beta)
 {
     const float alpha = frand() * 2.0f;
-    const ptrdiff_t lda = transA ? m + irand(4) : k + irand(4);
-    const ptrdiff_t ars = transA ? 1 : lda, acs = transA ? lda : 1;
+    const int transA = layout == 1;
+    const ptrdiff_t lda = layout == 2 ? 2 * (ptrdiff_t)k + 1 + irand(3)
+                          : transA    ? m + irand(4)
+                                      : k + irand(4);
+    ptrdiff_t ars = transA ? 1 : lda, acs = transA ? lda : layout == 2 ? 2 : 1;
+    if (layout == 0 && m == 1 && irand(2))
+        ars = 1;
+    if (layout == 1 && k == 1 && irand(2))
+        acs = 1;
     const ptrdiff_t ldb = n + irand(4), ldc = n + irand(4);
     const size_t na = (size_t)(transA ? (k > 0 ? k : 1) : (m > 0 ? m : 1)) * (size_t)lda + 1;
     const size_t nb = (size_t)(k > 0 ? k : 1) * (size_t)ldb + 1, nc = (size_t)(m > 0 ? m : 1) * (size_t)ldc + 1;
@@ -115,7 +127,7 @@ Test(chunk_mm, random_shapes_flags_and_strides)
         const int m = irand(big ? 90 : 40), n = irand(big ? 200 : 80) + (trial % 7 == 0 ? 0 : 1);
         const int k = irand(big ? 600 : 70);
         const int flags = flag_sets[irand(5)], diag = irand(9) - 4;
-        bad += one_case(m, n, k, flags, diag, irand(2), (float)irand(2));
+        bad += one_case(m, n, k, flags, diag, irand(3), (float)irand(2));
         cases++;
     }
     cr_assert_eq(bad, 0, "%d bad entries over %d cases", bad, cases);
