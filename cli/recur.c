@@ -185,6 +185,7 @@ static int cmd_info(const opts *o)
     printf("parameters      %lld (%.2f M)\n", (long long)i->n_params, i->n_params / 1e6);
     printf("state_bytes     %zu per session (%.1f KiB)%s\n", i->state_bytes, i->state_bytes / 1024.0,
            soft ? ", softmax KV cache at max_context" : ", fixed for any context length");
+    printf("weights         %s in memory, %.2f MiB\n", i->weights_dtype, i->weight_bytes / 1048576.0);
     printf("fingerprint     %016llx\n", (unsigned long long)i->fingerprint);
     recur_model_free(m);
     return 0;

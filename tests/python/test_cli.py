@@ -45,6 +45,17 @@ def test_info(model_dir):
     assert "gated_deltanet gla" in out
     assert re.search(r"parameters\s+%d\b" % tw_model.RecurModel(CFG).n_params(), out)
     assert re.search(r"state_bytes\s+%d per session" % tw_model.state_bytes(CFG), out)
+    assert re.search(r"weights\s+F32 in memory", out)
+
+
+def test_info_half_model_stays_half():
+    """The shipped model's F16 matrices stay F16 in memory: less than 2.2 bytes per parameter
+    (norms and the embedding table are fp32), where an fp32 copy would need 4."""
+    out = run("info", os.path.join(ROOT, "models", "default")).stdout.decode()
+    params = int(re.search(r"parameters\s+(\d+)", out).group(1))
+    m = re.search(r"weights\s+F16 in memory, ([0-9.]+) MiB", out)
+    assert m, out
+    assert float(m.group(1)) * 1048576 < 2.2 * params
 
 
 def test_generate_deterministic_and_seeded(model_dir):
