@@ -25,7 +25,7 @@ DEBIAN_PACKAGES := build-essential pkg-config libuv1-dev libcjson-dev libopenbla
                    curl wrk clang libclang-rt-14-dev valgrind fortunes gnuplot-nox
 
 OPT       ?= -O3 -march=native -ffp-contract=fast
-WARN      := -Wall -Wextra -Wstrict-prototypes -Wno-unused-parameter -Werror
+WARN      := -Wall -Wextra -Wstrict-prototypes -Wno-unused-parameter -Wno-psabi -Werror
 BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
 BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
 LLHTTP_DIR  := /usr/share/llhttp
