@@ -869,19 +869,21 @@ def raw_generate_all(d, calls):
             data += chunk
         sk.close()
         objs = [json.loads(m) for m in re.findall(rb"^\{.*\}$", bytes(data), re.M)]
-        out.append(([o["token"] for o in objs if "token" in o], objs[-1]))
+        out.append(([(o["token"], o["logprob"]) for o in objs if "token" in o], objs[-1]))
     return out
 
 
 def test_concurrent_generations_are_batched():
     """8 generations at once on one worker: their decode steps share batched model steps
-    (batch size > 1 seen in /metrics) and each gives the tokens of its run alone."""
+    (batch size > 1 seen in /metrics) and each gives the tokens and logprobs of its run alone,
+    bit for bit (a batched step is exactly the single-session step)."""
     with Daemon("--workers", "1") as d:
         prompts = [rand_tokens(4, 400 + i) for i in range(8)]
         alone = []
         for i in range(8):
             s = create(d, tokens=prompts[i])
-            alone.append([l["token"] for l in generate(d, s["id"], max_tokens=1000, seed=i)[0]])
+            alone.append([(l["token"], l["logprob"])
+                          for l in generate(d, s["id"], max_tokens=1000, seed=i)[0]])
         assert _metric(d, "recurd_decode_batch_size_max") == 1
         sids = [create(d, tokens=prompts[i])["id"] for i in range(8)]
         # A generation steps on the workers without a loop round trip per token, so with the
@@ -889,6 +891,44 @@ def test_concurrent_generations_are_batched():
         got = raw_generate_all(d, [(sids[i], {"max_tokens": 1000, "seed": i}) for i in range(8)])
         assert [toks for toks, _ in got] == alone
         assert all(done["reason"] == "length" for _, done in got)
+        assert _metric(d, "recurd_decode_batch_size_max") >= 2
+
+
+def test_concurrent_folds_give_the_logprobs_of_folding_alone():
+    """48 sessions of the shipped model fold the same 20 single-token requests (top_k 5) first
+    one session at a time (every step a batch of 1), then all at once from 48 threads (steps
+    batched with whatever else is ready): every line -- logprob and the top-5 logprobs -- is
+    identical, not merely close (the build of 8e76139, sgemv for one row and sgemm for a batch,
+    fails this); the second run did batch (batch size > 1 in /metrics)."""
+    n_sess, n_tok = 48, 20
+    prompts = [rand_tokens(5, 700 + i) for i in range(n_sess)]
+    feeds = [rand_tokens(n_tok, 800 + i) for i in range(n_sess)]
+
+    def drive(d, sid, feed):
+        with requests.Session() as http:
+            return [fold(d, sid, [t], top_k=5, session=http)[0][0] for t in feed]
+
+    with Daemon("--workers", "1", "--model", os.path.join(ROOT, "models", "default"),
+                model_config=None) as d:
+        alone = []
+        for i in range(n_sess):
+            sid = create(d, tokens=prompts[i])["id"]
+            alone.append(drive(d, sid, feeds[i]))
+        assert _metric(d, "recurd_decode_batch_size_max") == 1
+        sids = [create(d, tokens=prompts[i])["id"] for i in range(n_sess)]
+        together = [None] * n_sess
+        start = threading.Barrier(n_sess)
+
+        def worker(i):
+            start.wait()
+            together[i] = drive(d, sids[i], feeds[i])
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(n_sess)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert together == alone
         assert _metric(d, "recurd_decode_batch_size_max") >= 2
 
 
