@@ -96,7 +96,8 @@ int recur_gla(const recur_dims *d, const float *q, const float *k, const float *
 /* Delta rule: S_t = (I - beta_t k_t k_t^T) exp(g_t) S_{t-1} + beta_t k_t v_t^T ; o_t = scale S_t^T q_t.
  * g NULL is DeltaNet (g = 0), g [T][H] is gated DeltaNet. Keys are expected L2-normalised
  * (not checked); beta [T][H] in (0,1]. Chunkwise uses the WY/UT form with a unit-lower-
- * triangular solve (strsm); parallel is chunkwise with one chunk. */
+ * triangular solve (blocked forward substitution on the chunk product kernel, chunk_mm.h);
+ * parallel is chunkwise with one chunk. */
 int recur_delta_rule(const recur_dims *d, const float *q, const float *k, const float *v,
                      const float *beta, const float *g, float scale, recur_form form,
                      int64_t chunk_size, float *S, float *o);
