@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import threading
-import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("RECUR_BUILD", os.path.join(ROOT, "build"))
@@ -115,3 +114,15 @@ class Daemon:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+def read_to_eof(sock):
+    """Everything the peer sends until it closes the connection; closes sock."""
+    data = bytearray()
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    sock.close()
+    return bytes(data)

@@ -6,7 +6,6 @@ import os
 import re
 import subprocess
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F

@@ -1,6 +1,5 @@
 """End-to-end tests of recurd's HTTP API (DESIGN.md §5) against the real daemon on loopback."""
 import json
-import math
 import os
 import random
 import re
@@ -12,7 +11,7 @@ import time
 import pytest
 import requests
 
-from daemon import Daemon, RECURD, ROOT, TINY_MODEL
+from daemon import Daemon, RECURD, ROOT, TINY_MODEL, read_to_eof
 
 JSON = {"Content-Type": "application/json"}
 TOL = 1e-4
@@ -210,7 +209,6 @@ def test_tokens_lines(d):
 
 def test_tokens_text_and_top_k(d):
     s = create(d)
-    lines, done = fold_text = None, None
     r = requests.post(d.url("/v1/sessions/%s/tokens" % s["id"]), json={"text": "ab", "top_k": 64},
                       timeout=10)
     assert r.status_code == 200
@@ -861,13 +859,7 @@ def raw_generate_all(d, calls):
         socks.append(sk)
     out = []
     for sk in socks:
-        data = bytearray()
-        while True:
-            chunk = sk.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-        sk.close()
+        data = read_to_eof(sk)
         objs = [json.loads(m) for m in re.findall(rb"^\{.*\}$", bytes(data), re.M)]
         out.append(([(o["token"], o["logprob"]) for o in objs if "token" in o], objs[-1]))
     return out
@@ -947,13 +939,7 @@ def test_pipelined_requests_apply_in_arrival_order(d):
     reqs += b"GET /v1/sessions/%s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" % s["id"].encode()
     sock = socket.create_connection(("127.0.0.1", d.port), timeout=20)
     sock.sendall(reqs)
-    data = bytearray()
-    while True:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    sock.close()
+    data = read_to_eof(sock)
     objs = [json.loads(m) for m in re.findall(rb"^\{.*\}$", bytes(data), re.M)]
     folds = [o for o in objs if "top" in o]
     assert [(o["pos"], o["token"]) for o in folds] == [(i, i + 1) for i in range(20)]

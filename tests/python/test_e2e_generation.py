@@ -11,7 +11,7 @@ import time
 import pytest
 import requests
 
-from daemon import Daemon
+from daemon import Daemon, read_to_eof
 
 from test_e2e_api import create, fold, generate, info, next_logprobs, assert_close_probes, \
     rand_tokens, _metric
@@ -124,13 +124,7 @@ def test_reader_that_stops_pauses_the_generation_and_others_are_served():
         assert time.time() - t0 < 5
         assert info(d, s["id"])["tokens_seen"] == paused_at  # still paused
         # read everything: it resumes and ends normally
-        data = bytearray()
-        while True:
-            chunk = sk.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-        sk.close()
+        data = read_to_eof(sk)
         objs = json_lines(data)
         gen = [o for o in objs if "pos" in o]
         assert len(gen) == n
@@ -210,13 +204,7 @@ def test_long_prefill_does_not_stall_a_running_generation(d):
     sk = start_generate(d, g["id"], max_tokens=3000, seed=2)
     t = threading.Thread(target=prefill)
     t.start()
-    data = bytearray()
-    while True:
-        chunk = sk.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    sk.close()
+    data = read_to_eof(sk)
     t.join(60)
     objs = json_lines(data)
     assert objs[-1]["reason"] == "length" and objs[-1]["tokens_seen"] == 3002
