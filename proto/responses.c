@@ -20,10 +20,12 @@ void proto_model_json(proto_buf *b, const recur_model_info *info)
     }
     proto_buf_printf(b,
                      "],\"tied_embeddings\":%s,\"max_context\":%lld,\"n_params\":%lld,"
-                     "\"state_bytes\":%zu,\"fingerprint\":\"%016llx\"}",
+                     "\"state_bytes\":%zu,\"fingerprint\":\"%016llx\",\"weights_dtype\":",
                      info->tied_embeddings ? "true" : "false", (long long)info->max_context,
                      (long long)info->n_params, info->state_bytes,
                      (unsigned long long)info->fingerprint);
+    proto_buf_json_str(b, info->weights_dtype, strnlen(info->weights_dtype, sizeof info->weights_dtype));
+    proto_buf_printf(b, ",\"weight_bytes\":%zu}", info->weight_bytes);
 }
 
 void proto_session_json(proto_buf *b, const char *id, uint64_t tokens_seen, size_t state_bytes,

@@ -127,6 +127,16 @@ def test_model_info(d):
     assert m["n_heads"] == 2
     assert m["mixers"] == ["gated_deltanet", "gated_deltanet"]
     assert m["state_bytes"] == 2 * 2 * 32 * 32 * 4
+    # a seeded model is fp32 in memory: at least 4 bytes per parameter (panels padded to 16 rows)
+    assert m["weights_dtype"] == "F32" and 4 * m["n_params"] <= m["weight_bytes"] < 5 * m["n_params"]
+
+
+def test_model_info_half_weights_stay_half():
+    """The shipped F16 model is held as F16: under 2.2 bytes per parameter (norms and the
+    embedding table stay fp32)."""
+    with Daemon("--model", os.path.join(ROOT, "models", "default"), model_config=None) as d:
+        m = requests.get(d.url("/v1/model"), timeout=10).json()
+        assert m["weights_dtype"] == "F16" and m["weight_bytes"] < 2.2 * m["n_params"]
 
 
 def test_create_get_delete(d):
