@@ -5,8 +5,8 @@
  *
  * Output is appended to the connection's buffer (c->out) and written at the end of the loop turn
  * (srv_flush_all, from the server's uv_check / uv_prepare handles): a single-token response —
- * head, line chunk, done chunk, last chunk — leaves in one syscall, and a stream still flushes
- * every line in the turn that produced it. uv_try_write first; what the kernel does not take goes
+ * head, line chunk, done chunk, last chunk — leaves in one syscall (a stream's head is held until
+ * its first chunk or its end), and a stream still flushes every line in the turn that produced it. uv_try_write first; what the kernel does not take goes
  * to uv_write with a malloc'd block that its callback frees.
  */
 #include <stdarg.h>
@@ -388,7 +388,10 @@ void srv_stream_begin(srv_conn *c, int status, const char *content_type)
         return;
     }
     c->streaming = 1;
-    srv_out_queued(c);
+    /* The head waits in c->out for the stream's first chunk (or its end): a single-token
+     * response then leaves in one write instead of two (head at once, body a turn later), which
+     * is one syscall and one wake-up of the client less per request. Any later append queues
+     * the connection for the end-of-turn flush. */
 }
 
 /* One chunk per call (one NDJSON line per chunk); chunks made in the same loop turn leave in
@@ -431,8 +434,8 @@ void srv_stream_end(srv_conn *c)
             srv_conn_close_now(c);
             return;
         }
-        srv_out_queued(c);
     }
+    srv_out_queued(c); /* also a head still held (HEAD request, or a stream without chunks) */
     c->resp_started = 0;
     srv_conn_response_done(c);
 }
