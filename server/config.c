@@ -38,7 +38,7 @@ static const opt OPTS[] = {
     {"workers", OPT_INT, F(workers), 1, 64, "compute worker threads"},
     {"max_batch", OPT_INT, F(max_batch), 1, 1024, "sessions per batched decode step"},
     {"decode_workers", OPT_INT, F(decode_workers), 1, 64,
-     "workers that may run a decode batch at the same time (the others take prefill slices)"},
+     "workers that may run a decode batch at the same time, the second and later only while a whole batch of steps waits (the others take prefill slices)"},
     {"prefill_slice", OPT_INT, F(prefill_slice), 1, 65536,
      "tokens per prefill slice (interleaved with decode batches)"},
     {"worker_spin_us", OPT_INT, F(worker_spin_us), 0, 10000,

@@ -16,8 +16,9 @@
  *     slice when both are waiting, so a long prefill never starves other sessions' decode.
  * Submissions made during one loop turn are handed to the workers together at the end of the
  * turn (uv_check / uv_prepare: one lock, at most one wake-up), so an idle worker takes them as
- * one batch rather than one or two at a time; at most max_decode decode batches run at once
- * (1: steps arriving while a batch computes wait for it and form the next batch).
+ * one batch rather than one or two at a time. Steps arriving while a batch computes wait for it
+ * and form the next batch, unless a whole batch (max_batch steps) waits: then another worker
+ * starts one, up to max_decode decode batches at once.
  * Finished items return to the loop thread through uv_async; done() runs there, in completion
  * order, after progress() for every generation with pending lines (so a generation's last
  * lines are always delivered before its done()). While an item is in flight the loop must not
