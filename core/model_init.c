@@ -18,35 +18,6 @@ static uint64_t splitmix64(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-/* fp32 -> the nearest half of type wt (ties to even); the seeded values are small and finite */
-static uint16_t float_to_half(float f, recur_wtype wt)
-{
-    uint32_t b;
-    if (wt == RECUR_WT_F16) { /* F. Giesen's float_to_half_fast3_rtne (no _Float16 in every compiler) */
-        const uint32_t f16max = (127u + 16u) << 23, denorm_magic = ((127u - 15u) + (23u - 10u) + 1u) << 23;
-        memcpy(&b, &f, 4);
-        uint32_t sign = b & 0x80000000u, u = b ^ sign;
-        uint16_t o;
-        if (u >= f16max) {
-            o = u > 0x7f800000u ? 0x7e00 : 0x7c00; /* NaN, or inf / overflow */
-        } else if (u < (113u << 23)) { /* result subnormal or zero: let an fp32 add round it */
-            float uf, dm;
-            memcpy(&uf, &u, 4);
-            memcpy(&dm, &denorm_magic, 4);
-            uf += dm;
-            memcpy(&u, &uf, 4);
-            o = (uint16_t)(u - denorm_magic);
-        } else {
-            uint32_t odd = (u >> 13) & 1u;
-            u += ((uint32_t)(15 - 127) << 23) + 0xfffu + odd;
-            o = (uint16_t)(u >> 13);
-        }
-        return (uint16_t)(o | (sign >> 16));
-    }
-    memcpy(&b, &f, 4);
-    return (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
-}
-
 /* uniform in [0, 1) with 53 bits */
 static double uniform01(uint64_t *s) { return (double)(splitmix64(s) >> 11) * 0x1.0p-53; }
 
@@ -66,7 +37,7 @@ void recur__model_seed(recur_model *m, uint64_t seed)
                 else x = (2.0 * uniform01(&s) - 1.0) * a;
                 float f = (float)x;
                 if (ref.half) {
-                    ref.half[i] = float_to_half(f, m->wtype);
+                    ref.half[i] = recur__float_to_half(f, m->wtype);
                     f = recur__half_to_float(ref.half[i], m->wtype);
                 }
                 if (ref.ptr) ref.ptr[i] = f;

@@ -20,6 +20,34 @@
 
 #define INLINE static inline __attribute__((always_inline))
 
+uint16_t recur__float_to_half(float f, recur_wtype wt)
+{
+    uint32_t b;
+    if (wt == RECUR_WT_F16) { /* F. Giesen's float_to_half_fast3_rtne (no _Float16 in every compiler) */
+        const uint32_t f16max = (127u + 16u) << 23, denorm_magic = ((127u - 15u) + (23u - 10u) + 1u) << 23;
+        memcpy(&b, &f, 4);
+        uint32_t sign = b & 0x80000000u, u = b ^ sign;
+        uint16_t o;
+        if (u >= f16max) {
+            o = u > 0x7f800000u ? 0x7e00 : 0x7c00; /* NaN, or inf / overflow */
+        } else if (u < (113u << 23)) { /* result subnormal or zero: let an fp32 add round it */
+            float uf, dm;
+            memcpy(&uf, &u, 4);
+            memcpy(&dm, &denorm_magic, 4);
+            uf += dm;
+            memcpy(&u, &uf, 4);
+            o = (uint16_t)(u - denorm_magic);
+        } else {
+            uint32_t odd = (u >> 13) & 1u;
+            u += ((uint32_t)(15 - 127) << 23) + 0xfffu + odd;
+            o = (uint16_t)(u >> 13);
+        }
+        return (uint16_t)(o | (sign >> 16));
+    }
+    memcpy(&b, &f, 4);
+    return (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+}
+
 size_t recur__packed_floats(int N, int K)
 {
     return (size_t)((N + RECUR_PANEL - 1) / RECUR_PANEL) * (size_t)K * RECUR_PANEL;

@@ -65,6 +65,10 @@ static inline float recur__half_to_float(uint16_t h, recur_wtype t)
     return f;
 }
 
+/* fp32 -> the nearest half of type t (F16 or BF16), ties to even; overflow gives inf. The inverse
+ * of recur__half_to_float on the halves (seeded half models, tests, benchmarks). */
+uint16_t recur__float_to_half(float f, recur_wtype t);
+
 /* Whether a half of type t is finite (exponent field not all ones). */
 static inline int recur__half_finite(uint16_t h, recur_wtype t)
 {

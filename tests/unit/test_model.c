@@ -346,20 +346,6 @@ Test(safetensors, f16_and_bf16_convert)
 
 /* ---------------------------------------------------------------- half weights kept half */
 
-/* fp32 -> the nearest F16 / BF16 (ties to even), as a weights file would hold it */
-static uint16_t to_half(float f, int bf16)
-{
-    if (!bf16) {
-        _Float16 x = (_Float16)f;
-        uint16_t h;
-        memcpy(&h, &x, 2);
-        return h;
-    }
-    uint32_t b;
-    memcpy(&b, &f, 4);
-    return (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
-}
-
 /* Write config cfg and a weights file of the model seeded with `seed` into tmpdir, every tensor
  * in dtype ("F32", "F16", "BF16") except tensor number f32_index (-1: none), kept F32. */
 static void write_model_files(const char *cfg, uint64_t seed, const char *dtype, int f32_index)
@@ -377,6 +363,7 @@ static void write_model_files(const char *cfg, uint64_t seed, const char *dtype,
     size_t off = 0;
     int n = 0;
     recur_weight_ref ref;
+    const recur_wtype hwt = !strcmp(dtype, "BF16") ? RECUR_WT_BF16 : RECUR_WT_F16;
     for (int l = -1; l < m->cfg.n_layers; l++)
         for (int t = 0; t < T_N_LAYER_TENSORS; t++)
             if (recur__weight(m, l, t, &ref)) {
@@ -389,7 +376,7 @@ static void write_model_files(const char *cfg, uint64_t seed, const char *dtype,
                 sp[n].begin = off;
                 for (size_t i = 0; i < ref.n; i++) {
                     if (half) {
-                        uint16_t h = to_half(ref.ptr[i], !strcmp(dtype, "BF16"));
+                        uint16_t h = recur__float_to_half(ref.ptr[i], hwt);
                         memcpy(d + off + 2 * i, &h, 2);
                     } else {
                         memcpy(d + off + 4 * i, &ref.ptr[i], 4);

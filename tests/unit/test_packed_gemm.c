@@ -174,20 +174,6 @@ Test(packed_gemm, row_bits_independent_of_m_and_position)
 
 /* ---------------------------------------------------------------- half panels (F16, BF16) */
 
-/* fp32 -> nearest half of type wt (ties to even); inputs here are finite and in range */
-static uint16_t to_half(float f, recur_wtype wt)
-{
-    if (wt == RECUR_WT_F16) {
-        _Float16 x = (_Float16)f;
-        uint16_t h;
-        memcpy(&h, &x, 2);
-        return h;
-    }
-    uint32_t b;
-    memcpy(&b, &f, 4);
-    return (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
-}
-
 /* A matrix of half values: W16 [N][K] row-major, its half-packed form, and the exact widening
  * of the same values (a.W) with its fp32-packed form (a.Wp): two packings of one matrix. Values
  * span F16's subnormals, small and large magnitudes and exact zeros. */
@@ -212,7 +198,7 @@ static hmat hmat_new(int N, int K, recur_wtype wt)
         case 2: v = 0.0f; break;
         default: break;
         }
-        h.W16[i] = to_half(v, wt);
+        h.W16[i] = recur__float_to_half(v, wt);
         h.a.W[i] = recur__half_to_float(h.W16[i], wt);
     }
     recur__pack(h.a.Wp, h.a.W, N, K);
@@ -268,6 +254,36 @@ Test(packed_gemm, half_conversion_is_exact)
         got = recur__half_to_float(h, RECUR_WT_BF16);
         cr_assert_eq(memcmp(&want, &got, 4), 0, "BF16 %04x", b);
         cr_assert_eq(recur__half_finite(h, RECUR_WT_BF16), isfinite(want) != 0, "BF16 %04x", b);
+    }
+}
+
+Test(packed_gemm, float_to_half_rounds_to_nearest_even)
+{
+    /* every finite half round-trips; fp32 values (incl. exact ties and the subnormal range)
+     * round as _Float16's conversion does, and BF16 as the high half rounded to nearest even */
+    for (uint32_t b = 0; b < 65536; b++) {
+        uint16_t h = (uint16_t)b;
+        if (recur__half_finite(h, RECUR_WT_F16))
+            cr_assert_eq(recur__float_to_half(recur__half_to_float(h, RECUR_WT_F16), RECUR_WT_F16), h,
+                         "F16 %04x", b);
+        if (recur__half_finite(h, RECUR_WT_BF16) && (h & 0x7fff) != 0)
+            cr_assert_eq(recur__float_to_half(recur__half_to_float(h, RECUR_WT_BF16), RECUR_WT_BF16),
+                         h, "BF16 %04x", b);
+    }
+    uint64_t seed = 7;
+    for (int i = 0; i < 200000; i++) {
+        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        uint32_t fb = (uint32_t)(seed >> 32) & 0xc7ffffffu; /* |f| < 2^8: F16 range, subnormals */
+        if (i & 1)
+            fb &= 0xffffe000u | 0x1000u; /* an exact F16 tie */
+        float f;
+        memcpy(&f, &fb, 4);
+        _Float16 x = (_Float16)f;
+        uint16_t want;
+        memcpy(&want, &x, 2);
+        cr_assert_eq(recur__float_to_half(f, RECUR_WT_F16), want, "F16 of %08x", fb);
+        uint32_t rb = (fb + 0x7fffu + ((fb >> 16) & 1u)) >> 16;
+        cr_assert_eq(recur__float_to_half(f, RECUR_WT_BF16), (uint16_t)rb, "BF16 of %08x", fb);
     }
 }
 

@@ -106,20 +106,6 @@ static float frand(uint64_t *s)
     return (float)((*s >> 40) & 0xFFFFFF) / 16777216.0f * 0.04f - 0.02f;
 }
 
-/* fp32 -> nearest half of type wt (ties to even) */
-static uint16_t to_half(float f, recur_wtype wt)
-{
-    if (wt == RECUR_WT_F16) {
-        _Float16 x = (_Float16)f;
-        uint16_t h;
-        memcpy(&h, &x, 2);
-        return h;
-    }
-    uint32_t b;
-    memcpy(&b, &f, 4);
-    return (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
-}
-
 static void seq_build(gemm_seq *g, const recur_model_info *in, int M)
 {
     g->wt = !strcmp(in->weights_dtype, "F16") ? RECUR_WT_F16 : !strcmp(in->weights_dtype, "BF16") ? RECUR_WT_BF16
@@ -152,7 +138,7 @@ static void seq_build(gemm_seq *g, const recur_model_info *in, int M)
             recur__pack(op->wp, op->w, op->n, op->k);
         } else {
             uint16_t *h = malloc(sizeof(uint16_t) * (size_t)op->n * op->k);
-            for (size_t j = 0; j < (size_t)op->n * op->k; j++) h[j] = to_half(op->w[j], g->wt);
+            for (size_t j = 0; j < (size_t)op->n * op->k; j++) h[j] = recur__float_to_half(op->w[j], g->wt);
             recur__pack_half(op->wp, h, op->n, op->k);
             free(h);
         }
