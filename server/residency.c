@@ -342,6 +342,19 @@ static int evictable(const srv_session *s)
     return !j || (j->st == J_ATTACHED && j->gen_valid && j->gen == s->mut_gen);
 }
 
+/* Evict s with write j in flight (holding exactly its state): the session leaves the table, its
+ * index entry points at j, which no longer refers to s. */
+static void evict_by_job(srv_residency *r, srv_session *s, wjob *j)
+{
+    s->pjob = NULL;
+    j->st = J_EVICTED;
+    j->s = NULL;
+    entry *e = idx_put(r, s->id, 0, s->last_used_ms);
+    e->pending = j;
+    srv_table_drop(r->app->table, s);
+    r->evictions++;
+}
+
 /* The least recently used evictable resident session, or NULL. O(resident sessions): evictions
  * are rare next to requests, and a scan keeps the table free of LRU links. */
 typedef struct {
@@ -371,14 +384,7 @@ static int evict_lru(srv_residency *r)
     if (!s)
         return 1;
     if (s->pjob) { /* its write in flight holds exactly its state: that is the eviction */
-        wjob *j = s->pjob;
-        s->pjob = NULL;
-        j->st = J_EVICTED;
-        j->s = NULL;
-        entry *e = idx_put(r, s->id, 0, s->last_used_ms);
-        e->pending = j;
-        srv_table_drop(r->app->table, s);
-        r->evictions++;
+        evict_by_job(r, s, s->pjob);
         return 0;
     }
     if (is_clean(r, s)) {
@@ -389,13 +395,7 @@ static int evict_lru(srv_residency *r)
         wjob *j = start_job(r, s, W_EVICT);
         if (!j)
             return -1;
-        s->pjob = NULL;
-        j->st = J_EVICTED;
-        j->s = NULL;
-        entry *e = idx_put(r, s->id, 0, s->last_used_ms);
-        e->pending = j;
-        srv_table_drop(r->app->table, s);
-        r->evictions++;
+        evict_by_job(r, s, j);
         return 0;
     }
     uint8_t *buf;
