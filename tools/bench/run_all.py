@@ -32,6 +32,7 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.dirname(HERE))      # tools/ (import bench.section_x)
+sys.path.insert(0, HERE)                       # tools/bench (the sections import benchutil)
 
 
 class BenchContext:

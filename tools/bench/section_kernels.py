@@ -7,7 +7,8 @@ chunkwise GFLOP/s against the sgemm peak, ratios, and issue 2's targets marked m
 """
 import json
 import os
-import subprocess
+
+import benchutil
 
 TITLE = "Kernels: every mixer in every form (librecur vs OpenBLAS peak vs PyTorch)"
 ORDER = 10
@@ -21,19 +22,6 @@ MIXERS = [("linear", "linear attention (elu+1, normalised)"), ("retention", "ret
           ("deltanet", "DeltaNet"), ("gated_deltanet", "gated DeltaNet")]
 BASELINES = [("softmax", "causal softmax attention"), ("block_topk", "block top-k (block 64, top 2, causal)")]
 TARGET_T = 16384
-
-
-def _pkg(flag):
-    try:
-        out = subprocess.run(["pkg-config", flag, "openblas"], stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, text=True).stdout.split()
-    except OSError:
-        out = []
-    return out or (["-lopenblas"] if flag == "--libs" else [])
-
-
-def _jsonl(text):
-    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
 def _fmt_rate(x):
@@ -62,13 +50,13 @@ def run(ctx):
     def rel(p):  # paths under the repository are shown relative to it
         r = os.path.relpath(p, ctx.root)
         return p if r.startswith("..") else r
-    ctx.run(["cc", "-std=c11", "-O2", "-march=native", "-Wall", "-Icore", *_pkg("--cflags"),
-             "tools/bench/bench_kernels.c", rel(lib), *_pkg("--libs"), "-lcjson", "-lm", "-lpthread",
+    ctx.run(["cc", "-std=c11", "-O2", "-march=native", "-Wall", "-Icore", *benchutil.pkg("--cflags"),
+             "tools/bench/bench_kernels.c", rel(lib), *benchutil.pkg("--libs"), "-lcjson", "-lm", "-lpthread",
              "-o", rel(exe)])
-    c_out = _jsonl(ctx.run([rel(exe), "--T", tlist, "--reps", reps, "--budget", "8",
+    c_out = benchutil.jsonl(ctx.run([rel(exe), "--T", tlist, "--reps", reps, "--budget", "8",
                             "--mem-mb", str(MEM_MB), "--H", str(H), "--K", str(K), "--V", str(V),
                             "--chunk", str(CHUNK)], timeout=7200))
-    t_out = _jsonl(ctx.run([ctx.python, "tools/bench/bench_torch_kernels.py", "--T", tlist,
+    t_out = benchutil.jsonl(ctx.run([ctx.python, "tools/bench/bench_torch_kernels.py", "--T", tlist,
                             "--reps", reps, "--budget", "8", "--H", str(H), "--K", str(K),
                             "--V", str(V), "--chunk", str(CHUNK)], timeout=7200))
     raw = os.path.join(ctx.build, "bench", "kernels_raw.jsonl")
@@ -254,6 +242,6 @@ def ceiling(res, peak, Ts):
 
 if __name__ == "__main__":  # render saved raw output: section_kernels.py c.jsonl torch.jsonl
     import sys
-    c = _jsonl(open(sys.argv[1]).read())
-    t = _jsonl(open(sys.argv[2]).read())
+    c = benchutil.jsonl(open(sys.argv[1]).read())
+    t = benchutil.jsonl(open(sys.argv[2]).read())
     print(render(c, t, sorted({r["T"] for r in c if r["kind"] == "mixer"})))

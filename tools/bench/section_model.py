@@ -32,6 +32,8 @@ import json
 import os
 import statistics
 import subprocess
+
+import benchutil
 import time
 
 TITLE = "Model: decode and prefill, C vs the PyTorch twin, and the sgemm bound (issue 3)"
@@ -57,19 +59,6 @@ TARGET_BOUND = 0.85    # batched decode at B = 64 >= 85 % of the sgemm bound
 TARGET_PREFILL = 3.0   # prefill >= 3x PyTorch
 
 STATE_FLOPS_PER_KV = {"linear": 4, "retention": 5, "gla": 5, "deltanet": 6, "gated_deltanet": 7}
-
-
-def _pkg(flag):
-    try:
-        out = subprocess.run(["pkg-config", flag, "openblas"], stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, text=True).stdout.split()
-    except OSError:
-        out = []
-    return out or (["-lopenblas"] if flag == "--libs" else [])
-
-
-def _jsonl(text):
-    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
 def _med(xs):
@@ -156,8 +145,8 @@ def run(ctx):
                 f"last commit touching core/: {core_head or '?'}." +
                 (f" **Warning: {', '.join(newer)} changed after the library was built (run `make`).**"
                  if newer else ""))
-    ctx.run(["cc", "-std=c11", "-O2", "-march=native", "-Wall", "-Icore", *_pkg("--cflags"),
-             "tools/bench/bench_model.c", rel(lib), *_pkg("--libs"), "-lcjson", "-lm", "-lpthread",
+    ctx.run(["cc", "-std=c11", "-O2", "-march=native", "-Wall", "-Icore", *benchutil.pkg("--cflags"),
+             "tools/bench/bench_model.c", rel(lib), *benchutil.pkg("--libs"), "-lcjson", "-lm", "-lpthread",
              "-o", rel(exe)])
     blist = ",".join(map(str, BATCHES))
     loads = [open("/proc/loadavg").read().split()[:3]]
@@ -175,10 +164,10 @@ def run(ctx):
         mdl["prefill"] = prefill
         common = ["--batches", blist, "--reps", str(p["reps"]), "--tokens-per-rep", str(p["tokens"]),
                   "--prefill", str(prefill), "--prefill-reps", str(p["prefill_reps"])]
-        c_out = _jsonl(ctx.run([rel(exe), *mdl["c_args"], *common], timeout=1800))
+        c_out = benchutil.jsonl(ctx.run([rel(exe), *mdl["c_args"], *common], timeout=1800))
         if "c_fp32_args" in mdl:  # the same file with its matrices widened at load: the before
-            mdl["c_fp32_out"] = _jsonl(ctx.run([rel(exe), *mdl["c_fp32_args"], *common], timeout=1800))
-        t_out = _jsonl(ctx.run([ctx.python, "tools/bench/bench_torch_model.py", *mdl["t_args"], *common,
+            mdl["c_fp32_out"] = benchutil.jsonl(ctx.run([rel(exe), *mdl["c_fp32_args"], *common], timeout=1800))
+        t_out = benchutil.jsonl(ctx.run([ctx.python, "tools/bench/bench_torch_model.py", *mdl["t_args"], *common,
                                 "--chunks", p["chunks"]], timeout=1800))
         results.append((mdl, cfg, c_out, t_out))
         loads.append(open("/proc/loadavg").read().split()[:3])
@@ -490,7 +479,7 @@ def render(results, loads, raw, quick=False):
 
 if __name__ == "__main__":  # re-render saved raw data: section_model.py build/bench/model_raw.jsonl
     import sys
-    rows = _jsonl(open(sys.argv[1]).read())
+    rows = benchutil.jsonl(open(sys.argv[1]).read())
     root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
     res = []
     for key in ("default", "d512", "d512-f16"):
