@@ -45,10 +45,6 @@ void srv_app_on_request(srv_conn *c, const srv_request *req, void *app);
 void srv_app_on_close(srv_conn *c, void *app);
 void srv_app_on_drain(srv_conn *c, void *app);
 
-/* A JSON error with extra headers ("Name: value\r\n..."), e.g. Retry-After (routes.c). */
-void srv_app_error(srv_conn *c, int status, const char *code, const char *message,
-                   const char *extra_headers);
-
 /* Scheduler completion (ops.c). */
 void srv_ops_work_done(srv_work *w, void *app);
 /* New lines of a generation still stepping on the workers (ops.c). */

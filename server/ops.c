@@ -397,16 +397,21 @@ static void start_put_state(srv_op *op)
     respond_session(op, 200, s);
 }
 
+void srv_ops_reject_full(srv_app *app, srv_conn *c)
+{
+    char msg[96];
+    app->counters.sessions_rejected_full++;
+    snprintf(msg, sizeof msg, "max_sessions (%d) reached", srv_table_max(app->table));
+    srv_respond_error_ex(c, 503, "max_sessions", msg, "Retry-After: 1\r\n");
+}
+
 static void start_fork(srv_op *op)
 {
     srv_app *app = op->app;
     srv_session *src = op->sess, *dst;
     int rc = srv_table_new(app->table, uv_now(app->loop), &dst);
     if (rc == -1) {
-        app->counters.sessions_rejected_full++;
-        char msg[96];
-        snprintf(msg, sizeof msg, "max_sessions (%d) reached", srv_table_max(app->table));
-        srv_app_error(op->conn, 503, "max_sessions", msg, "Retry-After: 1\r\n");
+        srv_ops_reject_full(app, op->conn);
         return;
     }
     if (rc != 0) {
@@ -500,10 +505,6 @@ static void start(srv_op *op)
         return;
     }
     switch (op->kind) {
-    case SRV_OP_INFO:
-        respond_session(op, 200, s);
-        finish_and_pump(op);
-        return;
     case SRV_OP_DELETE:
         if (!op->cancelled)
             srv_respond(op->conn, 204, NULL, NULL, 0, NULL);
@@ -542,14 +543,10 @@ static void pump(srv_session *s)
         start(s->q_head);
 }
 
-int srv_ops_enqueue(srv_op *op)
+void srv_ops_enqueue(srv_op *op)
 {
     srv_app *app = op->app;
     srv_session *s = op->sess;
-    if (s->q_len >= app->cfg.max_queued_ops_per_session) {
-        app->counters.requests_rejected_busy++;
-        return -1;
-    }
     op->next = NULL;
     if (s->q_tail)
         s->q_tail->next = op;
@@ -562,7 +559,6 @@ int srv_ops_enqueue(srv_op *op)
     srv_conn_ref(op->conn);
     srv_conn_set_user(op->conn, op);
     pump(s);
-    return 0;
 }
 
 /* ---------------------------------------------------------------- connection events */

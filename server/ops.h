@@ -19,7 +19,6 @@
 #include "requests.h"
 
 typedef enum {
-    SRV_OP_INFO,
     SRV_OP_DELETE,
     SRV_OP_FORK,
     SRV_OP_GET_STATE,
@@ -56,8 +55,10 @@ struct srv_op {
 /* A new op for conn on sess (fields to be filled by the caller). */
 srv_op *srv_op_new(srv_app *app, srv_op_kind kind, srv_session *sess, srv_conn *conn);
 void srv_op_free(srv_op *op);
-/* Append to the session's FIFO and start it when it is first. Returns 0, or -1 when
- * max_queued_ops_per_session is reached (nothing queued; the caller answers 429 and frees). */
-int srv_ops_enqueue(srv_op *op);
+/* Append to the session's FIFO and start it when it is first. The caller has checked
+ * max_queued_ops_per_session (routes.c). */
+void srv_ops_enqueue(srv_op *op);
+/* 503 max_sessions (+ Retry-After), counted: a create or fork found the table full. */
+void srv_ops_reject_full(srv_app *app, srv_conn *c);
 
 #endif /* SRV_OPS_H */

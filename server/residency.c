@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "metrics.h"
 #include "ops.h"
 #include "persist.h"
 #include "state_blob.h"
@@ -891,49 +892,43 @@ int srv_residency_health(srv_app *app, proto_buf *b)
     return 200;
 }
 
-static void metric(proto_buf *b, const char *name, const char *type, const char *help,
-                   unsigned long long v)
-{
-    proto_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name, type, name, v);
-}
-
 void srv_residency_metrics(srv_app *app, proto_buf *b)
 {
     srv_residency *r = app->res;
     if (!r)
         return;
-    metric(b, "recurd_persistence_enabled", "gauge", "1 when state_dir is set.", r->p != NULL);
+    srv_metric(b, "recurd_persistence_enabled", "gauge", "1 when state_dir is set.", r->p != NULL);
     if (!r->p)
         return;
-    metric(b, "recurd_persistence_degraded", "gauge",
-           "1 after a failed snapshot write, until the next successful one.", r->degraded);
-    metric(b, "recurd_snapshots_total", "counter", "Snapshot files written.", r->writes_ok);
-    metric(b, "recurd_snapshot_failures_total", "counter",
-           "Snapshot writes that failed (the previous file stays).", r->writes_failed);
-    metric(b, "recurd_snapshot_bytes_total", "counter", "Bytes of snapshot files written.",
-           r->bytes_written);
-    metric(b, "recurd_snapshot_writes_in_flight", "gauge", "Snapshot writes on the threadpool.",
-           (unsigned long long)r->inflight);
-    metric(b, "recurd_sessions_on_disk", "gauge", "Sessions with a snapshot file.", r->n_entries);
-    metric(b, "recurd_sessions_stored", "gauge", "Sessions on disk only (not resident).",
-           r->n_stored);
-    metric(b, "recurd_sessions_max_resident", "gauge", "max_resident_sessions (0 = max_sessions).",
-           (unsigned long long)r->max_resident);
-    metric(b, "recurd_sessions_evicted_total", "counter", "Sessions dropped from memory to disk.",
-           r->evictions);
-    metric(b, "recurd_sessions_loaded_total", "counter", "Sessions loaded from disk.", r->loads);
-    metric(b, "recurd_session_load_failures_total", "counter",
-           "Snapshot reads that failed with an I/O error (file kept).", r->load_failures);
-    metric(b, "recurd_snapshots_quarantined_total", "counter",
-           "Snapshot files that failed a check (at start or on load), moved to quarantine/.",
-           r->quarantined);
-    metric(b, "recurd_resident_budget_exceeded_total", "counter",
-           "Sessions made resident over max_resident_sessions (every resident one was busy).",
-           r->over_budget);
-    metric(b, "recurd_eviction_sync_writes_total", "counter",
-           "Eviction writes done on the loop thread.", r->sync_evict_writes);
-    metric(b, "recurd_eviction_sync_write_us_total", "counter",
-           "Microseconds spent in eviction writes on the loop thread.", r->sync_evict_us_total);
-    metric(b, "recurd_eviction_sync_write_us_max", "gauge",
-           "Longest eviction write on the loop thread (microseconds).", r->sync_evict_us_max);
+    srv_metric(b, "recurd_persistence_degraded", "gauge",
+               "1 after a failed snapshot write, until the next successful one.", r->degraded);
+    srv_metric(b, "recurd_snapshots_total", "counter", "Snapshot files written.", r->writes_ok);
+    srv_metric(b, "recurd_snapshot_failures_total", "counter",
+               "Snapshot writes that failed (the previous file stays).", r->writes_failed);
+    srv_metric(b, "recurd_snapshot_bytes_total", "counter", "Bytes of snapshot files written.",
+               r->bytes_written);
+    srv_metric(b, "recurd_snapshot_writes_in_flight", "gauge", "Snapshot writes on the threadpool.",
+               (unsigned long long)r->inflight);
+    srv_metric(b, "recurd_sessions_on_disk", "gauge", "Sessions with a snapshot file.", r->n_entries);
+    srv_metric(b, "recurd_sessions_stored", "gauge", "Sessions on disk only (not resident).",
+               r->n_stored);
+    srv_metric(b, "recurd_sessions_max_resident", "gauge", "max_resident_sessions (0 = max_sessions).",
+               (unsigned long long)r->max_resident);
+    srv_metric(b, "recurd_sessions_evicted_total", "counter", "Sessions dropped from memory to disk.",
+               r->evictions);
+    srv_metric(b, "recurd_sessions_loaded_total", "counter", "Sessions loaded from disk.", r->loads);
+    srv_metric(b, "recurd_session_load_failures_total", "counter",
+               "Snapshot reads that failed with an I/O error (file kept).", r->load_failures);
+    srv_metric(b, "recurd_snapshots_quarantined_total", "counter",
+               "Snapshot files that failed a check (at start or on load), moved to quarantine/.",
+               r->quarantined);
+    srv_metric(b, "recurd_resident_budget_exceeded_total", "counter",
+               "Sessions made resident over max_resident_sessions (every resident one was busy).",
+               r->over_budget);
+    srv_metric(b, "recurd_eviction_sync_writes_total", "counter",
+               "Eviction writes done on the loop thread.", r->sync_evict_writes);
+    srv_metric(b, "recurd_eviction_sync_write_us_total", "counter",
+               "Microseconds spent in eviction writes on the loop thread.", r->sync_evict_us_total);
+    srv_metric(b, "recurd_eviction_sync_write_us_max", "gauge",
+               "Longest eviction write on the loop thread (microseconds).", r->sync_evict_us_max);
 }

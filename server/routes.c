@@ -1,4 +1,10 @@
-/* routes.c — HTTP routing of DESIGN.md §5: auth, validation, and handing requests to ops. */
+/*
+ * routes.c — HTTP routing (docs/DESIGN.md §4): one table {method, path pattern, checks, handler}.
+ * A request is answered by the first entry whose pattern and method match; the entries whose
+ * pattern alone matches make the 405's Allow. Before a handler runs: the API key for /v1/
+ * paths, the body's media type, and the session lookup (one per request). A handler decodes
+ * the body and queues an op (ops.h); the per-session queue limit is checked once, in new_op.
+ */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,6 +13,7 @@
 #include "app.h"
 #include "buf.h"
 #include "log.h"
+#include "metrics.h"
 #include "ops.h"
 #include "requests.h"
 #include "residency.h"
@@ -14,23 +21,9 @@
 
 /* ---------------------------------------------------------------- responses */
 
-void srv_app_error(srv_conn *c, int status, const char *code, const char *message,
-                   const char *extra_headers)
-{
-    srv_respond_error_ex(c, status, code, message, extra_headers);
-}
-
 static void respond_json(srv_conn *c, int status, proto_buf *b)
 {
     srv_respond(c, status, "application/json", b->data, b->len, NULL);
-}
-
-static void method_not_allowed(srv_conn *c, const char *allow)
-{
-    char hdr[64], msg[96];
-    snprintf(hdr, sizeof hdr, "Allow: %s\r\n", allow);
-    snprintf(msg, sizeof msg, "method not allowed; allowed: %s", allow);
-    srv_app_error(c, 405, "method_not_allowed", msg, hdr);
 }
 
 static void reject(srv_conn *c, const proto_error *e)
@@ -85,6 +78,16 @@ static int json_body_ok(srv_conn *c, const srv_request *req)
     return 0;
 }
 
+/* A state blob: Content-Type absent, application/octet-stream or curl's default; otherwise 415. */
+static int blob_body_ok(srv_conn *c, const srv_request *req)
+{
+    if (!req->content_type || media_is(req->content_type, "application/octet-stream") ||
+        media_is(req->content_type, CURL_DEFAULT_TYPE))
+        return 1;
+    srv_respond_error(c, 415, "unsupported_media_type", "a state upload must be application/octet-stream");
+    return 0;
+}
+
 static proto_limits limits_of(const srv_app *app)
 {
     proto_limits l = {app->info->vocab_size, app->cfg.max_tokens_per_request};
@@ -109,9 +112,58 @@ static int wants_sse(const char *accept)
     return 0;
 }
 
+/* No session for the id: 404, or 503 + Retry-After when its snapshot exists but could not be
+ * read just now (persistence: EMFILE, EIO, no memory; residency.h). */
+static void session_missing(srv_app *app, srv_conn *c)
+{
+    if (srv_residency_take_load_error(app)) {
+        srv_respond_error_ex(c, 503, "session_unavailable",
+                             "the session's snapshot could not be read just now; retry",
+                             "Retry-After: 1\r\n");
+        return;
+    }
+    srv_respond_error(c, 404, "session_not_found", "no such session");
+}
+
 /* ---------------------------------------------------------------- handlers */
 
-static void handle_model(srv_app *app, srv_conn *c)
+/* A handler: s is the session of the path's {id} for routes with R_SESSION, else NULL. */
+typedef void route_fn(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s);
+
+/* An op of kind for s, or NULL after answering 429 when s's queue is full
+ * (max_queued_ops_per_session): the one queue-limit check of a request. */
+static srv_op *new_op(srv_app *app, srv_conn *c, srv_session *s, srv_op_kind kind)
+{
+    if (s->q_len >= app->cfg.max_queued_ops_per_session) {
+        char msg[128];
+        app->counters.requests_rejected_busy++;
+        snprintf(msg, sizeof msg, "max_queued_ops_per_session (%d) reached for this session",
+                 app->cfg.max_queued_ops_per_session);
+        srv_respond_error_ex(c, 429, "max_queued_ops_per_session", msg, "Retry-After: 1\r\n");
+        return NULL;
+    }
+    return srv_op_new(app, kind, s, c);
+}
+
+static void handle_health(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s)
+{
+    proto_buf b; /* "ok", or "degraded" after a failed snapshot write (residency.h) */
+    proto_buf_init(&b);
+    int status = srv_residency_health(app, &b);
+    respond_json(c, status, &b);
+    proto_buf_free(&b);
+}
+
+static void handle_metrics(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s)
+{
+    proto_buf b;
+    proto_buf_init(&b);
+    srv_metrics_render(app, &b);
+    srv_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len, NULL);
+    proto_buf_free(&b);
+}
+
+static void handle_model(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s)
 {
     proto_buf b;
     proto_buf_init(&b);
@@ -120,28 +172,8 @@ static void handle_model(srv_app *app, srv_conn *c)
     proto_buf_free(&b);
 }
 
-static void session_full(srv_app *app, srv_conn *c)
+static void handle_create(srv_app *app, srv_conn *c, const srv_request *req, srv_session *unused)
 {
-    char msg[96];
-    app->counters.sessions_rejected_full++;
-    snprintf(msg, sizeof msg, "max_sessions (%d) reached", srv_table_max(app->table));
-    srv_app_error(c, 503, "max_sessions", msg, "Retry-After: 1\r\n");
-}
-
-/* Queue op; should the queue have filled since queue_op looked, answer 429 and drop it. */
-static void submit(srv_app *app, srv_conn *c, srv_op *op)
-{
-    if (srv_ops_enqueue(op) == 0)
-        return;
-    srv_op_free(op);
-    srv_app_error(c, 429, "max_queued_ops_per_session", "max_queued_ops_per_session reached",
-                  "Retry-After: 1\r\n");
-}
-
-static void handle_create(srv_app *app, srv_conn *c, const srv_request *req)
-{
-    if (!json_body_ok(c, req))
-        return;
     proto_tokens_req tr;
     proto_error e;
     proto_limits lim = limits_of(app);
@@ -154,9 +186,10 @@ static void handle_create(srv_app *app, srv_conn *c, const srv_request *req)
     if (rc != 0) {
         proto_tokens_req_free(&tr);
         if (rc == -1)
-            session_full(app, c);
+            srv_ops_reject_full(app, c);
         else
-            srv_app_error(c, 503, "out_of_memory", "cannot create a session", "Retry-After: 1\r\n");
+            srv_respond_error_ex(c, 503, "out_of_memory", "cannot create a session",
+                                 "Retry-After: 1\r\n");
         return;
     }
     app->counters.sessions_created++;
@@ -170,342 +203,218 @@ static void handle_create(srv_app *app, srv_conn *c, const srv_request *req)
         proto_buf_free(&b);
         return;
     }
-    srv_op *op = srv_op_new(app, SRV_OP_CREATE, s, c);
+    srv_op *op = srv_op_new(app, SRV_OP_CREATE, s, c); /* a fresh session's queue is empty */
     op->tokens = tr.tokens;
     op->n = tr.n;
-    submit(app, c, op); /* a fresh session's queue is empty: never 429 */
+    srv_ops_enqueue(op);
 }
 
-/* No session for the id: 404, or 503 + Retry-After when its snapshot exists but could not be
- * read just now (persistence: EMFILE, EIO, no memory; residency.h). */
-static void session_missing(srv_app *app, srv_conn *c)
+/* A read: answered at once from the loop-side mirrors, not queued behind a long stream
+ * (pending_ops says how many requests are queued or running). */
+static void handle_get_session(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s)
 {
-    if (srv_residency_take_load_error(app)) {
-        srv_app_error(c, 503, "session_unavailable",
-                      "the session's snapshot could not be read just now; retry",
-                      "Retry-After: 1\r\n");
-        return;
-    }
-    srv_respond_error(c, 404, "session_not_found", "no such session");
-}
-
-/* Look the session up and queue op kind for it; 404 / 429 otherwise. */
-static srv_op *queue_op(srv_app *app, srv_conn *c, const char *id, srv_op_kind kind)
-{
-    srv_session *s = srv_table_find(app->table, id);
-    if (!s) {
-        session_missing(app, c);
-        return NULL;
-    }
-    if (s->q_len >= app->cfg.max_queued_ops_per_session) {
-        char msg[128];
-        app->counters.requests_rejected_busy++;
-        snprintf(msg, sizeof msg, "max_queued_ops_per_session (%d) reached for this session",
-                 app->cfg.max_queued_ops_per_session);
-        srv_app_error(c, 429, "max_queued_ops_per_session", msg, "Retry-After: 1\r\n");
-        return NULL;
-    }
-    return srv_op_new(app, kind, s, c);
-}
-
-static void handle_session(srv_app *app, srv_conn *c, const srv_request *req, const char *id,
-                           const char *action)
-{
-    const char *m = req->method;
-    proto_error e;
-    proto_limits lim = limits_of(app);
-    srv_op *op;
-
-    if (action[0] == '\0') {
-        int is_get = !strcmp(m, "GET"), is_del = !strcmp(m, "DELETE");
-        if (!is_get && !is_del) {
-            method_not_allowed(c, "GET, DELETE");
-            return;
-        }
-        if (is_get) {
-            /* A read: answered at once from the loop-side mirrors, not queued behind a long
-             * stream (pending_ops says how many requests are queued or running). */
-            srv_session *s = srv_table_find(app->table, id);
-            if (!s) {
-                session_missing(app, c);
-                return;
-            }
-            if (!s->snapshot_bytes)
-                s->snapshot_bytes = recur_snapshot_size(s->state); /* idle: nothing in flight */
-            s->last_used_ms = uv_now(app->loop);
-            proto_buf b;
-            proto_buf_init(&b);
-            proto_session_json(&b, s->id, s->tokens_seen, app->info->state_bytes,
-                               s->snapshot_bytes, s->q_len);
-            respond_json(c, 200, &b);
-            proto_buf_free(&b);
-            return;
-        }
-        if ((op = queue_op(app, c, id, SRV_OP_DELETE)))
-            submit(app, c, op);
-        return;
-    }
-    if (!strcmp(action, "tokens")) {
-        if (strcmp(m, "POST")) {
-            method_not_allowed(c, "POST");
-            return;
-        }
-        if (!json_body_ok(c, req))
-            return;
-        proto_tokens_req tr;
-        if (!srv_table_find(app->table, id)) { /* 404 before 422: the resource comes first */
-            session_missing(app, c);
-            return;
-        }
-        if (proto_decode_tokens_req(req->body, req->body_len, &lim, &tr, &e)) {
-            reject(c, &e);
-            return;
-        }
-        if (!(op = queue_op(app, c, id, SRV_OP_FOLD))) {
-            proto_tokens_req_free(&tr);
-            return;
-        }
-        op->tokens = tr.tokens;
-        op->n = tr.n;
-        op->top_k = tr.top_k;
-        op->framing = wants_sse(req->accept) ? PROTO_FRAME_SSE : PROTO_FRAME_NDJSON;
-        submit(app, c, op);
-        return;
-    }
-    if (!strcmp(action, "generate")) {
-        if (strcmp(m, "POST")) {
-            method_not_allowed(c, "POST");
-            return;
-        }
-        if (!json_body_ok(c, req))
-            return;
-        if (!srv_table_find(app->table, id)) {
-            session_missing(app, c);
-            return;
-        }
-        proto_generate_req g;
-        if (proto_decode_generate_req(req->body, req->body_len, &lim, &g, &e)) {
-            reject(c, &e);
-            return;
-        }
-        if (!(op = queue_op(app, c, id, SRV_OP_GENERATE)))
-            return;
-        op->gen = g;
-        op->framing = wants_sse(req->accept) ? PROTO_FRAME_SSE : PROTO_FRAME_NDJSON;
-        submit(app, c, op);
-        return;
-    }
-    if (!strcmp(action, "fork")) {
-        if (strcmp(m, "POST")) {
-            method_not_allowed(c, "POST");
-            return;
-        }
-        if (!json_body_ok(c, req))
-            return;
-        if (proto_decode_empty_req(req->body, req->body_len, &e)) {
-            reject(c, &e);
-            return;
-        }
-        if ((op = queue_op(app, c, id, SRV_OP_FORK)))
-            submit(app, c, op);
-        return;
-    }
-    if (!strcmp(action, "state")) {
-        int is_get = !strcmp(m, "GET"), is_put = !strcmp(m, "PUT");
-        if (!is_get && !is_put) {
-            method_not_allowed(c, "GET, PUT");
-            return;
-        }
-        if (is_put && req->content_type && !media_is(req->content_type, "application/octet-stream") &&
-            !media_is(req->content_type, CURL_DEFAULT_TYPE)) {
-            srv_respond_error(c, 415, "unsupported_media_type",
-                              "a state upload must be application/octet-stream");
-            return;
-        }
-        if (!(op = queue_op(app, c, id, is_get ? SRV_OP_GET_STATE : SRV_OP_PUT_STATE)))
-            return;
-        if (is_put) {
-            op->blob = malloc(req->body_len ? req->body_len : 1);
-            if (!op->blob)
-                abort();
-            memcpy(op->blob, req->body, req->body_len);
-            op->blob_len = req->body_len;
-        }
-        submit(app, c, op);
-        return;
-    }
-    srv_respond_error(c, 404, "not_found", "no such endpoint");
-}
-
-/* ---------------------------------------------------------------- metrics */
-
-static long rss_bytes(void)
-{
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (!f)
-        return -1;
-    long size = 0, res = 0;
-    int n = fscanf(f, "%ld %ld", &size, &res);
-    fclose(f);
-    return n == 2 ? res * 4096L : -1;
-}
-
-static void metric(proto_buf *b, const char *name, const char *type, const char *help,
-                   unsigned long long v)
-{
-    proto_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name, type, name, v);
-}
-
-static void handle_metrics(srv_app *app, srv_conn *c)
-{
+    if (!s->snapshot_bytes)
+        s->snapshot_bytes = recur_snapshot_size(s->state); /* idle: nothing in flight */
+    s->last_used_ms = uv_now(app->loop);
     proto_buf b;
     proto_buf_init(&b);
-    const srv_http_stats *hs = srv_server_stats(app->server);
-    const srv_counters *k = &app->counters;
-    srv_sched_stats ss = srv_sched_get_stats(app->sched);
-    size_t sessions = srv_table_count(app->table);
-
-    proto_buf_puts(&b, "# HELP recurd_http_responses_total HTTP responses by status class.\n"
-                       "# TYPE recurd_http_responses_total counter\n");
-    for (int i = 1; i <= 5; i++)
-        proto_buf_printf(&b, "recurd_http_responses_total{class=\"%dxx\"} %llu\n", i,
-                         (unsigned long long)hs->responses_by_class[i]);
-    metric(&b, "recurd_http_requests_total", "counter", "HTTP requests parsed.", hs->requests_total);
-    metric(&b, "recurd_connections_open", "gauge", "Open client connections.", hs->connections_open);
-    metric(&b, "recurd_connections_accepted_total", "counter", "Accepted connections.",
-           hs->connections_accepted);
-    metric(&b, "recurd_connections_rejected_total", "counter", "Connections over max_connections.",
-           hs->connections_rejected);
-    proto_buf_puts(&b, "# HELP recurd_http_timeouts_total Connections closed by a timeout.\n"
-                       "# TYPE recurd_http_timeouts_total counter\n");
-    proto_buf_printf(&b, "recurd_http_timeouts_total{kind=\"header\"} %llu\n",
-                     (unsigned long long)hs->timeouts_header);
-    proto_buf_printf(&b, "recurd_http_timeouts_total{kind=\"body\"} %llu\n",
-                     (unsigned long long)hs->timeouts_body);
-    proto_buf_printf(&b, "recurd_http_timeouts_total{kind=\"request\"} %llu\n",
-                     (unsigned long long)hs->timeouts_request);
-    proto_buf_printf(&b, "recurd_http_timeouts_total{kind=\"send_stall\"} %llu\n",
-                     (unsigned long long)hs->stalls);
-    metric(&b, "recurd_http_bytes_written_total", "counter", "Response bytes written.",
-           hs->bytes_written);
-    metric(&b, "recurd_tokens_folded_total", "counter", "Tokens folded into sessions (tokens, create).",
-           k->tokens_folded);
-    metric(&b, "recurd_tokens_generated_total", "counter", "Tokens generated and folded.",
-           k->tokens_generated);
-    metric(&b, "recurd_sessions", "gauge", "Resident sessions.", sessions);
-    metric(&b, "recurd_sessions_max", "gauge", "max_sessions.", (unsigned long long)app->cfg.max_sessions);
-    metric(&b, "recurd_sessions_created_total", "counter", "Sessions created (incl. forks).",
-           k->sessions_created);
-    metric(&b, "recurd_sessions_deleted_total", "counter", "Sessions deleted.", k->sessions_deleted);
-    metric(&b, "recurd_sessions_expired_total", "counter", "Sessions removed by idle_ttl.",
-           k->sessions_expired);
-    metric(&b, "recurd_sessions_rejected_total", "counter", "Creates refused by max_sessions (503).",
-           k->sessions_rejected_full);
-    metric(&b, "recurd_requests_rejected_busy_total", "counter",
-           "Requests refused by max_queued_ops_per_session (429).", k->requests_rejected_busy);
-    metric(&b, "recurd_state_bytes_per_session", "gauge", "Bytes of one session's state.",
-           app->info->state_bytes);
-    metric(&b, "recurd_state_bytes", "gauge", "Bytes of all resident sessions' states.",
-           (unsigned long long)(sessions * app->info->state_bytes));
-    proto_buf_puts(&b, "# HELP recurd_generations_total Finished generations by reason.\n"
-                       "# TYPE recurd_generations_total counter\n");
-    static const char *reasons[] = {"length", "stop", "cancelled"};
-    for (int i = 0; i < 3; i++)
-        proto_buf_printf(&b, "recurd_generations_total{reason=\"%s\"} %llu\n", reasons[i],
-                         (unsigned long long)k->generations_by_reason[i]);
-    metric(&b, "recurd_streams_cancelled_total", "counter", "Streams stopped because the client left.",
-           k->streams_cancelled);
-    metric(&b, "recurd_decode_batches_total", "counter", "Batched decode steps executed.", ss.batches);
-    metric(&b, "recurd_decode_batched_tokens_total", "counter", "Session steps inside decode batches.",
-           ss.batched_steps);
-    metric(&b, "recurd_decode_batch_size_max", "gauge", "Largest decode batch so far.",
-           ss.max_batch_seen);
-    metric(&b, "recurd_prefill_slices_total", "counter", "Prefill slices executed.", ss.prefill_slices);
-    metric(&b, "recurd_worker_busy_microseconds_total", "counter",
-           "Worker time in model work (decode batches, prefill slices), wall clock.", ss.busy_ns / 1000);
-    metric(&b, "recurd_prefill_tokens_total", "counter", "Tokens folded by prefill slices.",
-           ss.prefill_tokens);
-    long rss = rss_bytes();
-    if (rss >= 0)
-        metric(&b, "process_resident_memory_bytes", "gauge", "Resident set size.",
-               (unsigned long long)rss);
-    srv_residency_metrics(app, &b);
-    srv_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len, NULL);
+    proto_session_json(&b, s->id, s->tokens_seen, app->info->state_bytes, s->snapshot_bytes,
+                       s->q_len);
+    respond_json(c, 200, &b);
     proto_buf_free(&b);
 }
 
-/* ---------------------------------------------------------------- dispatch */
+static void handle_delete(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s)
+{
+    srv_op *op = new_op(app, c, s, SRV_OP_DELETE);
+    if (op)
+        srv_ops_enqueue(op);
+}
+
+static void handle_tokens(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s)
+{
+    proto_tokens_req tr;
+    proto_error e;
+    proto_limits lim = limits_of(app);
+    if (proto_decode_tokens_req(req->body, req->body_len, &lim, &tr, &e)) {
+        reject(c, &e);
+        return;
+    }
+    srv_op *op = new_op(app, c, s, SRV_OP_FOLD);
+    if (!op) {
+        proto_tokens_req_free(&tr);
+        return;
+    }
+    op->tokens = tr.tokens;
+    op->n = tr.n;
+    op->top_k = tr.top_k;
+    op->framing = wants_sse(req->accept) ? PROTO_FRAME_SSE : PROTO_FRAME_NDJSON;
+    srv_ops_enqueue(op);
+}
+
+static void handle_generate(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s)
+{
+    proto_generate_req g;
+    proto_error e;
+    proto_limits lim = limits_of(app);
+    if (proto_decode_generate_req(req->body, req->body_len, &lim, &g, &e)) {
+        reject(c, &e);
+        return;
+    }
+    srv_op *op = new_op(app, c, s, SRV_OP_GENERATE);
+    if (!op)
+        return;
+    op->gen = g;
+    op->framing = wants_sse(req->accept) ? PROTO_FRAME_SSE : PROTO_FRAME_NDJSON;
+    srv_ops_enqueue(op);
+}
+
+static void handle_fork(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s)
+{
+    proto_error e;
+    if (proto_decode_empty_req(req->body, req->body_len, &e)) {
+        reject(c, &e);
+        return;
+    }
+    srv_op *op = new_op(app, c, s, SRV_OP_FORK);
+    if (op)
+        srv_ops_enqueue(op);
+}
+
+static void handle_get_state(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s)
+{
+    srv_op *op = new_op(app, c, s, SRV_OP_GET_STATE);
+    if (op)
+        srv_ops_enqueue(op);
+}
+
+static void handle_put_state(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s)
+{
+    srv_op *op = new_op(app, c, s, SRV_OP_PUT_STATE);
+    if (!op)
+        return;
+    op->blob = malloc(req->body_len ? req->body_len : 1);
+    if (!op->blob)
+        abort();
+    memcpy(op->blob, req->body, req->body_len);
+    op->blob_len = req->body_len;
+    srv_ops_enqueue(op);
+}
+
+/* ---------------------------------------------------------------- the table */
+
+enum {
+    R_JSON = 1,    /* the body is JSON: Content-Type absent, application/json or curl's default */
+    R_BLOB = 2,    /* the body is a state blob: application/octet-stream or curl's default */
+    R_SESSION = 4, /* the path's {id} names a session: looked up (404 / 503) before the handler */
+};
+
+typedef struct {
+    const char *method;
+    const char *pattern; /* literal bytes; {id} is one segment; a final "/?" an optional '/' */
+    unsigned checks;     /* R_* */
+    route_fn *handler;
+} route;
+
+/* Paths outside /v1/ need no key (health checks and scrapers); every /v1/ path does. */
+static const route routes[] = {
+    {"GET", "/healthz", 0, handle_health},
+    {"GET", "/metrics", 0, handle_metrics},
+    {"GET", "/v1/model", 0, handle_model},
+    {"POST", "/v1/sessions/?", R_JSON, handle_create},
+    {"GET", "/v1/sessions/{id}/?", R_SESSION, handle_get_session},
+    {"DELETE", "/v1/sessions/{id}/?", R_SESSION, handle_delete},
+    {"POST", "/v1/sessions/{id}/tokens", R_JSON | R_SESSION, handle_tokens},
+    {"POST", "/v1/sessions/{id}/generate", R_JSON | R_SESSION, handle_generate},
+    {"POST", "/v1/sessions/{id}/fork", R_JSON | R_SESSION, handle_fork},
+    {"GET", "/v1/sessions/{id}/state", R_SESSION, handle_get_state},
+    {"PUT", "/v1/sessions/{id}/state", R_BLOB | R_SESSION, handle_put_state},
+};
+#define N_ROUTES (sizeof routes / sizeof routes[0])
+
+/* The longest {id} a path may carry (session ids are 32 hex digits; longer is no endpoint). */
+#define ROUTE_ID_MAX 64
+
+/* 1 when path matches pattern; {id}'s segment (1..ROUTE_ID_MAX bytes) is copied to id. */
+static int path_match(const char *pattern, const char *path, char id[ROUTE_ID_MAX + 1])
+{
+    const char *p = pattern, *s = path;
+    while (*p) {
+        if (!strcmp(p, "/?"))
+            return *s == '\0' || !strcmp(s, "/");
+        if (!strncmp(p, "{id}", 4)) {
+            size_t n = strcspn(s, "/");
+            if (n == 0 || n > ROUTE_ID_MAX)
+                return 0;
+            memcpy(id, s, n);
+            id[n] = '\0';
+            s += n;
+            p += 4;
+            continue;
+        }
+        if (*p++ != *s++)
+            return 0;
+    }
+    return *s == '\0';
+}
+
+static void method_not_allowed(srv_conn *c, const char *path)
+{
+    char allow[64] = "", id[ROUTE_ID_MAX + 1], hdr[96], msg[128];
+    size_t len = 0;
+    for (size_t i = 0; i < N_ROUTES; i++)
+        if (path_match(routes[i].pattern, path, id))
+            len += (size_t)snprintf(allow + len, sizeof allow - len, "%s%s", len ? ", " : "",
+                                    routes[i].method);
+    snprintf(hdr, sizeof hdr, "Allow: %s\r\n", allow);
+    snprintf(msg, sizeof msg, "method not allowed; allowed: %s", allow);
+    srv_respond_error_ex(c, 405, "method_not_allowed", msg, hdr);
+}
+
+/* The checks of r's flags; 0 after answering the request. *s: the session for R_SESSION. */
+static int checks_pass(srv_app *app, srv_conn *c, const srv_request *req, const route *r,
+                       const char *id, srv_session **s)
+{
+    if ((r->checks & R_JSON) && !json_body_ok(c, req))
+        return 0;
+    if ((r->checks & R_BLOB) && !blob_body_ok(c, req))
+        return 0;
+    if (r->checks & R_SESSION) {
+        *s = srv_table_find(app->table, id); /* may load it from state_dir (residency.h) */
+        if (!*s) {
+            session_missing(app, c); /* 404 before 422: the resource comes first */
+            return 0;
+        }
+    }
+    return 1;
+}
 
 void srv_app_on_request(srv_conn *c, const srv_request *req, void *appv)
 {
     srv_app *app = appv;
-    const char *path = req->path, *m = req->method;
-
-    if (!strcmp(path, "/healthz")) {
-        if (strcmp(m, "GET")) {
-            method_not_allowed(c, "GET");
-            return;
-        }
-        proto_buf hb; /* "ok", or "degraded" after a failed snapshot write (residency.h) */
-        proto_buf_init(&hb);
-        int status = srv_residency_health(app, &hb);
-        srv_respond(c, status, "application/json", hb.data, hb.len, NULL);
-        proto_buf_free(&hb);
+    /* Every /v1 path: the key is checked before the path or the body is looked at. */
+    if (!strncmp(req->path, "/v1/", 4) && app->cfg.api_key[0] && !auth_ok(app, req->authorization)) {
+        srv_respond_error_ex(c, 401, "unauthorized",
+                             "missing or wrong API key (Authorization: Bearer KEY)",
+                             "WWW-Authenticate: Bearer\r\n");
         return;
     }
-    if (!strcmp(path, "/metrics")) {
-        if (strcmp(m, "GET")) {
-            method_not_allowed(c, "GET");
-            return;
-        }
-        handle_metrics(app, c);
+    char id[ROUTE_ID_MAX + 1] = "";
+    int path_known = 0;
+    for (size_t i = 0; i < N_ROUTES; i++) {
+        const route *r = &routes[i];
+        if (!path_match(r->pattern, req->path, id))
+            continue;
+        path_known = 1;
+        if (strcmp(r->method, req->method))
+            continue;
+        srv_session *s = NULL;
+        if (checks_pass(app, c, req, r, id, &s))
+            r->handler(app, c, req, s);
         return;
     }
-    if (strncmp(path, "/v1/", 4) != 0) {
+    if (path_known)
+        method_not_allowed(c, req->path);
+    else
         srv_respond_error(c, 404, "not_found", "no such endpoint");
-        return;
-    }
-    /* Every /v1 route: the key is checked before the body is looked at. */
-    if (app->cfg.api_key[0] && !auth_ok(app, req->authorization)) {
-        srv_app_error(c, 401, "unauthorized", "missing or wrong API key (Authorization: Bearer KEY)",
-                      "WWW-Authenticate: Bearer\r\n");
-        return;
-    }
-    if (!strcmp(path, "/v1/model")) {
-        if (strcmp(m, "GET")) {
-            method_not_allowed(c, "GET");
-            return;
-        }
-        handle_model(app, c);
-        return;
-    }
-    if (!strcmp(path, "/v1/sessions") || !strcmp(path, "/v1/sessions/")) {
-        if (strcmp(m, "POST")) {
-            method_not_allowed(c, "POST");
-            return;
-        }
-        handle_create(app, c, req);
-        return;
-    }
-    if (!strncmp(path, "/v1/sessions/", 13)) {
-        const char *rest = path + 13;
-        const char *slash = strchr(rest, '/');
-        size_t idlen = slash ? (size_t)(slash - rest) : strlen(rest);
-        const char *action = slash ? slash + 1 : "";
-        if (idlen == 0 || idlen > 64 || strchr(action, '/')) {
-            srv_respond_error(c, 404, "not_found", "no such endpoint");
-            return;
-        }
-        if (action[0] && strcmp(action, "tokens") && strcmp(action, "generate") &&
-            strcmp(action, "fork") && strcmp(action, "state")) {
-            srv_respond_error(c, 404, "not_found", "no such endpoint");
-            return;
-        }
-        char id[65];
-        memcpy(id, rest, idlen);
-        id[idlen] = '\0';
-        handle_session(app, c, req, id, action);
-        return;
-    }
-    srv_respond_error(c, 404, "not_found", "no such endpoint");
 }

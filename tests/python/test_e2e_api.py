@@ -193,6 +193,31 @@ def test_404_and_405(d):
     error_of(requests.post(d.url("/healthz"), timeout=10), 405)
 
 
+
+def test_allow_lists_every_method_of_the_path(d):
+    """405's Allow names exactly the methods the route table has for the path (routes.c)."""
+    s = create(d)
+    base = "/v1/sessions/%s" % s["id"]
+    for method, path, allow in [("PATCH", base, "GET, DELETE"), ("POST", base + "/", "GET, DELETE"),
+                                ("DELETE", base + "/state", "GET, PUT"),
+                                ("PUT", base + "/tokens", "POST"), ("GET", base + "/fork", "POST"),
+                                ("GET", "/v1/sessions/", "POST"), ("POST", "/metrics", "GET")]:
+        r = requests.request(method, d.url(path), timeout=10)
+        e = error_of(r, 405, "method_not_allowed")
+        assert r.headers["Allow"] == allow, (method, path, r.headers)
+        assert e["message"] == "method not allowed; allowed: " + allow
+    # a trailing slash names the same resource for the session and the collection only
+    assert requests.get(d.url(base + "/"), timeout=10).json()["id"] == s["id"]
+    error_of(requests.get(d.url("/v1/model/"), timeout=10), 404, "not_found")
+    error_of(requests.post(d.url(base + "/tokens/"), json={"tokens": [1]}, timeout=10), 404,
+             "not_found")
+    error_of(requests.get(d.url("/v1/sessions/" + "a" * 65), timeout=10), 404, "not_found")
+    error_of(requests.get(d.url("/v1/sessions//state"), timeout=10), 404, "not_found")
+    # the resource comes first on every session route: 404 before 422, fork included
+    error_of(requests.post(d.url("/v1/sessions/%s/fork" % ("0" * 32)), data=b"[1]",
+                           headers={"Content-Type": "application/json"}, timeout=10), 404,
+             "session_not_found")
+
 # ---------------------------------------------------------------------------- folding tokens
 
 def test_tokens_lines(d):
