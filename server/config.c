@@ -103,6 +103,14 @@ static void defaults(srv_config *c)
     c->snapshot_interval_ms = 30000;
 }
 
+static const opt *find_opt(const char *key)
+{
+    for (size_t i = 0; i < N_OPTS; i++)
+        if (!strcmp(OPTS[i].key, key))
+            return &OPTS[i];
+    return NULL;
+}
+
 static void flag_name(const opt *o, char *out, size_t n)
 {
     snprintf(out, n, "--%s", o->key);
@@ -203,10 +211,7 @@ static int load_file(srv_config *c, const char *path, char *err, size_t en)
     const cJSON *it;
     cJSON_ArrayForEach(it, root)
     {
-        const opt *o = NULL;
-        for (size_t i = 0; i < N_OPTS; i++)
-            if (!strcmp(OPTS[i].key, it->string))
-                o = &OPTS[i];
+        const opt *o = find_opt(it->string);
         if (!o) {
             rc = srv_errf(err, en, "config %s: unknown key \"%.64s\"", path, it->string);
             break;
@@ -302,9 +307,14 @@ int srv_config_load(srv_config *cfg, int argc, char **argv, char *err, size_t en
         snprintf(cfg->config_path, sizeof cfg->config_path, "%s", path);
     }
     (void)explicit_path;
+    /* The API key's precedence: --api-key, then the config file's api_key, then the environment.
+     * A key too long for the buffer is refused (as the flag and the file are), never truncated. */
+    const opt *key_opt = find_opt("api_key");
     const char *env_key = getenv("RECURD_API_KEY");
-    if (env_key && *env_key && !cfg->api_key[0])
-        snprintf(cfg->api_key, sizeof cfg->api_key, "%s", env_key);
+    int env_key_used = env_key && *env_key && !cfg->api_key[0], key_from_flag = 0;
+    char env_err[128] = "";
+    if (env_key_used && set_string(cfg, key_opt, env_key, "RECURD_API_KEY", env_err, sizeof env_err))
+        cfg->api_key[0] = '\0'; /* refused below unless --api-key replaces it */
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -339,7 +349,10 @@ int srv_config_load(srv_config *cfg, int argc, char **argv, char *err, size_t en
             return srv_errf(err, en, "%.64s needs a value", a);
         if (set_from_text(cfg, o, val, err, en))
             return -1;
+        key_from_flag |= o == key_opt;
     }
+    if (env_err[0] && !key_from_flag)
+        return srv_errf(err, en, "%s", env_err);
     if (cfg->http.write_low_watermark >= cfg->http.write_high_watermark)
         return srv_errf(err, en, "write_low_watermark must be below write_high_watermark");
     if (!strcmp(cfg->log_level, "debug") + !strcmp(cfg->log_level, "info") +

@@ -47,12 +47,21 @@ typedef struct {
     const char *content_type;    /* header value (OWS trimmed) or NULL */
     const char *accept;          /* header value or NULL */
     const char *authorization;   /* header value or NULL */
+    const char *last_event_id;   /* Last-Event-ID (an SSE reconnect) or NULL */
     const uint8_t *body;         /* body bytes, NUL-terminated past body_len (for cJSON) */
     size_t body_len;
 } srv_request;
 
 typedef struct srv_conn srv_conn;
 typedef struct srv_server srv_server;
+
+/* A refusal the application decides from a request's head alone (on_head). Every string static. */
+typedef struct {
+    int status;
+    const char *code;          /* snake_case */
+    const char *message;
+    const char *extra_headers; /* "Name: value\r\n..." or NULL */
+} srv_refusal;
 
 typedef struct {
     /* A complete request. The application must eventually finish exactly one response. */
@@ -62,6 +71,11 @@ typedef struct {
     void (*on_close)(srv_conn *c, void *app);
     /* The write queue fell below the low watermark after srv_stream_writable() returned 0. */
     void (*on_drain)(srv_conn *c, void *app);
+    /* Optional. The head of a request whose body is still to come (head->body is empty), before
+     * a byte of the body is read and before any 100 Continue: return 0 to go on, or fill *r and
+     * return nonzero to answer *r at once; the body is then never read (the connection closes
+     * after the answer). Requests without a body go straight to on_request. */
+    int (*on_head)(const srv_request *head, srv_refusal *r, void *app);
 } srv_http_callbacks;
 
 /* Listen on host:port (port 0 picks a free one; srv_server_port tells which). */

@@ -45,14 +45,21 @@ static srv_conn *conn_of(llhttp_t *p) { return (srv_conn *)p->data; }
 static const srv_http_limits *lim(const srv_conn *c) { return &c->srv->limits; }
 
 /* Records a layer error for the running llhttp callback; the caller returns HPE_USER / -1. */
-static int cb_fail(srv_conn *c, int status, const char *code, const char *message)
+static int cb_fail_ex(srv_conn *c, int status, const char *code, const char *message,
+                      const char *extra_headers)
 {
     if (!c->err.status) {
         c->err.status = status;
         c->err.code = code;
         c->err.message = message;
+        c->err.extra_headers = extra_headers;
     }
     return HPE_USER;
+}
+
+static int cb_fail(srv_conn *c, int status, const char *code, const char *message)
+{
+    return cb_fail_ex(c, status, code, message, NULL);
 }
 
 /* ------------------------------------------------------------------ llhttp callbacks */
@@ -61,6 +68,7 @@ static int on_message_begin(llhttp_t *p)
 {
     srv_conn *c = conn_of(p);
     srv_buf_reset(&c->url);
+    c->target_path = c->target_query = NULL;
     for (int i = 0; i < HDR_COUNT; i++) {
         c->hdr_count[i] = 0;
         srv_buf_reset(&c->hdr[i]);
@@ -72,6 +80,7 @@ static int on_message_begin(llhttp_t *p)
     c->chunk_left = 0;
     c->crlf_expect = 0;
     c->chunk_ext_bytes = 0;
+    c->ext_value_semicolon = 0;
     return 0;
 }
 
@@ -121,6 +130,7 @@ static int on_header_field_complete(llhttp_t *p)
         {"host", HDR_HOST},           {"content-type", HDR_CONTENT_TYPE},
         {"accept", HDR_ACCEPT},       {"authorization", HDR_AUTHORIZATION},
         {"transfer-encoding", HDR_TE}, {"expect", HDR_EXPECT},
+        {"last-event-id", HDR_LAST_EVENT_ID},
     };
     size_t n = c->field_len;
     c->field_len = 0;
@@ -205,6 +215,54 @@ static int on_header_value_complete(llhttp_t *p)
     return 0;
 }
 
+/* The request target as path + query, in place in c->url (once, at headers complete).
+ * absolute-form (RFC 9112 §3.2.2, which servers must accept): the path and query are kept. */
+static void split_target(srv_conn *c)
+{
+    if (!c->url.p && srv_buf_append(&c->url, "/", 1)) {
+        c->target_path = (char *)"/";
+        c->target_query = (char *)"";
+        return;
+    }
+    char *url = c->url.p;
+    if (!strncasecmp(url, "http://", 7) || !strncasecmp(url, "https://", 8)) {
+        char *rest = strpbrk(url + (url[4] == ':' ? 7 : 8), "/?");
+        if (!rest)
+            url = (char *)"/";
+        else if (*rest == '?') {
+            *--rest = '/';
+            url = rest;
+        } else
+            url = rest;
+    }
+    char *q = strchr(url, '?');
+    if (q)
+        *q++ = '\0';
+    c->target_path = url;
+    c->target_query = q ? q : (char *)"";
+}
+
+static const char *hdr_value(const srv_conn *c, int slot)
+{
+    return c->hdr_count[slot] ? (c->hdr[slot].p ? c->hdr[slot].p : "") : NULL;
+}
+
+/* The request as the application sees it; the body only once it is complete. */
+static void fill_request(srv_conn *c, srv_request *req, int with_body)
+{
+    req->method = llhttp_method_name((llhttp_method_t)c->parser.method);
+    req->path = c->target_path ? c->target_path : "/";
+    req->query = c->target_query ? c->target_query : "";
+    req->content_type = hdr_value(c, HDR_CONTENT_TYPE);
+    req->accept = hdr_value(c, HDR_ACCEPT);
+    req->authorization = hdr_value(c, HDR_AUTHORIZATION);
+    req->last_event_id = hdr_value(c, HDR_LAST_EVENT_ID);
+    if (with_body && c->body.p)
+        c->body.p[c->body.len] = '\0';
+    req->body = (const uint8_t *)(with_body && c->body.p ? c->body.p : "");
+    req->body_len = with_body ? c->body.len : 0;
+}
+
 static int on_headers_complete(llhttp_t *p)
 {
     srv_conn *c = conn_of(p);
@@ -215,6 +273,19 @@ static int on_headers_complete(llhttp_t *p)
         return -1;
     }
     c->t_last_read = uv_now(c->srv->loop);
+    split_target(c);
+    int has_body = (p->flags & F_CHUNKED) || ((p->flags & F_CONTENT_LENGTH) && p->content_length > 0);
+    if (has_body && c->srv->cb.on_head) {
+        /* before the body is read, before any 100 Continue and before max_body: a client the
+         * application refuses (a wrong API key) is never invited to upload (issue 10 item 11) */
+        srv_request head;
+        srv_refusal r = {0};
+        fill_request(c, &head, 0);
+        if (c->srv->cb.on_head(&head, &r, c->srv->app)) {
+            cb_fail_ex(c, r.status, r.code, r.message, r.extra_headers);
+            return -1;
+        }
+    }
     if (p->flags & F_CHUNKED) {
         c->phase = PH_BODY;
     } else if ((p->flags & F_CONTENT_LENGTH) && p->content_length > 0) {
@@ -299,14 +370,44 @@ static int on_chunk_header(llhttp_t *p)
     return 0;
 }
 
-static int on_chunk_ext(llhttp_t *p, const char *at, size_t len)
+static int count_chunk_ext(srv_conn *c, size_t len)
 {
-    srv_conn *c = conn_of(p);
     c->chunk_ext_bytes += len;
     if (c->chunk_ext_bytes > lim(c)->max_chunk_ext_bytes)
         return cb_fail(c, 413, "chunk_extension_too_large",
                        "chunk extensions exceed max_chunk_ext_bytes");
     return 0;
+}
+
+static int on_chunk_ext_name(llhttp_t *p, const char *at, size_t len)
+{
+    srv_conn *c = conn_of(p);
+    c->ext_value_semicolon = 0;
+    return count_chunk_ext(c, len);
+}
+
+/* llhttp 8.1 consumes the ';' that ends an unquoted chunk-ext-val and then expects CRLF, so
+ * "1;a=1;b=2" is HPE_INVALID_CHUNK_SIZE although RFC 9112 §7.1.1 allows any number of
+ * extensions. The value's span ends at that ';' (at[len]); its _complete callback then pauses the
+ * parser, and conn_feed gives the ';' back to llhttp, whose chunk_size_otherwise state reads it as
+ * the start of the next extension. (A quoted value's span ends at its closing '"', also followed
+ * by the ';': llhttp handles that case itself, and conn_feed just resumes.) */
+static int on_chunk_ext_value(llhttp_t *p, const char *at, size_t len)
+{
+    srv_conn *c = conn_of(p);
+    size_t end = (size_t)(at + len - c->exec_base);
+    c->ext_value_semicolon = at >= c->exec_base && end < c->exec_len && at[len] == ';';
+    return count_chunk_ext(c, len);
+}
+
+static int on_chunk_ext_value_complete(llhttp_t *p)
+{
+    srv_conn *c = conn_of(p);
+    if (!c->ext_value_semicolon)
+        return 0;
+    c->ext_value_semicolon = 0;
+    c->ext_resume_semicolon = 1;
+    return HPE_PAUSED;
 }
 
 static int on_message_complete(llhttp_t *p)
@@ -333,8 +434,9 @@ void srv_conn_settings(llhttp_settings_t *s)
     s->on_headers_complete = on_headers_complete;
     s->on_body = on_body;
     s->on_chunk_header = on_chunk_header;
-    s->on_chunk_extension_name = on_chunk_ext;
-    s->on_chunk_extension_value = on_chunk_ext;
+    s->on_chunk_extension_name = on_chunk_ext_name;
+    s->on_chunk_extension_value = on_chunk_ext_value;
+    s->on_chunk_extension_value_complete = on_chunk_ext_value_complete;
     s->on_message_complete = on_message_complete;
 }
 
@@ -381,10 +483,19 @@ static void map_parse_error(srv_conn *c, enum llhttp_errno err, srv_http_error *
         e->code = "invalid_header";
         e->message = "invalid character in a header field";
         break;
-    case HPE_STRICT:
-        e->code = "bad_chunk_framing";
-        e->message = "malformed chunked framing";
+    case HPE_STRICT: {
+        /* llhttp 8.1 reports a bad chunk extension as HPE_STRICT too; only its reason tells */
+        const char *why = llhttp_get_error_reason(&c->parser);
+        if (why && strstr(why, "chunk extensions")) {
+            e->code = "invalid_chunk_extension";
+            e->message = "chunk extension is not ;name[=token|\"quoted string\"] (no whitespace, no "
+                         "backslash escapes)";
+        } else {
+            e->code = "bad_chunk_framing";
+            e->message = "malformed chunked framing";
+        }
         break;
+    }
     case HPE_CLOSED_CONNECTION:
         e->code = "data_after_close";
         e->message = "data after a Connection: close request";
@@ -426,7 +537,7 @@ static int conn_feed(srv_conn *c, const char *data, size_t len)
         }
         size_t n = len;
         if (c->scan.active) {
-            srv_http_error e;
+            srv_http_error e = {0};
             if (srv_scan_run(&c->scan, l, data, len, &n, &e) == SCAN_ERROR) {
                 srv_conn_send_error(c, &e);
                 return FEED_DONE;
@@ -436,7 +547,7 @@ static int conn_feed(srv_conn *c, const char *data, size_t len)
         for (size_t i = 0; c->crlf_expect && i < n; i++) {
             char want = c->crlf_expect == 2 ? '\r' : '\n';
             if (data[i] != want) {
-                srv_http_error e = {400, "bad_chunk_framing", "chunk data not followed by CRLF"};
+                srv_http_error e = {400, "bad_chunk_framing", "chunk data not followed by CRLF", NULL};
                 srv_conn_send_error(c, &e);
                 return FEED_DONE;
             }
@@ -446,6 +557,7 @@ static int conn_feed(srv_conn *c, const char *data, size_t len)
         c->exec_len = n;
         c->msg_complete = 0;
         c->last_chunk = 0;
+        c->ext_resume_semicolon = 0;
         enum llhttp_errno err = llhttp_execute(&c->parser, data, n);
         if (err == HPE_OK) {
             data += n;
@@ -456,7 +568,7 @@ static int conn_feed(srv_conn *c, const char *data, size_t len)
             size_t used = (size_t)(llhttp_get_error_pos(&c->parser) - data);
             if (c->msg_complete) {
                 if (save_tail(c, data + used, len - used)) {
-                    srv_http_error e = {500, "out_of_memory", "out of memory"};
+                    srv_http_error e = {500, "out_of_memory", "out of memory", NULL};
                     srv_conn_send_error(c, &e);
                     return FEED_DONE;
                 }
@@ -469,8 +581,20 @@ static int conn_feed(srv_conn *c, const char *data, size_t len)
                 len -= used;
                 continue;
             }
+            if (c->ext_resume_semicolon) {
+                /* another chunk extension follows (on_chunk_ext_value). After an unquoted value
+                 * llhttp consumed its ';': parse again from that ';'. After a quoted one it did
+                 * not (its quoted_value_done state reads the ';'): go on where it stopped. */
+                c->ext_resume_semicolon = 0;
+                llhttp_resume(&c->parser);
+                if (used >= 1 && data[used - 1] == ';')
+                    used--;
+                data += used;
+                len -= used;
+                continue;
+            }
         }
-        srv_http_error e;
+        srv_http_error e = {0};
         map_parse_error(c, err, &e);
         srv_conn_send_error(c, &e);
         return FEED_DONE;
@@ -523,7 +647,7 @@ static void conn_timeout(srv_conn *c)
     const srv_http_limits *l = lim(c);
     uint64_t now = uv_now(c->srv->loop);
     srv_http_stats *st = &c->srv->stats;
-    srv_http_error e = {408, NULL, NULL};
+    srv_http_error e = {408, NULL, NULL, NULL};
     switch (c->phase) {
     case PH_IDLE:
         srv_conn_close_now(c); /* keepalive_idle: silent close */
@@ -573,31 +697,7 @@ static void conn_dispatch(srv_conn *c)
         c->keep_alive = 0;
 
     srv_request req;
-    char *url = c->url.p ? c->url.p : (char *)"/";
-    /* absolute-form (RFC 9112 §3.2.2, which servers must accept): keep the path and query */
-    if (!strncasecmp(url, "http://", 7) || !strncasecmp(url, "https://", 8)) {
-        char *rest = strpbrk(url + (url[4] == ':' ? 7 : 8), "/?");
-        if (!rest)
-            url = (char *)"/";
-        else if (*rest == '?') {
-            *--rest = '/';
-            url = rest;
-        } else
-            url = rest;
-    }
-    char *q = strchr(url, '?');
-    if (q)
-        *q++ = '\0';
-    req.method = llhttp_method_name((llhttp_method_t)c->parser.method);
-    req.path = url;
-    req.query = q ? q : "";
-    req.content_type = c->hdr_count[HDR_CONTENT_TYPE] ? (c->hdr[HDR_CONTENT_TYPE].p ? c->hdr[HDR_CONTENT_TYPE].p : "") : NULL;
-    req.accept = c->hdr_count[HDR_ACCEPT] ? (c->hdr[HDR_ACCEPT].p ? c->hdr[HDR_ACCEPT].p : "") : NULL;
-    req.authorization = c->hdr_count[HDR_AUTHORIZATION] ? (c->hdr[HDR_AUTHORIZATION].p ? c->hdr[HDR_AUTHORIZATION].p : "") : NULL;
-    if (c->body.p)
-        c->body.p[c->body.len] = '\0';
-    req.body = (const uint8_t *)(c->body.p ? c->body.p : "");
-    req.body_len = c->body.len;
+    fill_request(c, &req, 1);
 
     srv_conn_ref(c);
     if (s->cb.on_request)
@@ -667,7 +767,7 @@ static void conn_resume(srv_conn *c)
     c->phase = PH_IDLE;
     c->t_idle_since = uv_now(c->srv->loop);
     srv_scan_begin_message(&c->scan);
-    c->err.status = 0;
+    memset(&c->err, 0, sizeof c->err);
     if (c->tail_len) { /* pipelined bytes: parse them on the next loop turn */
         c->resume_pending = 1;
         uv_timer_start(&c->timer, on_timer, 0, 0);
@@ -919,7 +1019,7 @@ void srv_conn_send_error(srv_conn *c, const srv_http_error *e)
     c->keep_alive = 0;
     c->srv->stats.requests_total++;
     c->is_head = 0;
-    srv_send_error_json(c, e->status, e->code, error_message(c, e), NULL);
+    srv_send_error_json(c, e->status, e->code, error_message(c, e), e->extra_headers);
     conn_close_graceful(c);
 }
 

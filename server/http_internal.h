@@ -67,6 +67,7 @@ typedef struct {
     int status;
     const char *code;    /* snake_case, static */
     const char *message; /* static */
+    const char *extra_headers; /* static "Name: value\r\n..." or NULL */
 } srv_http_error;
 
 void srv_scan_begin_message(srv_scan *s);  /* before a request line */
@@ -96,7 +97,7 @@ typedef enum {
 
 /* Named header slots we keep the values of. */
 enum { HDR_OTHER = 0, HDR_HOST, HDR_CONTENT_TYPE, HDR_ACCEPT, HDR_AUTHORIZATION, HDR_TE, HDR_EXPECT,
-       HDR_COUNT };
+       HDR_LAST_EVENT_ID, HDR_COUNT };
 
 struct srv_conn {
     uv_tcp_t tcp;
@@ -136,6 +137,8 @@ struct srv_conn {
 
     /* ---- per-request state, reset in on_message_begin */
     srv_buf url;
+    char *target_path;       /* in url: the path of the request target (split at headers complete) */
+    char *target_query;      /* in url: after '?', or "" */
     char field[24];          /* current header name (lowercased prefix) */
     size_t field_len;
     int field_slot;          /* HDR_* of the current header */
@@ -146,6 +149,8 @@ struct srv_conn {
     uint64_t chunk_left;     /* bytes of the current chunk's data still expected */
     int crlf_expect;         /* C8: bytes of CRLF still to check after a chunk's data (0..2) */
     size_t chunk_ext_bytes;  /* C7 */
+    int ext_value_semicolon; /* the chunk-ext-val just seen ended at a ';' (http_conn.c) */
+    int ext_resume_semicolon; /* parser paused there: resume from that ';' */
     const char *exec_base;   /* data passed to the running llhttp_execute */
     size_t exec_len;
     int msg_complete;        /* on_message_complete seen during this execute */

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "app.h"
+#include "auth.h"
 #include "log.h"
 #include "residency.h"
 
@@ -178,7 +179,7 @@ int main(int argc, char **argv)
         return 1;
     }
     srv_sched_set_spin(app->sched, (uint64_t)app->cfg.worker_spin_us * 1000);
-    srv_http_callbacks cb = {srv_app_on_request, srv_app_on_close, srv_app_on_drain};
+    srv_http_callbacks cb = {srv_app_on_request, srv_app_on_close, srv_app_on_drain, srv_app_on_head};
     rc = srv_server_start(app->loop, app->cfg.host, app->cfg.port, &app->cfg.http, &cb, app,
                           &app->server);
     if (rc != 0) {

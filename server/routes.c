@@ -11,6 +11,7 @@
 #include <strings.h>
 
 #include "app.h"
+#include "auth.h"
 #include "buf.h"
 #include "log.h"
 #include "metrics.h"
@@ -32,27 +33,6 @@ static void reject(srv_conn *c, const proto_error *e)
 }
 
 /* ---------------------------------------------------------------- checks */
-
-/* Constant-time comparison of the bearer token against the configured key: the time depends
- * only on the key's length, never on where the first difference is. */
-static int auth_ok(const srv_app *app, const char *authorization)
-{
-    const char *key = app->cfg.api_key;
-    if (!authorization || strncasecmp(authorization, "Bearer ", 7) != 0)
-        return 0;
-    const char *tok = authorization + 7;
-    while (*tok == ' ')
-        tok++;
-    size_t kl = strlen(key), tl = strlen(tok);
-    while (tl > 0 && (tok[tl - 1] == ' ' || tok[tl - 1] == '\t'))
-        tl--;
-    volatile unsigned char diff = (unsigned char)(kl != tl);
-    for (size_t i = 0; i < kl; i++) {
-        unsigned char t = i < tl ? (unsigned char)tok[i] : 0;
-        diff |= (unsigned char)(t ^ (unsigned char)key[i]);
-    }
-    return diff == 0;
-}
 
 /* Media type of a Content-Type value equals want (parameters ignored, case-insensitive). */
 static int media_is(const char *ct, const char *want)
@@ -392,11 +372,11 @@ static int checks_pass(srv_app *app, srv_conn *c, const srv_request *req, const 
 void srv_app_on_request(srv_conn *c, const srv_request *req, void *appv)
 {
     srv_app *app = appv;
-    /* Every /v1 path: the key is checked before the path or the body is looked at. */
-    if (!strncmp(req->path, "/v1/", 4) && app->cfg.api_key[0] && !auth_ok(app, req->authorization)) {
-        srv_respond_error_ex(c, 401, "unauthorized",
-                             "missing or wrong API key (Authorization: Bearer KEY)",
-                             "WWW-Authenticate: Bearer\r\n");
+    /* Every /v1 path: the key is checked before the path or the body is looked at (auth.h; a
+     * request with a body was already checked at its head, before the body was read). */
+    srv_refusal unauth;
+    if (srv_auth_check(app, req, &unauth)) {
+        srv_respond_error_ex(c, unauth.status, unauth.code, unauth.message, unauth.extra_headers);
         return;
     }
     char id[ROUTE_ID_MAX + 1] = "";

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "app.h"
+#include "auth.h"
 #include "log.h"
 #include "fuzz_client.h"
 
@@ -67,7 +68,7 @@ static void setup(void)
                          app->cfg.prefill_slice, srv_ops_work_done, srv_ops_gen_progress, app,
                          &app->sched))
         abort();
-    srv_http_callbacks cb = {srv_app_on_request, srv_app_on_close, srv_app_on_drain};
+    srv_http_callbacks cb = {srv_app_on_request, srv_app_on_close, srv_app_on_drain, srv_app_on_head};
     if (srv_server_start(app->loop, "127.0.0.1", 0, &app->cfg.http, &cb, app, &app->server)) abort();
     uv_timer_init(app->loop, &app->ttl_timer); /* never started (idle_ttl_ms 0), as main.c */
     if (recur_workspace_create(app->model, 1, &g_ws)) abort();

@@ -90,3 +90,34 @@ Test(config, rejections)
     char *bad5[] = {"recurd", "--config", "", "stray"};
     cr_assert_eq(load(&c, err, 4, bad5), -1);
 }
+
+/* issue 10 item 10: a RECURD_API_KEY longer than the key buffer (255 bytes) is refused at start
+ * like --api-key and the file's api_key, never truncated to its first 255 bytes; one that fits is
+ * used whole; --api-key still wins over it. */
+Test(config, env_api_key_length)
+{
+    srv_config c;
+    char err[256];
+    char key[301];
+    memset(key, 'k', 300);
+    key[300] = '\0';
+    char *argv[] = {"recurd", "--config", ""};
+    setenv("RECURD_API_KEY", key, 1);
+    cr_assert_eq(load(&c, err, 3, argv), -1, "a 300-byte RECURD_API_KEY was accepted");
+    cr_assert(strstr(err, "RECURD_API_KEY") && strstr(err, "too long"), "%s", err);
+    char *argv_flag[] = {"recurd", "--config", "", "--api-key", "short"};
+    cr_assert_eq(load(&c, err, 5, argv_flag), 0, "%s", err);
+    cr_assert_str_eq(c.api_key, "short");
+    key[255] = '\0';
+    setenv("RECURD_API_KEY", key, 1);
+    cr_assert_eq(load(&c, err, 3, argv), 0, "%s", err);
+    cr_assert_eq(strlen(c.api_key), 255);
+    cr_assert_str_eq(c.api_key, key);
+    /* the config file's api_key wins over the environment */
+    char *path = write_tmp("{\"api_key\": \"fromfile\"}");
+    char *argv_file[] = {"recurd", "--config", path};
+    cr_assert_eq(load(&c, err, 3, argv_file), 0, "%s", err);
+    cr_assert_str_eq(c.api_key, "fromfile");
+    unlink(path);
+    unsetenv("RECURD_API_KEY");
+}
