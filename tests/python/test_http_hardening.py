@@ -1,0 +1,177 @@
+"""Issue 10 items 10, 11, 14, 15, 17 against the real daemon on loopback: the API key from the
+environment is never truncated, Expect: 100-continue is answered only after the key is checked,
+several chunk extensions are accepted, --host names are resolved (or refused by the loopback
+rule), and SSE streams carry ids and Cache-Control and a reconnect (Last-Event-ID) does not fold
+again. Raw sockets where the framing matters; every socket has a timeout, every daemon is
+stopped at teardown."""
+import json
+import os
+import socket
+import subprocess
+import time
+
+import requests
+
+from daemon import Daemon, RECURD, ROOT, TINY_MODEL, read_to_eof
+
+KEY = "s3cret-key"
+
+
+# ---------------------------------------------------------------------------- helpers
+
+def connect(d):
+    return socket.create_connection(("127.0.0.1", d.port), timeout=10)
+
+
+def read_head(sock):
+    """Bytes up to and including the first blank line (one response head), and what followed."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    head, sep, rest = data.partition(b"\r\n\r\n")
+    return head + sep, rest
+
+
+def status_of(head):
+    return int(head.split(b" ", 2)[1])
+
+
+def create(d, headers=None, **body):
+    r = requests.post(d.url("/v1/sessions"), json=body or None, headers=headers, timeout=30)
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def run_recurd(args, env_extra=None, timeout=20.0):
+    """Runs recurd expecting it to exit at start; returns (exit code, stderr). A recurd that is
+    still running after `timeout` is killed and reported as None."""
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", **(env_extra or {}))
+    cmd = [RECURD, "--config", "", "--port", "0", "--model-config", TINY_MODEL] + list(args)
+    p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _, err = p.communicate(timeout=timeout)
+        return p.returncode, err.decode("utf-8", "replace")
+    except subprocess.TimeoutExpired:
+        p.kill()
+        _, err = p.communicate(timeout=10)
+        return None, err.decode("utf-8", "replace")
+
+
+# ---------------------------------------------------------------------------- item 10
+
+def test_env_api_key_longer_than_255_bytes_is_refused_at_start():
+    code, err = run_recurd(["--host", "127.0.0.1"], {"RECURD_API_KEY": "k" * 300}, timeout=10.0)
+    assert code == 2, "recurd started with a 300-byte RECURD_API_KEY (code %r):\n%s" % (code, err)
+    assert "RECURD_API_KEY" in err and "too long" in err, err
+
+
+def test_env_api_key_of_255_bytes_authenticates_whole():
+    key = "".join(chr(ord("a") + i % 26) for i in range(255))
+    old = os.environ.get("RECURD_API_KEY")
+    os.environ["RECURD_API_KEY"] = key
+    try:
+        with Daemon() as d:
+            ok = requests.post(d.url("/v1/sessions"), headers={"Authorization": "Bearer " + key},
+                               timeout=30)
+            assert ok.status_code == 201, ok.text
+            short = requests.post(d.url("/v1/sessions"),
+                                  headers={"Authorization": "Bearer " + key[:254]}, timeout=30)
+            assert short.status_code == 401, short.text
+    finally:
+        if old is None:
+            os.environ.pop("RECURD_API_KEY", None)
+        else:
+            os.environ["RECURD_API_KEY"] = old
+
+
+# ---------------------------------------------------------------------------- item 11
+
+def expect_100_request(auth, length=200):
+    h = b"POST /v1/sessions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+    if auth is not None:
+        h += b"Authorization: Bearer " + auth.encode() + b"\r\n"
+    return h + b"Content-Length: %d\r\nExpect: 100-continue\r\n\r\n" % length
+
+
+def test_expect_100_continue_waits_for_the_api_key():
+    with Daemon("--api-key", KEY) as d:
+        for auth in (None, "wrong", KEY + "x"):
+            s = connect(d)
+            s.sendall(expect_100_request(auth))
+            head, rest = read_head(s)
+            assert status_of(head) == 401, "auth %r got %r before the key was checked" % (auth, head)
+            assert b"\r\nWWW-Authenticate: Bearer\r\n" in head, head
+            assert b"\r\nConnection: close\r\n" in head, head
+            rest += read_to_eof(s)  # closed without reading a body: no 100 anywhere
+            assert b"100 Continue" not in head + rest
+            assert b'"code":"unauthorized"' in rest, rest
+        # the right key: 100 Continue, then the body is read and the session created
+        body = b"{}" + b" " * 198
+        s = connect(d)
+        s.sendall(expect_100_request(KEY, len(body)))
+        head, rest = read_head(s)
+        assert status_of(head) == 100, head
+        s.sendall(body)
+        head, rest = read_head(s)
+        assert status_of(head) == 201, head + rest
+        s.close()
+
+
+def test_unauthenticated_upload_refused_before_max_body_and_before_reading():
+    with Daemon("--api-key", KEY, "--max-body", "4096") as d:
+        s = connect(d)
+        # far above max_body: the key, not the size, is the first rule
+        s.sendall(b"PUT /v1/sessions/x/state HTTP/1.1\r\nHost: t\r\nContent-Length: 90000000\r\n\r\n")
+        head, _ = read_head(s)
+        assert status_of(head) == 401, head
+        s.close()
+        # a chunked upload without a key: 401 at once, the chunks are never read
+        s = connect(d)
+        s.sendall(b"POST /v1/sessions HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n")
+        head, _ = read_head(s)
+        assert status_of(head) == 401, head
+        s.close()
+        # a bodiless request without a key keeps its connection (a plain 401)
+        s = connect(d)
+        s.sendall(b"GET /v1/model HTTP/1.1\r\nHost: t\r\n\r\nGET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+        head, rest = read_head(s)
+        assert status_of(head) == 401, head
+        assert b"Connection: close" not in head
+        s.close()
+
+
+# ---------------------------------------------------------------------------- item 14
+
+def chunked_create(d, ext_data, ext_last=b""):
+    body = b'{"tokens":[1,2,3]}'
+    s = connect(d)
+    s.sendall(b"POST /v1/sessions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+              b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" +
+              b"%x" % 5 + ext_data + b"\r\n" + body[:5] + b"\r\n" +
+              b"%x" % (len(body) - 5) + ext_data + b"\r\n" + body[5:] + b"\r\n" +
+              b"0" + ext_last + b"\r\n\r\n")
+    resp = read_to_eof(s)
+    head, _, payload = resp.partition(b"\r\n\r\n")
+    return status_of(head), payload
+
+
+def test_several_chunk_extensions_are_accepted():
+    with Daemon() as d:
+        for ext in (b";a=1;b=2", b";a;b", b';a="x;y";b=2', b";a=1;b=2;c=3;d", b";a=1"):
+            status, payload = chunked_create(d, ext, ext)
+            assert status == 201, (ext, payload)
+            assert json.loads(payload)["tokens_seen"] == 3, payload
+
+
+def test_chunk_extensions_still_bounded_and_malformed_ones_named():
+    with Daemon("--max-chunk-ext-bytes", "64") as d:
+        status, payload = chunked_create(d, b";abcd=efgh" * 10)  # 80 name/value bytes > 64
+        assert status == 413, payload
+        assert json.loads(payload)["error"]["code"] == "chunk_extension_too_large"
+        status, payload = chunked_create(d, b";a=@")
+        assert status == 400, payload
+        assert json.loads(payload)["error"]["code"] == "invalid_chunk_extension"
