@@ -129,7 +129,9 @@ int srv_top_k(const float *lp, int vocab, int k, int32_t *ids, float *vals)
  * c[1] = log sum exp(x - max). recur_log_softmax's formula with the exponentials in float
  * (recur__exp_nonpos, rel. error < 1e-7, which vectorises; the sum stays in double): this runs
  * once per folded token, and libm's exp over the vocabulary cost more than the rest of a
- * request's bookkeeping together. Results agree with recur_log_softmax to ~1e-7. */
+ * request's bookkeeping together. Results agree with recur_log_softmax to ~1e-7; every logprob
+ * the daemon reports comes from here (one function: a restored session's logprobs are the bits
+ * of the original's, issue 10 item 7). */
 static void log_softmax_c(const float *x, int vocab, float *out, float *c)
 {
     float mx = -INFINITY;
@@ -179,7 +181,10 @@ static void run_steps(worker *wk, srv_work **items, int B)
             w->logprob = (w->logits[w->token] - w->lsm_c[0]) - w->lsm_c[1];
             w->has_logprob = 1;
         } else if (*w->has_logits) {
-            recur_log_softmax(w->logits, V, wk->lsm);
+            /* the same function as every line's (log_softmax_c), so a session's logprobs do not
+             * depend on whether its logits came from a step, a prefill, a fork or an upload */
+            log_softmax_c(w->logits, V, wk->lsm, w->lsm_c);
+            *w->has_logits = 2;
             w->logprob = wk->lsm[w->token];
             w->has_logprob = 1;
         }
@@ -278,12 +283,13 @@ static void run_prefill(worker *wk, srv_work *w)
     if (w->err)
         return;
     int have_prev = *w->has_logits;
+    float c[2];
     if (w->emit_lines && have_prev)
-        recur_log_softmax(w->logits, V, wk->lsm);
+        log_softmax_c(w->logits, V, wk->lsm, c);
     for (int64_t i = 0; i < w->n && w->emit_lines; i++) {
         /* lsm holds log p(. | tokens before i); read token i's logprob, then advance. */
         float lp = have_prev ? wk->lsm[w->tokens[i]] : 0.0f;
-        recur_log_softmax(wk->logits + (size_t)i * V, V, wk->lsm);
+        log_softmax_c(wk->logits + (size_t)i * V, V, wk->lsm, c);
         emit_fold_line(w, w->pos0 + (uint64_t)i, w->tokens[i], have_prev, lp, wk->lsm, V);
         have_prev = 1;
     }
