@@ -25,7 +25,7 @@
 #include <cblas.h>
 
 #include "exp_nonpos.h"
-#include "recur.h"
+#include "mixer.h"
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -54,6 +54,8 @@ static int bt_rank_cmp(const void *pa, const void *pb)
 /* Mark the top nkeep of the first ncand blocks (scores sc) in sel[]; sel is cleared first. */
 static void bt_select(const float *sc, int64_t ncand, int64_t nkeep, uint8_t *sel, bt_rank *rank)
 {
+    if (ncand < 1) /* never (a query has its own block at least) */
+        return;
     memset(sel, 0, (size_t)ncand);
     if (nkeep >= ncand) {
         memset(sel, 1, (size_t)ncand);
@@ -102,23 +104,18 @@ int recur_block_topk_attention(const recur_dims *d, const float *q, const float 
         return RECUR_EINVAL;
     if (block < 1 || topk < 1)
         return RECUR_EINVAL;
-    if (d->T < 0 || d->H < 1 || d->K < 1 || d->V < 1 || d->H > RECUR_MAX_DIM ||
-        d->K > RECUR_MAX_DIM || d->V > RECUR_MAX_DIM)
-        return RECUR_ESHAPE;
+    int err = recur__check_dims(d);
+    if (err)
+        return err;
     const int64_t T = d->T;
     const int H = d->H, K = d->K, V = d->V;
-    int64_t row = (int64_t)H * (K > V ? K : V);
-    if (T > INT64_MAX / row || (uint64_t)(T * row) > SIZE_MAX / sizeof(float))
-        return RECUR_ESHAPE;
     const int64_t nblk = T / block + (T % block != 0);
     if (nblk > 0 && T * H > INT64_MAX / nblk) /* keep [T][H][n_blocks] */
         return RECUR_ESHAPE;
-    if (!isfinite(scale))
-        return RECUR_ENONFINITE;
+    if ((err = recur__resolve_scale(scale, K, &scale)))
+        return err;
     if (T == 0)
         return RECUR_OK;
-    if (scale <= 0.0f)
-        scale = (float)(1.0 / sqrt((double)K)); /* K^-1/2 */
 
     if (T > INT32_MAX) /* blasint is a 32-bit int */
         return RECUR_ESHAPE;

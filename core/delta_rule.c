@@ -44,7 +44,7 @@
 #include "chunk_decay.h"
 #include "chunk_mm.h"
 #include "exp_nonpos.h"
-#include "recur.h"
+#include "mixer.h"
 
 /* ---------------------------------------------------------------- validation */
 
@@ -55,16 +55,11 @@ static int dr_check(const recur_dims *d, const float *q, const float *k, const f
 {
     if (!d || !q || !k || !v || !beta || !S || !o)
         return RECUR_EINVAL;
-    if (form != RECUR_FORM_RECURRENT && form != RECUR_FORM_PARALLEL && form != RECUR_FORM_CHUNKWISE)
-        return RECUR_EINVAL;
-    if (d->T < 0 || d->H < 1 || d->K < 1 || d->V < 1 || d->H > RECUR_MAX_DIM ||
-        d->K > RECUR_MAX_DIM || d->V > RECUR_MAX_DIM)
-        return RECUR_ESHAPE;
-    if (form == RECUR_FORM_CHUNKWISE && chunk_size < 1)
-        return RECUR_ESHAPE; /* as the other mixers (gated_linear.c) */
-    int64_t row = (int64_t)d->H * (d->K > d->V ? d->K : d->V); /* <= 2^24 */
-    if (d->T > INT64_MAX / row || (uint64_t)(d->T * row) > SIZE_MAX / sizeof(float))
-        return RECUR_ESHAPE;
+    int rc = recur__check_form(form, chunk_size);
+    if (rc == RECUR_OK)
+        rc = recur__check_dims(d);
+    if (rc)
+        return rc;
     /* Non-finite anywhere wins over out-of-range anywhere, whatever their order. */
     const int64_t n = d->T * d->H;
     int nonfinite = !isfinite(scale), range = 0;
@@ -86,120 +81,98 @@ static int dr_check(const recur_dims *d, const float *q, const float *k, const f
 
 /* ---------------------------------------------------------------- recurrent */
 
-/* Column tiles of DR_TILE = 32 state columns held as two 16-float vectors (GCC/clang vector
- * extensions: one zmm with AVX-512, split into ymm/xmm otherwise). The tile's accumulators stay
- * in registers across the row loop; a V-long accumulator array in memory made every row wait on
- * the previous row's store (measured 3x slower). */
-#define DR_TILE 32
-typedef float dr_v16 __attribute__((vector_size(64)));
-
-static inline dr_v16 dr_load(const float *p)
+/* One token of one head (mixer.h):
+ *   S' = eg S ;  u = b (v - S'^T k) ;  S = S' + k u^T ;  o = scale S^T q
+ * in two passes over S (the first only reads it: u = b (v - eg (S^T k))). Columns go in blocks of
+ * NZ <= DR_ZB vectors of 16 (GCC/clang vector extensions: one zmm each with AVX-512), the block's
+ * u and o held in registers across all K rows (a V-long accumulator in memory made every row
+ * wait on the previous row's store: 2-3x slower); the V % 16 last columns in plain loops.
+ * Columns are independent, so the blocking changes nothing but speed. */
+#define DR_ZB 4
+static inline __attribute__((always_inline)) void dr_step_block(const int NZ, float *restrict S, int K,
+                                                               int V, float eg, float b,
+                                                               const float *restrict k,
+                                                               const float *restrict q, float scale,
+                                                               const float *restrict v,
+                                                               float *restrict o)
 {
-    dr_v16 x;
-    memcpy(&x, p, sizeof x);
-    return x;
-}
-
-static inline void dr_store(float *p, dr_v16 x)
-{
-    memcpy(p, &x, sizeof x);
-}
-
-/* r[0..w) = S[:, j0..j0+w)^T k,  S [K][V] */
-static inline void dr_tile_stk(const float *restrict S, int K, int V, int j0, int w,
-                               const float *restrict kt, float *restrict r)
-{
-    if (w == DR_TILE) {
-        dr_v16 a0 = {0}, a1 = {0}, b0 = {0}, b1 = {0};
-        int i = 0;
-        for (; i + 1 < K; i += 2) {
-            const float *S0 = S + (size_t)i * V + j0, *S1 = S0 + V;
-            a0 += kt[i] * dr_load(S0);
-            a1 += kt[i] * dr_load(S0 + 16);
-            b0 += kt[i + 1] * dr_load(S1);
-            b1 += kt[i + 1] * dr_load(S1 + 16);
-        }
-        if (i < K) {
-            const float *S0 = S + (size_t)i * V + j0;
-            a0 += kt[i] * dr_load(S0);
-            a1 += kt[i] * dr_load(S0 + 16);
-        }
-        dr_store(r, a0 + b0);
-        dr_store(r + 16, a1 + b1);
-        return;
+    recur__v16 u[DR_ZB], acc[DR_ZB];
+#pragma GCC unroll 4
+    for (int z = 0; z < NZ; z++) {
+        u[z] = (recur__v16){0};
+        acc[z] = (recur__v16){0};
     }
-    for (int j = 0; j < w; j++)
-        r[j] = 0.0f;
-    for (int i = 0; i < K; i++)
-        for (int j = 0; j < w; j++)
-            r[j] += kt[i] * S[(size_t)i * V + j0 + j];
-}
-
-/* S[:, tile] = eg S[:, tile] + k u[tile]^T  and  r[tile] = S[:, tile]^T q  (new S) */
-static inline void dr_tile_update(float *restrict S, int K, int V, int j0, int w, float eg,
-                                  const float *restrict kt, const float *restrict u,
-                                  const float *restrict qt, float *restrict r)
-{
-    if (w == DR_TILE) {
-        const dr_v16 u0 = dr_load(u), u1 = dr_load(u + 16);
-        dr_v16 a0 = {0}, a1 = {0};
-        for (int i = 0; i < K; i++) {
-            float *Si = S + (size_t)i * V + j0;
-            const dr_v16 s0 = eg * dr_load(Si) + kt[i] * u0;
-            const dr_v16 s1 = eg * dr_load(Si + 16) + kt[i] * u1;
-            dr_store(Si, s0);
-            dr_store(Si + 16, s1);
-            a0 += qt[i] * s0;
-            a1 += qt[i] * s1;
-        }
-        dr_store(r, a0);
-        dr_store(r + 16, a1);
-        return;
-    }
-    for (int j = 0; j < w; j++)
-        r[j] = 0.0f;
     for (int i = 0; i < K; i++) {
-        float *Si = S + (size_t)i * V + j0;
-        for (int j = 0; j < w; j++) {
-            const float sij = eg * Si[j] + kt[i] * u[j];
-            Si[j] = sij;
-            r[j] += qt[i] * sij;
+        const float *row = S + (size_t)i * V;
+        const float ki = k[i];
+#pragma GCC unroll 4
+        for (int z = 0; z < NZ; z++)
+            u[z] += ki * recur__v16_load(row + 16 * z);
+    }
+#pragma GCC unroll 4
+    for (int z = 0; z < NZ; z++)
+        u[z] = b * (recur__v16_load(v + 16 * z) - eg * u[z]);
+    for (int i = 0; i < K; i++) {
+        float *row = S + (size_t)i * V;
+        const float ki = k[i], qi = scale * q[i];
+#pragma GCC unroll 4
+        for (int z = 0; z < NZ; z++) {
+            const recur__v16 r = ki * u[z] + eg * recur__v16_load(row + 16 * z);
+            recur__v16_store(row + 16 * z, r);
+            acc[z] += qi * r;
+        }
+    }
+#pragma GCC unroll 4
+    for (int z = 0; z < NZ; z++)
+        recur__v16_store(o + 16 * z, acc[z]);
+}
+
+void recur__delta_step(float *restrict S, const float *restrict q, const float *restrict k,
+                       const float *restrict v, float b, float eg, float scale, int K, int V,
+                       float *restrict o)
+{
+    const int V16 = V - V % 16;
+    for (int j0 = 0; j0 < V16; j0 += 16 * DR_ZB) {
+        switch ((V16 - j0) / 16 < DR_ZB ? (V16 - j0) / 16 : DR_ZB) {
+        case 4: dr_step_block(4, S + j0, K, V, eg, b, k, q, scale, v + j0, o + j0); break;
+        case 3: dr_step_block(3, S + j0, K, V, eg, b, k, q, scale, v + j0, o + j0); break;
+        case 2: dr_step_block(2, S + j0, K, V, eg, b, k, q, scale, v + j0, o + j0); break;
+        default: dr_step_block(1, S + j0, K, V, eg, b, k, q, scale, v + j0, o + j0); break;
+        }
+    }
+    if (V16 == V)
+        return;
+    float u[16]; /* the column tail, V % 16 < 16 columns */
+    const int n = V - V16;
+    for (int j = 0; j < n; j++)
+        u[j] = 0.0f, o[V16 + j] = 0.0f;
+    for (int i = 0; i < K; i++)
+        for (int j = 0; j < n; j++)
+            u[j] += k[i] * S[(size_t)i * V + V16 + j];
+    for (int j = 0; j < n; j++)
+        u[j] = b * (v[V16 + j] - eg * u[j]);
+    for (int i = 0; i < K; i++) {
+        float *Si = S + (size_t)i * V + V16;
+        const float ki = k[i], qi = scale * q[i];
+        for (int j = 0; j < n; j++) {
+            Si[j] = ki * u[j] + eg * Si[j];
+            o[V16 + j] += qi * Si[j];
         }
     }
 }
 
-/* Token by token: per head and token, two passes over the state, tile by tile. */
+/* Token by token, head by head: the step above. */
 static void dr_recurrent(const recur_dims *d, const float *q, const float *k, const float *v,
                          const float *beta, const float *g, float scale, float *S, float *o)
 {
     const int H = d->H, K = d->K, V = d->V;
-    float u[RECUR_MAX_DIM], acc[DR_TILE];
-    for (int64_t t = 0; t < d->T; t++) {
+    for (int64_t t = 0; t < d->T; t++)
         for (int h = 0; h < H; h++) {
-            const float *kt = k + ((size_t)t * H + h) * K; /* [K] */
-            const float *qt = q + ((size_t)t * H + h) * K; /* [K] */
-            const float *vt = v + ((size_t)t * H + h) * V; /* [V] */
-            float *ot = o + ((size_t)t * H + h) * V;       /* [V] */
-            float *Sh = S + (size_t)h * K * V;             /* [K][V] */
-            const float b = beta[t * H + h];
-            const float eg = g ? expf(g[t * H + h]) : 1.0f; /* g <= 0 */
-
-            /* u = b (v - S'^T k) = b (v - e^g S^T k),  S' = e^g S */
-            for (int j0 = 0; j0 < V; j0 += DR_TILE) {
-                const int w = V - j0 < DR_TILE ? V - j0 : DR_TILE;
-                dr_tile_stk(Sh, K, V, j0, w, kt, u + j0);
-                for (int j = 0; j < w; j++)
-                    u[j0 + j] = b * (vt[j0 + j] - eg * u[j0 + j]);
-            }
-            /* S = S' + k u^T ;  o = scale S^T q */
-            for (int j0 = 0; j0 < V; j0 += DR_TILE) {
-                const int w = V - j0 < DR_TILE ? V - j0 : DR_TILE;
-                dr_tile_update(Sh, K, V, j0, w, eg, kt, u + j0, qt, acc);
-                for (int j = 0; j < w; j++)
-                    ot[j0 + j] = scale * acc[j];
-            }
+            const size_t row = (size_t)t * H + h;
+            const float eg = g ? expf(g[row]) : 1.0f; /* g <= 0 */
+            recur__delta_step(S + (size_t)h * K * V, q + row * K, k + row * K, v + row * V,
+                              beta[row], eg, scale, K, V, o + row * V);
         }
-    }
 }
 
 /* ---------------------------------------------------------------- chunkwise */
@@ -286,10 +259,10 @@ static void dr_solve(int c, int V, const float *B, int64_t ldb, float *U)
             float *Ut = U + (size_t)t * V;
             int j = 0;
             for (; j + 16 <= V; j += 16) {
-                dr_v16 acc = dr_load(Ut + j);
+                recur__v16 acc = recur__v16_load(Ut + j);
                 for (int s = J0; s < t; s++)
-                    acc -= At[s] * dr_load(U + (size_t)s * V + j);
-                dr_store(Ut + j, acc);
+                    acc -= At[s] * recur__v16_load(U + (size_t)s * V + j);
+                recur__v16_store(Ut + j, acc);
             }
             for (; j < V; j++) {
                 float x = Ut[j];
@@ -404,8 +377,7 @@ int recur_delta_rule(const recur_dims *d, const float *q, const float *k, const 
         return err;
     if (d->T == 0)
         return RECUR_OK;
-    if (scale <= 0.0f)
-        scale = (float)(1.0 / sqrt((double)d->K)); /* K^-1/2 */
+    recur__resolve_scale(scale, d->K, &scale); /* finite: checked */
 
     if (form == RECUR_FORM_RECURRENT) {
         dr_recurrent(d, q, k, v, beta, g, scale, S, o);

@@ -53,44 +53,10 @@
 
 /* ---------------------------------------------------------------- validation */
 
-int gl_check_dims(const recur_dims *d)
-{
-    if (!d)
-        return RECUR_EINVAL;
-    if (d->T < 0 || d->H < 1 || d->K < 1 || d->V < 1 || d->H > RECUR_MAX_DIM ||
-        d->K > RECUR_MAX_DIM || d->V > RECUR_MAX_DIM)
-        return RECUR_ESHAPE;
-    /* T*H*max(K,V) floats must be addressable in int64_t and size_t bytes. */
-    uint64_t per_t = (uint64_t)d->H * (uint64_t)(d->K > d->V ? d->K : d->V);
-    uint64_t max_elems = (uint64_t)INT64_MAX / sizeof(double);
-    if ((uint64_t)SIZE_MAX / sizeof(double) < max_elems)
-        max_elems = (uint64_t)SIZE_MAX / sizeof(double);
-    if ((uint64_t)d->T > max_elems / per_t)
-        return RECUR_ESHAPE;
-    return RECUR_OK;
-}
-
-int gl_check_form(recur_form form, int64_t chunk_size)
-{
-    if (form != RECUR_FORM_RECURRENT && form != RECUR_FORM_PARALLEL && form != RECUR_FORM_CHUNKWISE)
-        return RECUR_EINVAL;
-    if (form == RECUR_FORM_CHUNKWISE && chunk_size < 1)
-        return RECUR_ESHAPE;
-    return RECUR_OK;
-}
-
-int gl_resolve_scale(float scale, int K, float *out)
-{
-    if (!isfinite(scale))
-        return RECUR_ENONFINITE;
-    *out = scale > 0.0f ? scale : (float)(1.0 / sqrt((double)K));
-    return RECUR_OK;
-}
-
 int gl_check_form_scale(recur_form form, int64_t chunk_size, float scale, int K, float *out)
 {
-    const int rc = gl_check_form(form, chunk_size);
-    return rc ? rc : gl_resolve_scale(scale, K, out);
+    const int rc = recur__check_form(form, chunk_size);
+    return rc ? rc : recur__resolve_scale(scale, K, out);
 }
 
 int gl_check_log_gates(const float *g, int64_t n)
@@ -186,47 +152,65 @@ static void load_row(float *restrict dst, const float *restrict src, int n, recu
 
 /* ---------------------------------------------------------------- recurrent form */
 
-/* One token of one head, decay a[i] = exp(g_t[i]) of key row i:
- *   S[i,:] = a_i S[i,:] + k_i v ;  o = sum_i q_i S[i,:]     (q already carries scale and phi)
- *   z[i]   = a_i z[i] + k_i     ;  den = sum_i q_i z[i]
- * Columns go in blocks of GL_VB so that block of o stays in registers across all K rows. */
-#define GL_VB 64
-/* noinline keeps the restrict qualifiers meaningful (inlined, gcc versioned the loop) */
-__attribute__((noinline)) static void step_token(float *restrict S, float *restrict z,
-                                                 float *restrict o, float *den,
-                                                 const float *restrict q, const float *restrict k,
-                                                 const float *restrict v, const float *restrict a,
-                                                 int K, int V)
+/* One token of one head (mixer.h), decay a[i] = exp(g_t[i]) of key row i:
+ *   S[i,:] = a_i S[i,:] + k_i v^T ;  o = sum_i q_i S[i,:]     (q already carries scale and phi)
+ *   z[i]   = a_i z[i] + k_i       ;  den = sum_i q_i z[i]
+ * Columns go in blocks of NZ <= 4 vectors of 16 (GL_ZB: 64 columns), the block's v and o held in
+ * registers across all K rows of S (a V-long o in memory made every row wait on the previous
+ * row's store: ~2x slower); the V % 16 last columns row by row. Columns are independent, so the
+ * blocking changes nothing but speed. */
+#define GL_ZB 4
+static inline __attribute__((always_inline)) void gl_step_block(const int NZ, float *restrict S, int K,
+                                                               int V, const float *restrict a,
+                                                               const float *restrict k,
+                                                               const float *restrict q,
+                                                               const float *restrict v,
+                                                               float *restrict o)
 {
-    int j0 = 0;
-    for (; j0 + GL_VB <= V; j0 += GL_VB) {
-        float acc[GL_VB] = {0};
-        const float *restrict vb = v + j0;
-        for (int i = 0; i < K; i++) {
-            const float ai = a[i], ki = k[i], qi = q[i];
-            float *restrict Si = S + (size_t)i * V + j0;
-            for (int j = 0; j < GL_VB; j++) {
-                const float s = fmaf(ai, Si[j], ki * vb[j]);
-                Si[j] = s;
-                acc[j] = fmaf(qi, s, acc[j]);
-            }
-        }
-        for (int j = 0; j < GL_VB; j++)
-            o[j0 + j] = acc[j];
+    recur__v16 vv[GL_ZB], acc[GL_ZB];
+#pragma GCC unroll 4
+    for (int z = 0; z < NZ; z++) {
+        vv[z] = recur__v16_load(v + 16 * z);
+        acc[z] = (recur__v16){0};
     }
-    if (j0 < V) { /* column tail: accumulate o row by row */
-        const int n = V - j0;
-        float *restrict ob = o + j0;
-        const float *restrict vb = v + j0;
-        for (int j = 0; j < n; j++)
-            ob[j] = 0.0f;
+    for (int i = 0; i < K; i++) {
+        float *row = S + (size_t)i * V;
+        const float ai = a[i], ki = k[i], qi = q[i];
+#pragma GCC unroll 4
+        for (int z = 0; z < NZ; z++) {
+            const recur__v16 r = ai * recur__v16_load(row + 16 * z) + ki * vv[z];
+            recur__v16_store(row + 16 * z, r);
+            acc[z] += qi * r;
+        }
+    }
+#pragma GCC unroll 4
+    for (int z = 0; z < NZ; z++)
+        recur__v16_store(o + 16 * z, acc[z]);
+}
+
+void recur__gl_step(float *restrict S, float *restrict z, float *restrict o, float *den,
+                    const float *restrict q, const float *restrict k, const float *restrict v,
+                    const float *restrict a, int K, int V)
+{
+    const int V16 = V - V % 16;
+    for (int j0 = 0; j0 < V16; j0 += 16 * GL_ZB) {
+        switch ((V16 - j0) / 16 < GL_ZB ? (V16 - j0) / 16 : GL_ZB) {
+        case 4: gl_step_block(4, S + j0, K, V, a, k, q, v + j0, o + j0); break;
+        case 3: gl_step_block(3, S + j0, K, V, a, k, q, v + j0, o + j0); break;
+        case 2: gl_step_block(2, S + j0, K, V, a, k, q, v + j0, o + j0); break;
+        default: gl_step_block(1, S + j0, K, V, a, k, q, v + j0, o + j0); break;
+        }
+    }
+    if (V16 < V) { /* column tail: accumulate o row by row */
+        for (int j = V16; j < V; j++)
+            o[j] = 0.0f;
         for (int i = 0; i < K; i++) {
             const float ai = a[i], ki = k[i], qi = q[i];
-            float *restrict Si = S + (size_t)i * V + j0;
-            for (int j = 0; j < n; j++) {
-                const float s = fmaf(ai, Si[j], ki * vb[j]);
+            float *restrict Si = S + (size_t)i * V;
+            for (int j = V16; j < V; j++) {
+                const float s = ai * Si[j] + ki * v[j];
                 Si[j] = s;
-                ob[j] = fmaf(qi, s, ob[j]);
+                o[j] += qi * s;
             }
         }
     }
@@ -267,7 +251,7 @@ static void run_recurrent(const gl_problem *p)
                 break;
             }
             float den = 0.0f;
-            step_token(S, z, o, &den, qf, kf, p->v + row * V, af, K, V);
+            recur__gl_step(S, z, o, &den, qf, kf, p->v + row * V, af, K, V);
             /* o_t = o_t / (scale phi(q_t)^T z_t + eps) */
             if (p->normalize) {
                 const float inv = 1.0f / (den + RECUR_LINEAR_EPS);
@@ -417,10 +401,8 @@ static void mask_scalar(gl_work *w, int r0, int r1, const double *b, float scale
     }
 }
 
-typedef float gl_v16 __attribute__((vector_size(64))); /* one zmm with AVX-512 */
-
 /* e_lane[l]: 1 in lane l, 0 elsewhere */
-static const gl_v16 e_lane[GL_SUB] = {
+static const recur__v16 e_lane[GL_SUB] = {
     {1}, {0, 1}, {0, 0, 1}, {0, 0, 0, 1}, {0, 0, 0, 0, 1}, {0, 0, 0, 0, 0, 1},
     {0, 0, 0, 0, 0, 0, 1}, {0, 0, 0, 0, 0, 0, 0, 1}, {0, 0, 0, 0, 0, 0, 0, 0, 1},
     {0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
@@ -440,13 +422,13 @@ static void diag_per_key(const gl_work *w, const float *Qr, size_t lr, int J0, i
                          float scale, float *AJ, int64_t lda)
 {
     const int m = J1 - J0;
-    gl_v16 acc[GL_SUB];
+    recur__v16 acc[GL_SUB];
     for (int t = 0; t < GL_SUB; t++)
-        acc[t] = (gl_v16){0};
+        acc[t] = (recur__v16){0};
     /* keys four at a time, so acc[t] is loaded and stored once per four */
     int i = 0;
     for (; i + 4 <= K; i += 4) {
-        gl_v16 kv[4], pv[4] = {{0}, {0}, {0}, {0}};
+        recur__v16 kv[4], pv[4] = {{0}, {0}, {0}, {0}};
         for (int j = 0; j < 4; j++) {
             float kl[GL_SUB] = {0};
             const float *ki = w->KrT + (size_t)(i + j) * w->C + J0;
@@ -456,7 +438,7 @@ static void diag_per_key(const gl_work *w, const float *Qr, size_t lr, int J0, i
         }
         for (int t = 0; t < m; t++) {
             const float *at = w->ag + (size_t)(J0 + t) * K + i, *qt = Qr + (size_t)(J0 + t) * lr + i;
-            gl_v16 x = acc[t];
+            recur__v16 x = acc[t];
             for (int j = 0; j < 4; j++) {
                 pv[j] = pv[j] * at[j] + e_lane[t];
                 x += (qt[j] * kv[j]) * pv[j];
@@ -469,7 +451,7 @@ static void diag_per_key(const gl_work *w, const float *Qr, size_t lr, int J0, i
         const float *ki = w->KrT + (size_t)i * w->C + J0;
         for (int l = 0; l < m; l++)
             kl[l] = ki[l];
-        gl_v16 kv, pv = {0};
+        recur__v16 kv, pv = {0};
         memcpy(&kv, kl, sizeof kv);
         for (int t = 0; t < m; t++) {
             pv = pv * w->ag[(size_t)(J0 + t) * K + i] + e_lane[t];

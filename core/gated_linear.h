@@ -15,7 +15,7 @@
 #define RECUR_GATED_LINEAR_H
 
 #include <stdint.h>
-#include "recur.h"
+#include "mixer.h"
 
 typedef enum {
     GL_GATE_NONE = 0,   /* A_t = I                                */
@@ -41,17 +41,8 @@ typedef struct {
     float *o;                /* [T][H][V]  OUT */
 } gl_problem;
 
-/* RECUR_ESHAPE unless 1 <= H,K,V <= RECUR_MAX_DIM, T >= 0 and T*H*max(K,V) floats fit in
- * int64_t/size_t; RECUR_EINVAL when d is NULL. */
-int gl_check_dims(const recur_dims *d);
-
-/* RECUR_EINVAL for an unknown form; RECUR_ESHAPE for chunk_size < 1 when form is chunkwise. */
-int gl_check_form(recur_form form, int64_t chunk_size);
-
-/* scale NaN/Inf -> RECUR_ENONFINITE; otherwise *out = scale > 0 ? scale : K^-1/2. */
-int gl_resolve_scale(float scale, int K, float *out);
-
-/* gl_check_form, then gl_resolve_scale: the first non-zero code, else RECUR_OK with *out set. */
+/* recur__check_form, then recur__resolve_scale (mixer.h): the first non-zero code, else RECUR_OK
+ * with *out set. */
 int gl_check_form_scale(recur_form form, int64_t chunk_size, float scale, int K, float *out);
 
 /* Every one of n log gates is finite (else RECUR_ENONFINITE) and <= 0 (else RECUR_ERANGE). */

@@ -8,7 +8,7 @@
 int recur_gla(const recur_dims *d, const float *q, const float *k, const float *v, const float *g,
               int g_per_key, float scale, recur_form form, int64_t chunk_size, float *S, float *o)
 {
-    int rc = gl_check_dims(d);
+    int rc = recur__check_dims(d);
     if (rc)
         return rc;
     if (!S || (d->T > 0 && (!q || !k || !v || !g || !o)))

@@ -11,7 +11,7 @@ int recur_linear_attention(const recur_dims *d, const float *q, const float *k, 
                            int normalize, recur_feature_map fmap, float scale, recur_form form,
                            int64_t chunk_size, float *S, float *z, float *o)
 {
-    int rc = gl_check_dims(d);
+    int rc = recur__check_dims(d);
     if (rc)
         return rc;
     /* Sequence arrays may be NULL only when there is no sequence. */

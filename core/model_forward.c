@@ -4,20 +4,18 @@
  *   - batched decode: row r is session states[r] folding tokens[r] (one token each);
  *   - prefill: rows are consecutive tokens of one session (a piece of at most ws->rows tokens).
  * Projections, MLP and LM head go through the packed GEMM over the rows (packed_gemm.h). The mixer
- * core is a fused loop per session for decode (AVX-512 with the head's vectors in registers when
- * head_v % 16 == 0), and the kernels' chunkwise form (chunk 64) for prefill. Decode computes every per-row step (norms, activations, gates, the state update) with
+ * core is the mixer's own entry point (mixer_rows): its recurrent form, session by session, for
+ * decode (the per-head step in registers, mixer.h), its chunkwise form (chunk 64) for prefill.
+ * Decode computes every per-row step (norms, activations, gates, the state update) with
  * the same code on each row whatever the batch, so a session's logits and state after a batched
  * step are bit-identical to recur_model_step's (tests/unit/test_batch_identity.c).
  * Nothing here allocates: every buffer is in the workspace. */
-#include <cblas.h>
-#ifdef __AVX512F__
-#include <immintrin.h>
-#endif
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "exp_nonpos.h"
+#include "mixer.h"
 #include "model_internal.h"
 #include "packed_gemm.h"
 
@@ -38,8 +36,7 @@ struct recur_workspace {
     float *beta;    /* [R][H] */
     float *o;       /* [R][H][V]   mixer core output */
     float *ff;      /* [R][2*d_ff] gate | up, then silu(gate)*up in the first half */
-    float *tmp;     /* [max(K,V) * 2] */
-    float *scores;  /* [PREFILL_PIECE][max_context] softmax layers only */
+    float *scores;  /* [RECUR__SOFTMAX_QBLOCK][max_context] softmax layers only (prefill) */
     float *backup;  /* [rec_floats] a session's recurrent state before a prefill (rollback) */
     void *block;    /* every buffer above (recur__big_alloc) */
     size_t block_bytes;
@@ -56,8 +53,8 @@ int recur_workspace_create(const recur_model *m, int max_batch, recur_workspace 
     size_t d = (size_t)c->d_model, H = (size_t)c->n_heads, K = (size_t)c->head_k, V = (size_t)c->head_v;
     size_t sizes[] = {
         R * d, R * d, R * (size_t)m->max_in, R * H * K, R * H * K, R * H * V, R * H * K, R * H, R * H,
-        R * H * V, R * 2 * (size_t)c->d_ff, 2 * (K > V ? K : V),
-        m->n_softmax ? (size_t)PREFILL_PIECE * (size_t)c->max_context : 0,
+        R * H * V, R * 2 * (size_t)c->d_ff,
+        m->n_softmax ? (size_t)RECUR__SOFTMAX_QBLOCK * (size_t)c->max_context : 0,
         m->rec_floats,
     };
     size_t total = 0;
@@ -67,7 +64,7 @@ int recur_workspace_create(const recur_model *m, int max_batch, recur_workspace 
     if (!ws || !b) { free(ws); recur__big_free(b, total * sizeof(float)); return RECUR_ENOMEM; }
     memset(b, 0, total * sizeof(float)); /* touch once, here, never on the hot path */
     float **slots[] = {&ws->x, &ws->h, &ws->proj, &ws->q, &ws->k, &ws->v, &ws->gk, &ws->gs,
-                       &ws->beta, &ws->o, &ws->ff, &ws->tmp, &ws->scores, &ws->backup};
+                       &ws->beta, &ws->o, &ws->ff, &ws->scores, &ws->backup};
     size_t off = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         *slots[i] = b + off;
@@ -148,269 +145,47 @@ static void linear_rows(const recur_model *m, int R, int N, int Kd, const float 
     recur__packed_gemm_t(R, N, Kd, A, lda, Wp, m->wtype, beta, C, ldc);
 }
 
-/* ---------------------------------------------------------------- mixer: decode (one token) */
+/* ---------------------------------------------------------------- mixer core */
 
-#ifdef __AVX512F__
-/* Decode step of one head on a block of NZ x 16 value columns (NZ <= 4), the block's vectors
- * (v or u, and o) held in zmm registers across the K rows of S instead of being reloaded and
- * stored per row (the loops below in plain C keep them in memory: ~2x slower per step). Columns
- * are independent in every rule, so blocking them changes nothing but speed. Needs V % 16 == 0;
- * S, v, o point at the block's first column, S rows V apart. */
-#define ZB 4 /* zmm per block: 64 columns */
-#define INLINE static inline __attribute__((always_inline))
-
-/* GLA / retention:  S_i = dec_i S_i + k_i v^T  (row i) ;  o = s S^T q */
-INLINE void gla_block(const int NZ, float *S, int K, int V, const float *dec, const float *kh,
-                      const float *qh, float scale, const float *vh, float *oh)
-{
-    __m512 vv[ZB], acc[ZB];
-#pragma GCC unroll 4
-    for (int z = 0; z < NZ; z++) { vv[z] = _mm512_loadu_ps(vh + 16 * z); acc[z] = _mm512_setzero_ps(); }
-    for (int i = 0; i < K; i++) {
-        float *row = S + (size_t)i * V;
-        __m512 d = _mm512_set1_ps(dec[i]), ki = _mm512_set1_ps(kh[i]), qi = _mm512_set1_ps(scale * qh[i]);
-#pragma GCC unroll 4
-        for (int z = 0; z < NZ; z++) {
-            __m512 r = _mm512_fmadd_ps(d, _mm512_loadu_ps(row + 16 * z), _mm512_mul_ps(ki, vv[z]));
-            _mm512_storeu_ps(row + 16 * z, r);
-            acc[z] = _mm512_fmadd_ps(qi, r, acc[z]);
-        }
-    }
-#pragma GCC unroll 4
-    for (int z = 0; z < NZ; z++) _mm512_storeu_ps(oh + 16 * z, acc[z]);
-}
-
-/* (gated) delta rule:  u = b (v - dec S^T k) ;  S = dec S + k u^T ;  o = s S^T q  (two passes) */
-INLINE void delta_block(const int NZ, float *S, int K, int V, float dec, float b, const float *kh,
-                        const float *qh, float scale, const float *vh, float *oh)
-{
-    __m512 u[ZB], acc[ZB];
-    const __m512 vd = _mm512_set1_ps(dec), vb = _mm512_set1_ps(b);
-#pragma GCC unroll 4
-    for (int z = 0; z < NZ; z++) { u[z] = _mm512_setzero_ps(); acc[z] = _mm512_setzero_ps(); }
-    for (int i = 0; i < K; i++) {
-        const float *row = S + (size_t)i * V;
-        __m512 ki = _mm512_set1_ps(kh[i]);
-#pragma GCC unroll 4
-        for (int z = 0; z < NZ; z++) u[z] = _mm512_fmadd_ps(ki, _mm512_loadu_ps(row + 16 * z), u[z]);
-    }
-#pragma GCC unroll 4
-    for (int z = 0; z < NZ; z++) u[z] = _mm512_mul_ps(vb, _mm512_fnmadd_ps(vd, u[z], _mm512_loadu_ps(vh + 16 * z)));
-    for (int i = 0; i < K; i++) {
-        float *row = S + (size_t)i * V;
-        __m512 ki = _mm512_set1_ps(kh[i]), qi = _mm512_set1_ps(scale * qh[i]);
-#pragma GCC unroll 4
-        for (int z = 0; z < NZ; z++) {
-            __m512 r = _mm512_fmadd_ps(ki, u[z], _mm512_mul_ps(vd, _mm512_loadu_ps(row + 16 * z)));
-            _mm512_storeu_ps(row + 16 * z, r);
-            acc[z] = _mm512_fmadd_ps(qi, r, acc[z]);
-        }
-    }
-#pragma GCC unroll 4
-    for (int z = 0; z < NZ; z++) _mm512_storeu_ps(oh + 16 * z, acc[z]);
-}
-
-/* One head, column block by column block: delta == 0 is GLA / retention (dec [K]: the decay of
- * each key row, all equal for retention), delta != 0 the delta rule (decay ddec, beta b).
- * Returns 0 (nothing done) when V is not a multiple of 16. */
-static int head_step_blocked(int delta, float *Sh, int K, int V, const float *dec, float ddec, float b,
-                             const float *kh, const float *qh, float scale, const float *vh, float *oh)
-{
-    if (V % 16) return 0;
-    for (int j0 = 0; j0 < V; j0 += 16 * ZB) {
-        int nz = (V - j0) / 16 < ZB ? (V - j0) / 16 : ZB;
-#define BLK(N) do { if (delta) delta_block(N, Sh + j0, K, V, ddec, b, kh, qh, scale, vh + j0, oh + j0); \
-                    else gla_block(N, Sh + j0, K, V, dec, kh, qh, scale, vh + j0, oh + j0); } while (0)
-        switch (nz) {
-        case 4: BLK(4); break;
-        case 3: BLK(3); break;
-        case 2: BLK(2); break;
-        default: BLK(1); break;
-        }
-#undef BLK
-    }
-    return 1;
-}
-#endif
-
-/* One token of one session through a recurrent core, per head, fused loops (DESIGN.md §3).
- * q, k [H][K], v [H][V], o [H][V]; S [H][K][V] (and z [H][K] for linear). */
-static void core_step(const recur_model *m, const recur_layer *L, float *S, const float *q,
-                      const float *k, const float *v, const float *gk, const float *gs,
-                      const float *beta, float *o, float *tmp)
-{
-    const int H = m->cfg.n_heads, K = m->cfg.head_k, V = m->cfg.head_v;
-    const float scale = 1.0f / sqrtf((float)K);
-    for (int hd = 0; hd < H; hd++) {
-        float *Sh = S + (size_t)hd * K * V;
-        const float *qh = q + (size_t)hd * K, *kh = k + (size_t)hd * K, *vh = v + (size_t)hd * V;
-        float *oh = o + (size_t)hd * V;
-        for (int j = 0; j < V; j++) oh[j] = 0.0f;
-        switch (L->kind) {
-        case RECUR_MIXER_LINEAR: {
-            /* S += phi(k) v^T ; z += phi(k) ; o = (s phi(q))^T S / ((s phi(q))^T z + eps), phi = elu+1 */
-            float *z = S + (size_t)H * K * V + (size_t)hd * K;
-            float den = 0.0f;
-            for (int i = 0; i < K; i++) {
-                float pk = kh[i] > 0 ? kh[i] + 1.0f : expf(kh[i]);
-                float pq = scale * (qh[i] > 0 ? qh[i] + 1.0f : expf(qh[i]));
-                float *row = Sh + (size_t)i * V;
-                for (int j = 0; j < V; j++) {
-                    row[j] += pk * vh[j];
-                    oh[j] += pq * row[j];
-                }
-                z[i] += pk;
-                den += pq * z[i];
-            }
-            float inv = 1.0f / (den + RECUR_LINEAR_EPS);
-            for (int j = 0; j < V; j++) oh[j] *= inv;
-            break;
-        }
-        case RECUR_MIXER_RETENTION:
-        case RECUR_MIXER_GLA: {
-            /* S = Diag(decay) S + k v^T ; o = s S^T q   (retention: decay = gamma_h) */
-            float gamma = 1.0f - exp2f(-5.0f - (float)hd);
-#ifdef __AVX512F__
-            for (int i = 0; i < K; i++) tmp[i] = L->kind == RECUR_MIXER_GLA ? expf(gk[(size_t)hd * K + i]) : gamma;
-            if (head_step_blocked(0, Sh, K, V, tmp, 0.0f, 0.0f, kh, qh, scale, vh, oh)) break;
-#endif
-            for (int i = 0; i < K; i++) {
-                float dec = L->kind == RECUR_MIXER_GLA ? expf(gk[(size_t)hd * K + i]) : gamma;
-                float ki = kh[i], qi = scale * qh[i];
-                float *row = Sh + (size_t)i * V;
-                for (int j = 0; j < V; j++) {
-                    row[j] = dec * row[j] + ki * vh[j];
-                    oh[j] += qi * row[j];
-                }
-            }
-            break;
-        }
-        case RECUR_MIXER_DELTANET:
-        case RECUR_MIXER_GATED_DELTANET: {
-            /* S' = e^g S ; u = S'^T k ; S = S' + beta k (v - u)^T ; o = s S^T q
-             * (two passes over S: the first only reads it, u = e^g (S^T k)) */
-            float dec = L->kind == RECUR_MIXER_GATED_DELTANET ? expf(gs[hd]) : 1.0f;
-            float b = beta[hd];
-#ifdef __AVX512F__
-            if (head_step_blocked(1, Sh, K, V, NULL, dec, b, kh, qh, scale, vh, oh)) break;
-#endif
-            float *u = tmp;
-            for (int j = 0; j < V; j++) u[j] = 0.0f;
-            for (int i = 0; i < K; i++) {
-                const float *row = Sh + (size_t)i * V;
-                float ki = kh[i];
-                for (int j = 0; j < V; j++) u[j] += ki * row[j];
-            }
-            for (int j = 0; j < V; j++) u[j] = b * (vh[j] - dec * u[j]);
-            for (int i = 0; i < K; i++) {
-                float *row = Sh + (size_t)i * V;
-                float ki = kh[i], qi = scale * qh[i];
-                for (int j = 0; j < V; j++) {
-                    row[j] = dec * row[j] + ki * u[j];
-                    oh[j] += qi * row[j];
-                }
-            }
-            break;
-        }
-        default:
-            break;
-        }
-    }
-}
-
-/* One token of causal softmax attention against a session's KV cache; position pos is written. */
-static void softmax_step(const recur_model *m, float *kc, float *vc, int64_t pos, const float *q,
-                         const float *k, const float *v, float *o, float *scores)
-{
-    const int H = m->cfg.n_heads, K = m->cfg.head_k, V = m->cfg.head_v;
-    const size_t HK = (size_t)H * K, HV = (size_t)H * V;
-    const float scale = 1.0f / sqrtf((float)K);
-    memcpy(kc + (size_t)pos * HK, k, HK * sizeof(float));
-    memcpy(vc + (size_t)pos * HV, v, HV * sizeof(float));
-    for (int hd = 0; hd < H; hd++) {
-        const float *qh = q + (size_t)hd * K;
-        float mx = -INFINITY;
-        for (int64_t j = 0; j <= pos; j++) {
-            const float *kj = kc + (size_t)j * HK + (size_t)hd * K;
-            float sdot = 0.0f;
-            for (int i = 0; i < K; i++) sdot += qh[i] * kj[i];
-            scores[j] = sdot * scale;
-            if (scores[j] > mx) mx = scores[j];
-        }
-        float *oh = o + (size_t)hd * V;
-        for (int c = 0; c < V; c++) oh[c] = 0.0f;
-        double sum = 0.0;
-        for (int64_t j = 0; j <= pos; j++) {
-            float p = expf(scores[j] - mx);
-            sum += p;
-            const float *vj = vc + (size_t)j * HV + (size_t)hd * V;
-            for (int c = 0; c < V; c++) oh[c] += p * vj[c];
-        }
-        float inv = (float)(1.0 / sum);
-        for (int c = 0; c < V; c++) oh[c] *= inv;
-    }
-}
-
-/* ---------------------------------------------------------------- mixer: prefill (T tokens) */
-
-/* Causal softmax over T new rows appended at pos0 to the cache: sgemm per head. */
-static void softmax_prefill(const recur_model *m, float *kc, float *vc, int64_t pos0, int T,
-                            const float *q, const float *k, const float *v, float *o, float *scores)
-{
-    const int H = m->cfg.n_heads, K = m->cfg.head_k, V = m->cfg.head_v;
-    const int HK = H * K, HV = H * V;
-    const float scale = 1.0f / sqrtf((float)K);
-    memcpy(kc + (size_t)pos0 * HK, k, (size_t)T * HK * sizeof(float));
-    memcpy(vc + (size_t)pos0 * HV, v, (size_t)T * HV * sizeof(float));
-    const int n = (int)pos0 + T;
-    for (int hd = 0; hd < H; hd++) {
-        /* scores[T][n] = scale Q_h K_h^T */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, n, K, scale, q + (size_t)hd * K, HK,
-                    kc + (size_t)hd * K, HK, 0.0f, scores, n);
-        for (int t = 0; t < T; t++) {
-            float *row = scores + (size_t)t * n;
-            int last = (int)pos0 + t; /* keys 0..last are visible */
-            float mx = -INFINITY;
-            for (int j = 0; j <= last; j++) if (row[j] > mx) mx = row[j];
-            double sum = 0.0;
-            for (int j = 0; j <= last; j++) { row[j] = expf(row[j] - mx); sum += row[j]; }
-            float inv = (float)(1.0 / sum);
-            for (int j = 0; j <= last; j++) row[j] *= inv;
-            for (int j = last + 1; j < n; j++) row[j] = 0.0f;
-        }
-        /* O_h[T][V] = P V_h */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, V, n, 1.0f, scores, n,
-                    vc + (size_t)hd * V, HV, 0.0f, o + (size_t)hd * V, HV);
-    }
-}
-
-static int core_prefill(const recur_model *m, const recur_layer *L, recur_workspace *ws,
-                        recur_state *s, int T)
+/* o = core(q, k, v, gates; state) for T consecutive tokens of session s, read from workspace rows
+ * [r, r + T): the mixer's own entry point (one home per recurrence: its per-head decode step is
+ * its recurrent form, mixer.h), in `form` — recurrent for decode (T = 1), chunkwise (chunk
+ * PREFILL_CHUNK) for prefill. Softmax layers append the T rows to the KV cache first. The gates
+ * were kept finite and in range by preprocess_rows, so no kernel rejects them. */
+static int mixer_rows(const recur_model *m, const recur_layer *L, recur_workspace *ws, recur_state *s,
+                      int r, int T, recur_form form)
 {
     const recur_config *c = &m->cfg;
-    recur_dims dims = {.T = T, .H = c->n_heads, .K = c->head_k, .V = c->head_v};
-    float *S = s->rec + L->state_off;
-    size_t HKV = (size_t)c->n_heads * c->head_k * c->head_v;
+    const int H = c->n_heads, K = c->head_k, V = c->head_v;
+    const size_t HK = (size_t)H * K, HV = (size_t)H * V;
+    const recur_dims dims = {.T = T, .H = H, .K = K, .V = V};
+    const float *q = ws->q + r * HK, *k = ws->k + r * HK, *v = ws->v + r * HV;
+    const float *beta = ws->beta + (size_t)r * H;
+    float *o = ws->o + r * HV, *S = s->rec + L->state_off;
     switch (L->kind) {
     case RECUR_MIXER_LINEAR:
-        return recur_linear_attention(&dims, ws->q, ws->k, ws->v, 1, RECUR_FMAP_ELU1, 0.0f,
-                                      RECUR_FORM_CHUNKWISE, PREFILL_CHUNK, S, S + HKV, ws->o);
+        return recur_linear_attention(&dims, q, k, v, 1, RECUR_FMAP_ELU1, 0.0f, form, PREFILL_CHUNK,
+                                      S, S + HK * V, o);
     case RECUR_MIXER_RETENTION:
-        return recur_retention(&dims, ws->q, ws->k, ws->v, NULL, 0.0f, RECUR_FORM_CHUNKWISE,
-                               PREFILL_CHUNK, S, ws->o);
+        return recur_retention(&dims, q, k, v, NULL, 0.0f, form, PREFILL_CHUNK, S, o);
     case RECUR_MIXER_GLA:
-        return recur_gla(&dims, ws->q, ws->k, ws->v, ws->gk, 1, 0.0f, RECUR_FORM_CHUNKWISE,
-                         PREFILL_CHUNK, S, ws->o);
+        return recur_gla(&dims, q, k, v, ws->gk + r * HK, 1, 0.0f, form, PREFILL_CHUNK, S, o);
     case RECUR_MIXER_DELTANET:
-        return recur_delta_rule(&dims, ws->q, ws->k, ws->v, ws->beta, NULL, 0.0f,
-                                RECUR_FORM_CHUNKWISE, PREFILL_CHUNK, S, ws->o);
+        return recur_delta_rule(&dims, q, k, v, beta, NULL, 0.0f, form, PREFILL_CHUNK, S, o);
     case RECUR_MIXER_GATED_DELTANET:
-        return recur_delta_rule(&dims, ws->q, ws->k, ws->v, ws->beta, ws->gs, 0.0f,
-                                RECUR_FORM_CHUNKWISE, PREFILL_CHUNK, S, ws->o);
+        return recur_delta_rule(&dims, q, k, v, beta, ws->gs + (size_t)r * H, 0.0f, form,
+                                PREFILL_CHUNK, S, o);
     case RECUR_MIXER_SOFTMAX: {
-        int l = (int)(L - m->layers);
-        softmax_prefill(m, s->kcache[l], s->vcache[l], (int64_t)s->tokens_seen, T, ws->q, ws->k,
-                        ws->v, ws->o, ws->scores);
+        const int l = (int)(L - m->layers);
+        const int64_t pos0 = (int64_t)s->tokens_seen; /* + T <= max_context: checked */
+        float *kc = s->kcache[l], *vc = s->vcache[l], scale;
+        recur__resolve_scale(0.0f, K, &scale);
+        memcpy(kc + (size_t)pos0 * HK, k, (size_t)T * HK * sizeof(float));
+        memcpy(vc + (size_t)pos0 * HV, v, (size_t)T * HV * sizeof(float));
+        if (T == 1)
+            recur__softmax_step(H, K, V, q, scale, kc, vc, pos0, o);
+        else
+            recur__softmax_rows(H, K, V, q, scale, kc, vc, pos0, T, ws->scores, o);
         return RECUR_OK;
     }
     }
@@ -467,8 +242,8 @@ static int forward_rows(const recur_model *m, recur_workspace *ws, recur_state *
                         const int32_t *tokens, int R, int prefill, float *logits)
 {
     const recur_config *c = &m->cfg;
-    const int d = c->d_model, H = c->n_heads, K = c->head_k, V = c->head_v, ff = c->d_ff;
-    const size_t HK = (size_t)H * K, HV = (size_t)H * V;
+    const int d = c->d_model, H = c->n_heads, V = c->head_v, ff = c->d_ff;
+    const size_t HV = (size_t)H * V;
     const float eps = (float)c->norm_eps;
 
     // x = embed[token]
@@ -484,20 +259,10 @@ static int forward_rows(const recur_model *m, recur_workspace *ws, recur_state *
         preprocess_rows(m, L, ws, R);
 
         // o = core(q, k, v, gates; state)
-        if (prefill) {
-            int rc = core_prefill(m, L, ws, states[0], R);
+        for (int r = 0; r < (prefill ? 1 : R); r++) {
+            int rc = prefill ? mixer_rows(m, L, ws, states[0], 0, R, RECUR_FORM_CHUNKWISE)
+                             : mixer_rows(m, L, ws, states[r], r, 1, RECUR_FORM_RECURRENT);
             if (rc) return rc;
-        } else {
-            for (int r = 0; r < R; r++) {
-                recur_state *s = states[r];
-                if (L->kind == RECUR_MIXER_SOFTMAX)
-                    softmax_step(m, s->kcache[l], s->vcache[l], (int64_t)s->tokens_seen, ws->q + r * HK,
-                                 ws->k + r * HK, ws->v + r * HV, ws->o + r * HV, ws->scores);
-                else
-                    core_step(m, L, s->rec + L->state_off, ws->q + r * HK, ws->k + r * HK,
-                              ws->v + r * HV, ws->gk + r * HK, ws->gs + (size_t)r * H,
-                              ws->beta + (size_t)r * H, ws->o + r * HV, ws->tmp);
-            }
         }
 
         // o_i = RMSNorm_o(o_i) per head ; o = o * silu(g_proj h) ; x += o_proj o

@@ -20,7 +20,7 @@ int recur_retention(const recur_dims *d, const float *q, const float *k, const f
                     const float *gamma, float scale, recur_form form, int64_t chunk_size,
                     float *S, float *o)
 {
-    int rc = gl_check_dims(d);
+    int rc = recur__check_dims(d);
     if (rc)
         return rc;
     if (!S || (d->T > 0 && (!q || !k || !v || !o)))

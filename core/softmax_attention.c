@@ -14,23 +14,10 @@
 #include <cblas.h>
 
 #include "exp_nonpos.h"
-#include "recur.h"
+#include "mixer.h"
 
-/* Query rows per block of the full form: the score block is [SA_QBLOCK][T] floats. */
-#define SA_QBLOCK 64
 /* Keys per block of the decode step: the weight block lives on the stack. */
 #define SA_KBLOCK 256
-
-static int sa_check_dims(const recur_dims *d, int64_t T)
-{
-    if (T < 0 || d->H < 1 || d->K < 1 || d->V < 1 || d->H > RECUR_MAX_DIM ||
-        d->K > RECUR_MAX_DIM || d->V > RECUR_MAX_DIM)
-        return RECUR_ESHAPE;
-    int64_t row = (int64_t)d->H * (d->K > d->V ? d->K : d->V);
-    if (T > INT64_MAX / row || (uint64_t)(T * row) > SIZE_MAX / sizeof(float))
-        return RECUR_ESHAPE;
-    return RECUR_OK;
-}
 
 /* ---------------------------------------------------------------- row helpers (vectorisable) */
 
@@ -75,44 +62,28 @@ static double sa_sum(const float *x, int64_t n)
 
 /* ---------------------------------------------------------------- whole sequence */
 
-int recur_softmax_attention(const recur_dims *d, const float *q, const float *k, const float *v,
-                            float scale, float *o)
+/* T query rows at positions pos0 + t against the cache's keys [0, pos0 + t] (mixer.h), a block of
+ * RECUR__SOFTMAX_QBLOCK query rows at a time, per head:
+ *   s_tj = scale q_t.k_j (sgemm, for every key up to the block's last query);
+ *   e_tj = exp(s_tj - m_t) for j <= pos0 + t, else 0;  l_t = sum_j e_tj;
+ *   o_t = (sum_j e_tj v_j) / l_t (sgemm).   m_t = max_j s_tj: every exponent is <= 0. */
+void recur__softmax_rows(int H, int K, int V, const float *q, float scale, const float *k_cache,
+                         const float *v_cache, int64_t pos0, int64_t T, float *P, float *o)
 {
-    if (!d || !q || !k || !v || !o)
-        return RECUR_EINVAL;
-    int err = sa_check_dims(d, d->T);
-    if (err)
-        return err;
-    if (!isfinite(scale))
-        return RECUR_ENONFINITE;
-    const int64_t T = d->T;
-    const int H = d->H, K = d->K, V = d->V;
-    if (T == 0)
-        return RECUR_OK;
-    if (T > INT32_MAX) /* blasint is a 32-bit int */
-        return RECUR_ESHAPE;
-    if (scale <= 0.0f)
-        scale = (float)(1.0 / sqrt((double)K)); /* K^-1/2 */
-
-    const int64_t qb = T < SA_QBLOCK ? T : SA_QBLOCK;
-    float *P = malloc((size_t)qb * (size_t)T * sizeof(float)); /* [qb][T] scores, then weights */
-    float linv[SA_QBLOCK];                                    /* 1 / l_t of the block's rows */
-    if (!P)
-        return RECUR_ENOMEM;
+    const int64_t qb = T < RECUR__SOFTMAX_QBLOCK ? T : RECUR__SOFTMAX_QBLOCK;
+    float linv[RECUR__SOFTMAX_QBLOCK]; /* 1 / l_t of the block's rows */
     const int ldk = H * K, ldv = H * V;
     for (int h = 0; h < H; h++) {
         for (int64_t t0 = 0; t0 < T; t0 += qb) {
             const int nq = (int)(T - t0 < qb ? T - t0 : qb);
-            const int nk = (int)(t0 + nq); /* keys 0 .. t0+nq-1 can be seen by this block */
+            const int nk = (int)(pos0 + t0 + nq); /* keys this block's queries can see */
             const float *Qb = q + ((size_t)t0 * H + h) * K;
             float *Ob = o + ((size_t)t0 * H + h) * V;
-            /* s_tj = scale q_t.k_j   for the block's queries and every key up to its last query */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, K, scale, Qb, ldk,
-                        k + h * K, ldk, 0.0f, P, nk);
-            /* e_tj = exp(s_tj - m_t) for j <= t, 0 for j > t;  l_t = sum_j e_tj */
+                        k_cache + h * K, ldk, 0.0f, P, nk);
             for (int r = 0; r < nq; r++) {
                 float *Pr = P + (size_t)r * nk;
-                const int64_t n = t0 + r + 1; /* keys 0 .. t */
+                const int64_t n = pos0 + t0 + r + 1; /* keys 0 .. pos0 + t */
                 const float m = sa_max(Pr, n);
                 for (int64_t j = 0; j < n; j++)
                     Pr[j] = recur__exp_nonpos(Pr[j] - m);
@@ -120,52 +91,49 @@ int recur_softmax_attention(const recur_dims *d, const float *q, const float *k,
                     Pr[j] = 0.0f;
                 linv[r] = (float)(1.0 / sa_sum(Pr, n));
             }
-            /* o_t = (sum_j e_tj v_j) / l_t */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, V, nk, 1.0f, P, nk,
-                        v + h * V, ldv, 0.0f, Ob, ldv);
+                        v_cache + h * V, ldv, 0.0f, Ob, ldv);
             for (int r = 0; r < nq; r++)
                 for (int c = 0; c < V; c++)
                     Ob[(size_t)r * ldv + c] *= linv[r];
         }
     }
+}
+
+int recur_softmax_attention(const recur_dims *d, const float *q, const float *k, const float *v,
+                            float scale, float *o)
+{
+    if (!d || !q || !k || !v || !o)
+        return RECUR_EINVAL;
+    int err = recur__check_dims(d);
+    if (err)
+        return err;
+    if ((err = recur__resolve_scale(scale, d->K, &scale)))
+        return err;
+    const int64_t T = d->T;
+    if (T == 0)
+        return RECUR_OK;
+    if (T > INT32_MAX) /* blasint is a 32-bit int */
+        return RECUR_ESHAPE;
+    const int64_t qb = T < RECUR__SOFTMAX_QBLOCK ? T : RECUR__SOFTMAX_QBLOCK;
+    float *P = malloc((size_t)qb * (size_t)T * sizeof(float)); /* [qb][T] scores, then weights */
+    if (!P)
+        return RECUR_ENOMEM;
+    recur__softmax_rows(d->H, d->K, d->V, q, scale, k, v, 0, T, P, o);
     free(P);
     return RECUR_OK;
 }
 
 /* ---------------------------------------------------------------- one decode step */
 
-int recur_softmax_attention_step(const recur_dims *d, const float *q, const float *k,
-                                 const float *v, float scale, float *k_cache, float *v_cache,
-                                 int64_t pos, int64_t max_len, float *o)
+/* One query per head against keys [0, pos] (mixer.h): one pass over the cache in blocks of
+ * SA_KBLOCK keys with a running maximum (the online softmax of flash-decoding), no heap memory:
+ *   s_j = scale q.k_j (sgemv);  m' = max(m, max_j s_j);  o, l *= exp(m - m');
+ *   w_j = exp(s_j - m');  l += sum_j w_j;  o += sum_j w_j v_j (sgemv);  finally o /= l.
+ * Every exponent is <= 0. */
+void recur__softmax_step(int H, int K, int V, const float *q, float scale, const float *k_cache,
+                         const float *v_cache, int64_t pos, float *o)
 {
-    if (!d || !q || !k || !v || !k_cache || !v_cache || !o)
-        return RECUR_EINVAL;
-    if (max_len < 0)
-        return RECUR_ESHAPE;
-    int err = sa_check_dims(d, max_len);
-    if (err)
-        return err;
-    if (pos < 0)
-        return RECUR_EINVAL;
-    if (!isfinite(scale))
-        return RECUR_ENONFINITE;
-    if (pos >= max_len)
-        return RECUR_ECONTEXT;
-    const int H = d->H, K = d->K, V = d->V;
-    if (scale <= 0.0f)
-        scale = (float)(1.0 / sqrt((double)K)); /* K^-1/2 */
-
-    /* the cache absorbs (k_t, v_t) at pos */
-    for (size_t i = 0; i < (size_t)H * K; i++)
-        k_cache[(size_t)pos * H * K + i] = k[i];
-    for (size_t i = 0; i < (size_t)H * V; i++)
-        v_cache[(size_t)pos * H * V + i] = v[i];
-
-    /* One pass over the cache in blocks of SA_KBLOCK keys, with a running maximum (the online
-     * softmax of flash-decoding), so the step needs no heap memory:
-     *   s_j = scale q.k_j (sgemv);  m' = max(m, max_j s_j);  o, l *= exp(m - m');
-     *   w_j = exp(s_j - m');  l += sum_j w_j;  o += sum_j w_j v_j (sgemv);  finally o /= l.
-     * Every exponent is <= 0. */
     const int ldk = H * K, ldv = H * V;
     float w[SA_KBLOCK];
     for (int h = 0; h < H; h++) {
@@ -198,5 +166,31 @@ int recur_softmax_attention_step(const recur_dims *d, const float *q, const floa
         for (int c = 0; c < V; c++)
             oh[c] *= inv;
     }
+}
+
+int recur_softmax_attention_step(const recur_dims *d, const float *q, const float *k,
+                                 const float *v, float scale, float *k_cache, float *v_cache,
+                                 int64_t pos, int64_t max_len, float *o)
+{
+    if (!d || !q || !k || !v || !k_cache || !v_cache || !o)
+        return RECUR_EINVAL;
+    if (max_len < 0)
+        return RECUR_ESHAPE;
+    const recur_dims cache = {.T = max_len, .H = d->H, .K = d->K, .V = d->V};
+    int err = recur__check_dims(&cache);
+    if (err)
+        return err;
+    if (pos < 0)
+        return RECUR_EINVAL;
+    if (!isfinite(scale))
+        return RECUR_ENONFINITE;
+    if (pos >= max_len)
+        return RECUR_ECONTEXT;
+    const int H = d->H, K = d->K, V = d->V;
+    recur__resolve_scale(scale, K, &scale); /* finite: checked */
+    /* the cache absorbs (k_t, v_t) at pos */
+    memcpy(k_cache + (size_t)pos * H * K, k, (size_t)H * K * sizeof(float));
+    memcpy(v_cache + (size_t)pos * H * V, v, (size_t)H * V * sizeof(float));
+    recur__softmax_step(H, K, V, q, scale, k_cache, v_cache, pos, o);
     return RECUR_OK;
 }

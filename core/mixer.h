@@ -1,0 +1,77 @@
+/*
+ * mixer.h — what the mixer files share with each other and with the model (not public).
+ *
+ * Argument checks (mixer_check.c): every public mixer entry point validates its dimensions,
+ * form and scale with these, so one rule holds for all of them.
+ *
+ * Per-head decode steps: each is defined in its mixer's own file, is that mixer's recurrent form
+ * (the recurrent entry point loops it over tokens and heads), and is what the model's decode
+ * calls (model_forward.c) — one home per recurrence. No validation, no allocation.
+ */
+#ifndef RECUR_MIXER_H
+#define RECUR_MIXER_H
+
+#include <stdint.h>
+#include <string.h>
+#include "recur.h"
+
+/* ---------------------------------------------------------------- checks (mixer_check.c) */
+
+/* RECUR_EINVAL when d is NULL; RECUR_ESHAPE unless T >= 0, 1 <= H, K, V <= RECUR_MAX_DIM and
+ * T*H*max(K,V) floats are addressable in int64_t and size_t bytes. */
+int recur__check_dims(const recur_dims *d);
+
+/* RECUR_EINVAL for an unknown form; RECUR_ESHAPE for chunk_size < 1 when form is chunkwise. */
+int recur__check_form(recur_form form, int64_t chunk_size);
+
+/* scale NaN/Inf -> RECUR_ENONFINITE; otherwise *out = scale > 0 ? scale : K^-1/2. */
+int recur__resolve_scale(float scale, int K, float *out);
+
+/* ---------------------------------------------------------------- 16-float vectors */
+
+/* 16 floats as one value (GCC/clang vector extensions: one zmm with AVX-512, split into ymm/xmm
+ * otherwise); the register-blocked loops of the mixers are written on it. Unaligned loads and
+ * stores through memcpy. */
+typedef float recur__v16 __attribute__((vector_size(64)));
+
+static inline recur__v16 recur__v16_load(const float *p)
+{
+    recur__v16 x;
+    memcpy(&x, p, sizeof x);
+    return x;
+}
+
+static inline void recur__v16_store(float *p, recur__v16 x)
+{
+    memcpy(p, &x, sizeof x);
+}
+
+/* ---------------------------------------------------------------- decode steps */
+
+/* gated_linear.c — one token of one head of the gated-linear family (linear attention,
+ * retention, GLA), S [K][V], decay a[i] of key row i, q already scaled and feature-mapped:
+ *   S[i,:] = a_i S[i,:] + k_i v^T ;  o = S^T q
+ *   z[i]   = a_i z[i] + k_i       ;  *den = q.z          (only when z != NULL)      */
+void recur__gl_step(float *S, float *z, float *o, float *den, const float *q, const float *k,
+                    const float *v, const float *a, int K, int V);
+
+/* delta_rule.c — one token of one head of (gated) DeltaNet, S [K][V], eg = exp(g) (1 for
+ * DeltaNet), b = beta:
+ *   S' = eg S ;  u = b (v - S'^T k) ;  S = S' + k u^T ;  o = scale S^T q      */
+void recur__delta_step(float *S, const float *q, const float *k, const float *v, float b,
+                       float eg, float scale, int K, int V, float *o);
+
+/* softmax_attention.c — one query row per head against keys [0, pos] of a KV cache
+ * k_cache [..][H][K], v_cache [..][H][V] (row pos already written), q, o [H][V]:
+ *   o_h = sum_{j<=pos} softmax_j(scale q_h.k_j) v_j                          */
+void recur__softmax_step(int H, int K, int V, const float *q, float scale, const float *k_cache,
+                         const float *v_cache, int64_t pos, float *o);
+
+/* softmax_attention.c — T query rows, row t at position pos0 + t, against keys [0, pos0 + t]
+ * of the cache (rows [0, pos0 + T) written): the causal form with a prefix. P is scratch of
+ * min(T, RECUR__SOFTMAX_QBLOCK) * (pos0 + T) floats. T, pos0 + T <= INT32_MAX. */
+#define RECUR__SOFTMAX_QBLOCK 64
+void recur__softmax_rows(int H, int K, int V, const float *q, float scale, const float *k_cache,
+                         const float *v_cache, int64_t pos0, int64_t T, float *P, float *o);
+
+#endif /* RECUR_MIXER_H */
