@@ -505,12 +505,19 @@ static void start(srv_op *op)
         return;
     }
     switch (op->kind) {
-    case SRV_OP_DELETE:
-        if (!op->cancelled)
-            srv_respond(op->conn, 204, NULL, NULL, 0, NULL);
+    case SRV_OP_DELETE: {
+        /* The files go (or their tombstone is written, residency.c) before the 204 leaves. */
+        srv_conn *c = op->cancelled ? NULL : op->conn;
+        if (c)
+            srv_conn_ref(c);
         app->counters.sessions_deleted++;
         remove_session(app, s);
+        if (c) {
+            srv_respond(c, 204, NULL, NULL, 0, NULL);
+            srv_conn_unref(c);
+        }
         return;
+    }
     case SRV_OP_FORK:
         start_fork(op);
         finish_and_pump(op);

@@ -18,6 +18,7 @@
 
 #define SNAP_SUFFIX ".snap"
 #define TMP_SUFFIX ".tmp"
+#define TOMB_SUFFIX ".deleted"
 #define QUARANTINE "quarantine"
 /* Smallest possible snapshot: the core header (40 bytes) and its checksum (8), MODEL.md. */
 #define SNAP_MIN_BYTES 48
@@ -40,6 +41,12 @@ int srv_persist_valid_id(const char *s)
 static void file_name(char out[64], const char *id, int tmp)
 {
     snprintf(out, 64, "%.32s" SNAP_SUFFIX "%s", id, tmp ? TMP_SUFFIX : "");
+}
+
+/* "<id>.deleted" into out[64]. */
+static void tomb_name(char out[64], const char *id)
+{
+    snprintf(out, 64, "%.32s" TOMB_SUFFIX, id);
 }
 
 static int write_all(int fd, const uint8_t *buf, size_t len)
@@ -86,18 +93,77 @@ static int ends_with(const char *s, const char *suffix)
     return n >= m && memcmp(s + n - m, suffix, m) == 0;
 }
 
-/* Called with a name like "<32 hex>.snap": the id, or NULL for any other name. */
-static int snap_id(const char *name, char id[33])
+/* 1 with the id when name is exactly "<32 lowercase hex>" + suffix, else 0. */
+static int id_with_suffix(const char *name, const char *suffix, char id[33])
 {
-    if (strlen(name) != 32 + sizeof SNAP_SUFFIX - 1 || !ends_with(name, SNAP_SUFFIX))
+    if (strlen(name) != 32 + strlen(suffix) || !ends_with(name, suffix))
         return 0;
     memcpy(id, name, 32);
     id[32] = '\0';
     return srv_persist_valid_id(id);
 }
 
-static int scan(srv_persist *p, void (*found)(const char *id, void *ctx), void *ctx, char *err,
-                size_t errlen)
+static int unlink_ok(int dfd, const char *name)
+{
+    return unlinkat(dfd, name, 0) == 0 || errno == ENOENT ? 0 : -errno;
+}
+
+static int cmp_id(const void *a, const void *b)
+{
+    return memcmp(a, b, 32);
+}
+
+/* Tombstones: "<id>.deleted" says that id was deleted and its files must go. Every one is
+ * completed here (its snapshot and temp file removed, the directory fsynced, then the
+ * tombstone removed). Ids whose snapshot could not be removed stay pending: reported through
+ * pending() and returned (sorted, malloc'd, *n) so the listing never loads them. */
+typedef char id_buf[33];
+
+static int complete_tombstones(srv_persist *p, DIR *d, void (*pending)(const char *, void *),
+                               void *ctx, id_buf **out, size_t *n_tomb, size_t *n_pend)
+{
+    id_buf *pend = NULL;
+    size_t np = 0, cap = 0, nt = 0;
+    struct dirent *e;
+    while ((errno = 0, e = readdir(d))) {
+        char id[33], snap[64], tmp[64];
+        if (!id_with_suffix(e->d_name, TOMB_SUFFIX, id))
+            continue;
+        nt++;
+        file_name(snap, id, 0);
+        file_name(tmp, id, 1);
+        int rc = unlink_ok(p->dfd, snap);
+        unlink_ok(p->dfd, tmp);
+        if (rc == 0 && fsync(p->dfd) != 0)
+            rc = -errno;
+        if (rc == 0)
+            rc = unlink_ok(p->dfd, e->d_name) == 0 ? 0 : 1; /* 1: only the tombstone is left */
+        if (rc == 0)
+            continue;
+        if (rc < 0)
+            srv_log(SRV_LOG_ERROR, "snapshot_unlink_failed",
+                    "\"error\":\"%s\",\"tombstone\":\"kept\",\"id_prefix\":\"%.8s\"",
+                    strerror(-rc), id);
+        if (np == cap) {
+            cap = cap ? cap * 2 : 16;
+            pend = realloc(pend, cap * sizeof *pend);
+            if (!pend)
+                abort();
+        }
+        memcpy(pend[np++], id, 33);
+        pending(id, ctx);
+    }
+    int rerr = errno;
+    if (np)
+        qsort(pend, np, sizeof *pend, cmp_id);
+    *out = pend;
+    *n_tomb = nt;
+    *n_pend = np;
+    return rerr ? -rerr : 0;
+}
+
+static int scan(srv_persist *p, void (*found)(const char *id, void *ctx),
+                void (*pending)(const char *id, void *ctx), void *ctx, char *err, size_t errlen)
 {
     int fd = openat(p->dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
@@ -107,23 +173,37 @@ static int scan(srv_persist *p, void (*found)(const char *id, void *ctx), void *
         close(fd);
         return srv_errf(err, errlen, "cannot list it: %s", strerror(errno));
     }
-    size_t n_snap = 0, n_tmp = 0, n_other = 0, n_short = 0;
+    size_t n_snap = 0, n_tmp = 0, n_other = 0, n_short = 0, n_tomb = 0, n_pend = 0;
+    /* First the tombstones: a session whose removal is pending is never loaded. */
+    id_buf *pend = NULL;
+    int trc = complete_tombstones(p, d, pending, ctx, &pend, &n_tomb, &n_pend);
+    if (trc != 0) {
+        free(pend);
+        closedir(d);
+        return srv_errf(err, errlen, "cannot list it: %s", strerror(-trc));
+    }
+    rewinddir(d);
     struct dirent *e;
     while ((errno = 0, e = readdir(d))) {
         const char *name = e->d_name;
         if (!strcmp(name, ".") || !strcmp(name, "..") || !strcmp(name, QUARANTINE))
             continue;
         char id[33];
-        if (ends_with(name, TMP_SUFFIX)) {
-            /* A write that never reached its rename: the old snapshot (if any) is the truth. */
+        if (id_with_suffix(name, SNAP_SUFFIX TMP_SUFFIX, id)) {
+            /* A write that never reached its rename: the old snapshot (if any) is the truth.
+             * Only recurd's own temp files: any other name is the operator's and stays. */
             if (unlinkat(p->dfd, name, 0) == 0)
                 n_tmp++;
             continue;
         }
-        if (!snap_id(name, id)) {
+        if (id_with_suffix(name, TOMB_SUFFIX, id))
+            continue; /* done above */
+        if (!id_with_suffix(name, SNAP_SUFFIX, id)) {
             n_other++;
             continue;
         }
+        if (n_pend && bsearch(id, pend, n_pend, sizeof *pend, cmp_id))
+            continue; /* deleted: its removal is pending */
         struct stat st;
         if (fstatat(p->dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) {
             srv_persist_quarantine(p, id, "notfile");
@@ -140,19 +220,22 @@ static int scan(srv_persist *p, void (*found)(const char *id, void *ctx), void *
     }
     int rerr = errno;
     closedir(d);
+    free(pend);
     if (rerr)
         return srv_errf(err, errlen, "cannot list it: %s", strerror(rerr));
-    if (n_tmp)
+    if (n_tmp || n_tomb)
         fsync(p->dfd);
     p->scan_quarantined = n_short;
     srv_log(SRV_LOG_INFO, "state_dir_scanned",
-            "\"snapshots\":%zu,\"temp_removed\":%zu,\"quarantined\":%zu,\"ignored\":%zu", n_snap,
-            n_tmp, n_short, n_other);
+            "\"snapshots\":%zu,\"temp_removed\":%zu,\"quarantined\":%zu,\"ignored\":%zu,"
+            "\"tombstones\":%zu,\"removals_pending\":%zu",
+            n_snap, n_tmp, n_short, n_other, n_tomb, n_pend);
     return 0;
 }
 
-int srv_persist_open(const char *dir, void (*found)(const char *id, void *ctx), void *ctx,
-                     srv_persist **out, char *err, size_t errlen)
+int srv_persist_open(const char *dir, void (*found)(const char *id, void *ctx),
+                     void (*pending)(const char *id, void *ctx), void *ctx, srv_persist **out,
+                     char *err, size_t errlen)
 {
     /* RLIMIT_FSIZE would otherwise kill the daemon with SIGXFSZ: let write() fail with EFBIG,
      * which is reported like any other snapshot failure. */
@@ -204,7 +287,7 @@ int srv_persist_open(const char *dir, void (*found)(const char *id, void *ctx), 
     p->dfd = dfd;
     p->qfd = qfd;
     char serr[256];
-    if (scan(p, found, ctx, serr, sizeof serr) != 0) {
+    if (scan(p, found, pending, ctx, serr, sizeof serr) != 0) {
         srv_persist_close(p);
         return srv_errf(err, errlen, "state_dir %s: %s", dir, serr);
     }
@@ -319,6 +402,47 @@ int srv_persist_unlink(srv_persist *p, const char *id, int sync)
     if (sync && fsync(p->dfd) != 0)
         return -errno;
     return 0;
+}
+
+int srv_persist_tombstone(srv_persist *p, const char *id)
+{
+    if (!srv_persist_valid_id(id))
+        return -EINVAL;
+    char name[64];
+    tomb_name(name, id);
+    int fd = openat(p->dfd, name, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -errno;
+    int rc = fsync(fd) != 0 ? -errno : 0;
+    if (close(fd) != 0 && rc == 0)
+        rc = -errno;
+    if (rc == 0 && fsync(p->dfd) != 0)
+        rc = -errno;
+    return rc;
+}
+
+int srv_persist_remove(srv_persist *p, const char *id)
+{
+    if (!srv_persist_valid_id(id))
+        return -EINVAL;
+    char snap[64], tmp[64], tomb[64];
+    file_name(snap, id, 0);
+    file_name(tmp, id, 1);
+    tomb_name(tomb, id);
+    int rc = unlink_ok(p->dfd, snap);
+    if (rc != 0)
+        return rc;
+    unlink_ok(p->dfd, tmp);
+    if (fsync(p->dfd) != 0)
+        return -errno;
+    /* Only once the snapshot's removal is durable; a tombstone that outlives a crash is
+     * completed again at the next start. */
+    return unlink_ok(p->dfd, tomb);
+}
+
+int srv_persist_sync_dir(srv_persist *p)
+{
+    return fsync(p->dfd) != 0 ? -errno : 0;
 }
 
 int srv_persist_quarantine(srv_persist *p, const char *id, const char *why)

@@ -5,7 +5,12 @@
  *   state_dir/                      0700, probed writable at start
  *     <id>.snap                     0600: the body of GET /v1/sessions/{id}/state (core snapshot
  *                                   of DESIGN.md §6 + the logits trailer of proto/state_blob.h)
- *     <id>.snap.tmp                 being written; removed at start (a crash mid-write)
+ *     <id>.snap.tmp                 being written; removed at start (a crash mid-write); no
+ *                                   other name is ever removed (an operator's notes.tmp stays)
+ *     <id>.deleted                  tombstone, 0600, empty: id was deleted but its snapshot
+ *                                   could not be removed yet (or a write in flight may rename
+ *                                   it back); fsynced before it is relied on. At start the
+ *                                   removal is completed and the id is never loaded.
  *     quarantine/<id>.snap.<why>    files that failed a check, kept aside for the operator
  *
  * <id> is always a validated 32-lowercase-hex session id: request bytes never become a path.
@@ -28,12 +33,15 @@ typedef struct srv_persist srv_persist;
 
 /* Open (create with mode 0700 if missing) dir, lock it (flock: one daemon per directory),
  * check that it is a directory we can write
- * (a probe file is created, fsynced and removed), create quarantine/, remove leftover temp
- * files, and call found(id, ctx) for every "<id>.snap". Files too short to hold a snapshot
- * header (zero-length included) are quarantined here instead. Returns 0, or -1 with a clear
- * reason in err (the daemon must then refuse to start). */
-int srv_persist_open(const char *dir, void (*found)(const char *id, void *ctx), void *ctx,
-                     srv_persist **out, char *err, size_t errlen);
+ * (a probe file is created, fsynced and removed), create quarantine/, complete every
+ * tombstone (remove the id's snapshot and temp file, fsync, remove the tombstone; an id whose
+ * snapshot cannot be removed is reported by pending(id, ctx) and never listed), remove
+ * leftover "<id>.snap.tmp" files, and call found(id, ctx) for every other "<id>.snap". Files
+ * too short to hold a snapshot header (zero-length included) are quarantined here instead.
+ * Returns 0, or -1 with a clear reason in err (the daemon must then refuse to start). */
+int srv_persist_open(const char *dir, void (*found)(const char *id, void *ctx),
+                     void (*pending)(const char *id, void *ctx), void *ctx, srv_persist **out,
+                     char *err, size_t errlen);
 void srv_persist_close(srv_persist *p);
 /* Files quarantined by the scan of srv_persist_open. */
 size_t srv_persist_scan_quarantined(const srv_persist *p);
@@ -47,6 +55,17 @@ int srv_persist_read(srv_persist *p, const char *id, size_t max_len, uint8_t **b
 
 /* Remove id's snapshot (ENOENT is success). sync: also fsync the directory. Returns 0 or -errno. */
 int srv_persist_unlink(srv_persist *p, const char *id, int sync);
+
+/* Write id's tombstone ("<id>.deleted"), durably (file and directory fsynced). 0 or -errno. */
+int srv_persist_tombstone(srv_persist *p, const char *id);
+
+/* Remove id for good: its snapshot and temp file (ENOENT is success), fsync the directory,
+ * then its tombstone if any. 0, or -errno of the first step that failed (nothing after it
+ * was tried: a tombstone stays until the snapshot's removal is durable). */
+int srv_persist_remove(srv_persist *p, const char *id);
+
+/* fsync state_dir (makes earlier unlinks durable). 0 or -errno. Any thread. */
+int srv_persist_sync_dir(srv_persist *p);
 
 /* Move id's snapshot to quarantine/<id>.snap.<why>.<unix time> (why: a short word). Returns 0
  * or -errno. */

@@ -41,6 +41,15 @@ typedef struct {
 
 typedef struct srv_residency srv_residency;
 
+/* A deleted id whose files are not gone yet: the unlink failed (read-only or failing disk), or
+ * a snapshot write of it is in flight (its rename may bring the file back). Retried every
+ * tick until srv_persist_remove succeeds; never loaded meanwhile (it is not in the index). */
+typedef struct {
+    char id[33];
+    int tomb;    /* its tombstone is on disk (fsynced): a restart completes the removal */
+    int waiting; /* a write of it is in flight: retried once that write is done */
+} rmitem;
+
 typedef enum {
     J_ATTACHED, /* s is the resident session */
     J_EVICTED,  /* s was dropped from memory: buf is its only copy until the write is done */
@@ -74,6 +83,12 @@ struct srv_residency {
     size_t q_head, q_len, q_cap;
     int inflight, evict_inflight;
 
+    rmitem *rm;       /* removals pending */
+    size_t n_rm, rm_cap;
+    int dir_dirty;    /* unlinks since the last directory fsync */
+    int dirsync_inflight;
+    uv_work_t dirsync_req;
+
     uv_timer_t timer;
     int timer_on;
     uint64_t last_periodic_ms, last_expire_ms;
@@ -84,6 +99,7 @@ struct srv_residency {
     uint64_t writes_ok, writes_failed, bytes_written, evictions, loads, load_failures,
         quarantined, over_budget, deleted_files, expired_on_disk;
     uint64_t sync_evict_writes, sync_evict_us_total, sync_evict_us_max;
+    uint64_t unlink_failures;
     int degraded;
     char last_error[96];
     int load_error; /* the last hook_load failed transiently (srv_residency_take_load_error) */
@@ -181,6 +197,120 @@ static void on_found(const char *id, void *ctx)
 {
     srv_residency *r = ctx;
     idx_put(r, id, 0, uv_now(r->app->loop));
+}
+
+/* ---------------------------------------------------------------- removals */
+
+static rmitem *rm_find(srv_residency *r, const char *id)
+{
+    for (size_t i = 0; i < r->n_rm; i++)
+        if (!memcmp(r->rm[i].id, id, 32))
+            return &r->rm[i];
+    return NULL;
+}
+
+static rmitem *rm_add(srv_residency *r, const char *id)
+{
+    rmitem *it = rm_find(r, id);
+    if (it)
+        return it;
+    if (r->n_rm == r->rm_cap) {
+        r->rm_cap = r->rm_cap ? r->rm_cap * 2 : 16;
+        r->rm = realloc(r->rm, r->rm_cap * sizeof *r->rm);
+        if (!r->rm)
+            abort();
+    }
+    it = &r->rm[r->n_rm++];
+    memset(it, 0, sizeof *it);
+    memcpy(it->id, id, 33);
+    return it;
+}
+
+static void on_pending(const char *id, void *ctx)
+{
+    rm_add(ctx, id)->tomb = 1; /* found at start: its tombstone is on disk */
+}
+
+/* One more try at a pending removal. Returns 1 when it is complete (the item can go). */
+static int rm_try(srv_residency *r, rmitem *it)
+{
+    if (it->waiting)
+        return 0;
+    int rc = srv_persist_remove(r->p, it->id);
+    if (rc == 0) {
+        r->deleted_files++;
+        srv_log(SRV_LOG_INFO, "snapshot_unlink_done", "\"id_prefix\":\"%.8s\"", it->id);
+        return 1;
+    }
+    if (!it->tomb && srv_persist_tombstone(r->p, it->id) == 0)
+        it->tomb = 1; /* the directory takes new files again: the removal survives a restart */
+    return 0;
+}
+
+/* Retry every pending removal (each tick, and before exit). */
+static void rm_retry_all(srv_residency *r)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < r->n_rm; i++)
+        if (!rm_try(r, &r->rm[i]))
+            r->rm[k++] = r->rm[i];
+    r->n_rm = k;
+}
+
+/* The files of id must go for good (DELETE, idle_ttl). write_in_flight: a snapshot write of id
+ * is running and its rename may bring the file back, so a tombstone is written first and the
+ * removal is completed when that write is done. An unlink that fails leaves a tombstone (when
+ * the directory still takes one) and is retried every tick; kill -9 never undoes an unlink
+ * made, and the directory is fsynced within a tick (power loss). */
+static void remove_files(srv_residency *r, const char *id, int write_in_flight)
+{
+    int trc = 0;
+    if (write_in_flight) {
+        trc = srv_persist_tombstone(r->p, id);
+        rmitem *it = rm_add(r, id);
+        it->tomb = trc == 0;
+        it->waiting = 1;
+    }
+    int rc = srv_persist_unlink(r->p, id, 0);
+    if (rc == 0) {
+        r->dir_dirty = 1;
+        if (!write_in_flight)
+            r->deleted_files++;
+        return;
+    }
+    r->unlink_failures++;
+    rmitem *it = rm_add(r, id);
+    if (!write_in_flight) {
+        trc = srv_persist_tombstone(r->p, id);
+        it->tomb = trc == 0;
+    }
+    srv_log(SRV_LOG_ERROR, "snapshot_unlink_failed",
+            "\"error\":\"%s\",\"tombstone\":\"%s%s\",\"retry\":\"every tick\"", strerror(-rc),
+            it->tomb ? "written" : "failed: ", it->tomb ? "" : strerror(-trc));
+}
+
+static void dirsync_work(uv_work_t *req)
+{
+    srv_residency *r = req->data;
+    srv_persist_sync_dir(r->p);
+}
+
+static void dirsync_after(uv_work_t *req, int status)
+{
+    srv_residency *r = req->data;
+    r->dirsync_inflight = 0;
+}
+
+/* The unlinks of this tick, durable on the threadpool (one fsync for all of them). */
+static void dirsync_start(srv_residency *r)
+{
+    if (!r->dir_dirty || r->dirsync_inflight)
+        return;
+    r->dirsync_req.data = r;
+    if (uv_queue_work(r->app->loop, &r->dirsync_req, dirsync_work, dirsync_after) == 0) {
+        r->dir_dirty = 0;
+        r->dirsync_inflight = 1;
+    }
 }
 
 /* ---------------------------------------------------------------- snapshots */
@@ -451,10 +581,15 @@ static void shutdown_check_done(srv_residency *r)
 {
     if (r->shutting_down && !r->shutdown_logged && r->inflight == 0 && r->q_len == 0) {
         r->shutdown_logged = 1;
-        srv_log(r->shutdown_failed ? SRV_LOG_ERROR : SRV_LOG_INFO, "snapshot_flush_done",
-                "\"written\":%llu,\"failed\":%llu,\"sessions_on_disk\":%zu",
+        size_t no_tomb = 0;
+        for (size_t i = 0; i < r->n_rm; i++)
+            no_tomb += !r->rm[i].tomb;
+        srv_log(r->shutdown_failed || no_tomb ? SRV_LOG_ERROR : SRV_LOG_INFO,
+                "snapshot_flush_done",
+                "\"written\":%llu,\"failed\":%llu,\"sessions_on_disk\":%zu,"
+                "\"removals_pending\":%zu,\"removals_not_durable\":%zu",
                 (unsigned long long)r->shutdown_ok, (unsigned long long)r->shutdown_failed,
-                r->n_entries);
+                r->n_entries, r->n_rm, no_tomb);
     }
 }
 
@@ -500,8 +635,12 @@ static void after_cb(uv_work_t *req, int status)
     }
     if (j->st == J_DELETED) {
         /* Deleted while its write ran: the rename may have brought the file back. */
-        if (!err)
-            srv_persist_unlink(r->p, j->id, 0);
+        rmitem *it = rm_find(r, j->id);
+        if (it) {
+            it->waiting = 0;
+            if (rm_try(r, it))
+                *it = r->rm[--r->n_rm];
+        }
     } else if (j->st == J_EVICTED) {
         entry *e = idx_find(r, j->id);
         if (e && e->pending == j)
@@ -668,21 +807,17 @@ static int hook_make_room(void *ctx)
 static void hook_removed(void *ctx, srv_session *s)
 {
     srv_residency *r = ctx;
+    int in_flight = 0;
     if (s->pjob) {
         wjob *j = s->pjob;
         j->st = J_DELETED;
         j->s = NULL;
         s->pjob = NULL;
+        in_flight = 1;
     }
-    if (idx_find(r, s->id)) {
+    if (idx_find(r, s->id) || in_flight) {
         idx_del(r, s->id);
-        /* No directory fsync: a DELETE lost to a crash brings the session back, which loses
-         * nothing; the next snapshot write fsyncs the directory anyway. */
-        int rc = srv_persist_unlink(r->p, s->id, 0);
-        if (rc != 0)
-            srv_log(SRV_LOG_ERROR, "snapshot_unlink_failed", "\"error\":\"%s\"", strerror(-rc));
-        else
-            r->deleted_files++;
+        remove_files(r, s->id, in_flight);
     }
 }
 
@@ -733,7 +868,7 @@ static void expire_on_disk(srv_residency *r, uint64_t now)
         for (entry **pp = &r->buckets[b]; *pp;) {
             entry *e = *pp;
             if (!e->resident && !e->pending && now - e->last_used_ms >= ttl) {
-                srv_persist_unlink(r->p, e->id, 0);
+                remove_files(r, e->id, 0);
                 *pp = e->next;
                 r->n_stored--;
                 r->n_entries--;
@@ -764,6 +899,9 @@ static void on_tick(uv_timer_t *t)
         srv_table_foreach(r->app->table, tick_one, &c);
     }
     expire_on_disk(r, now);
+    if (r->n_rm)
+        rm_retry_all(r);
+    dirsync_start(r);
     pump(r);
 }
 
@@ -796,7 +934,7 @@ int srv_residency_start(srv_app *app)
     if (!r->buckets)
         abort();
     char err[600];
-    if (srv_persist_open(cfg->state_dir, on_found, r, &r->p, err, sizeof err) != 0) {
+    if (srv_persist_open(cfg->state_dir, on_found, on_pending, r, &r->p, err, sizeof err) != 0) {
         char e[1400];
         srv_log(SRV_LOG_ERROR, "state_dir_unusable", "\"message\":\"%s; refusing to start\"",
                 srv_log_str(err, e, sizeof e));
@@ -843,6 +981,10 @@ void srv_residency_shutdown(srv_app *app)
         uv_close((uv_handle_t *)&r->timer, timer_closed);
         r->timer_on = 0;
     }
+    rm_retry_all(r); /* one more try at pending removals before exit */
+    if (r->dir_dirty)
+        srv_persist_sync_dir(r->p);
+    r->dir_dirty = 0;
     r->q_len = 0; /* periodic/idle rounds are superseded by this one */
     srv_table_foreach(app->table, shutdown_one, r);
     srv_log(SRV_LOG_INFO, "snapshot_flush", "\"sessions\":%zu,\"in_flight\":%d",
@@ -863,6 +1005,7 @@ void srv_residency_free(srv_app *app)
         }
     free(r->buckets);
     free(r->q);
+    free(r->rm);
     srv_persist_close(r->p);
     free(r);
     app->res = NULL;
@@ -925,6 +1068,11 @@ void srv_residency_metrics(srv_app *app, proto_buf *b)
     srv_metric(b, "recurd_resident_budget_exceeded_total", "counter",
                "Sessions made resident over max_resident_sessions (every resident one was busy).",
                r->over_budget);
+    srv_metric(b, "recurd_session_removals_pending", "gauge",
+               "Deleted sessions whose snapshot file could not be removed yet (retried every tick).",
+               r->n_rm);
+    srv_metric(b, "recurd_snapshot_unlink_failures_total", "counter",
+               "Snapshot removals (DELETE, idle_ttl) whose first unlink failed.", r->unlink_failures);
     srv_metric(b, "recurd_eviction_sync_writes_total", "counter",
                "Eviction writes done on the loop thread.", r->sync_evict_writes);
     srv_metric(b, "recurd_eviction_sync_write_us_total", "counter",

@@ -11,6 +11,9 @@
  *   - every snapshot_interval_ms, sessions changed since their last snapshot are written;
  *   - every session idle for evict_idle_ms is written and dropped from memory;
  *   - idle_ttl_ms deletes resident and disk-only sessions alike (the file too);
+ *   - a deleted session's file is unlinked at once (the directory fsynced within a tick); an
+ *     unlink that fails leaves a durable tombstone (persist.h) and is retried every tick, and
+ *     a deleted id is never loaded again (not even after a restart: the tombstone);
  *   - SIGTERM (srv_residency_shutdown) writes every changed session before exit.
  * Periodic, idle and shutdown writes run on libuv's threadpool; the state is serialized on the
  * loop thread first (a copy, no disk I/O), so a worker never reads a live session. Budget

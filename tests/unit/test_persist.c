@@ -26,11 +26,23 @@ static void on_found(const char *id, void *ctx)
     n_found++;
 }
 
+static int n_pending;
+static char pending_ids[8][33];
+
+static void on_pending(const char *id, void *ctx)
+{
+    (void)ctx;
+    if (n_pending < 8)
+        memcpy(pending_ids[n_pending], id, 33);
+    n_pending++;
+}
+
 static void mkdtemp_dir(void)
 {
     snprintf(dir, sizeof dir, "/tmp/test_persist_XXXXXX");
     cr_assert_not_null(mkdtemp(dir));
     n_found = 0;
+    n_pending = 0;
 }
 
 /* Remove the test directory (a path we made with mkdtemp: safe for the shell). */
@@ -64,7 +76,7 @@ static srv_persist *open_ok(void)
 {
     srv_persist *p = NULL;
     char err[512];
-    int rc = srv_persist_open(dir, on_found, NULL, &p, err, sizeof err);
+    int rc = srv_persist_open(dir, on_found, on_pending, NULL, &p, err, sizeof err);
     cr_assert_eq(rc, 0, "%s", err);
     return p;
 }
@@ -178,10 +190,10 @@ Test(persist, unusable_directories_are_refused)
     char path[512], err[512];
     srv_persist *p = NULL;
     snprintf(path, sizeof path, "%s/plain/sub", dir);
-    cr_assert_eq(srv_persist_open(path, on_found, NULL, &p, err, sizeof err), -1);
+    cr_assert_eq(srv_persist_open(path, on_found, on_pending, NULL, &p, err, sizeof err), -1);
     cr_assert(strstr(err, "cannot create") != NULL, "%s", err);
     snprintf(path, sizeof path, "%s/plain", dir);
-    cr_assert_eq(srv_persist_open(path, on_found, NULL, &p, err, sizeof err), -1);
+    cr_assert_eq(srv_persist_open(path, on_found, on_pending, NULL, &p, err, sizeof err), -1);
     cr_assert(strstr(err, "directory") != NULL, "%s", err);
     /* A symlinked snapshot is never followed. */
     snprintf(path, sizeof path, "%s/" ID_A ".snap", dir);
@@ -189,6 +201,99 @@ Test(persist, unusable_directories_are_refused)
     p = open_ok();
     cr_assert_eq(n_found, 0); /* quarantined as notfile */
     cr_assert(!exists(ID_A ".snap"));
+    srv_persist_close(p);
+    cleanup();
+}
+
+Test(persist, only_recurds_own_temp_files_are_removed_at_start)
+{
+    mkdtemp_dir();
+    uint8_t snap[64] = {1};
+    put_file(ID_A ".snap", snap, sizeof snap);
+    put_file(ID_A ".snap.tmp", snap, 10);          /* ours: a write that never renamed */
+    put_file("operator-notes.tmp", "keep", 4);     /* not ours: every one of these stays */
+    put_file(".tmp", "k", 1);
+    put_file("x.snap.tmp", "k", 1);
+    put_file("0123456789ABCDEF0123456789ABCDEF.snap.tmp", "k", 1); /* not a recurd id */
+    put_file(ID_B ".tmp", "k", 1);
+    put_file(ID_B ".snap.tmp.tmp", "k", 1);
+    srv_persist *p = open_ok();
+    cr_assert_eq(n_found, 1);
+    cr_assert(!exists(ID_A ".snap.tmp"));
+    cr_assert(exists("operator-notes.tmp"));
+    cr_assert(exists(".tmp"));
+    cr_assert(exists("x.snap.tmp"));
+    cr_assert(exists("0123456789ABCDEF0123456789ABCDEF.snap.tmp"));
+    cr_assert(exists(ID_B ".tmp"));
+    cr_assert(exists(ID_B ".snap.tmp.tmp"));
+    srv_persist_close(p);
+    cleanup();
+}
+
+Test(persist, a_tombstoned_session_is_never_listed_and_its_removal_completes)
+{
+    mkdtemp_dir();
+    uint8_t snap[64] = {1};
+    put_file(ID_A ".snap", snap, sizeof snap);
+    put_file(ID_B ".snap", snap, sizeof snap);
+    srv_persist *p = open_ok();
+    cr_assert_eq(n_found, 2);
+    cr_assert_eq(srv_persist_tombstone(p, ID_A), 0);
+    cr_assert(exists(ID_A ".deleted"));
+    char path[512];
+    snprintf(path, sizeof path, "%s/" ID_A ".deleted", dir);
+    struct stat st;
+    cr_assert_eq(stat(path, &st), 0);
+    cr_assert_eq(st.st_mode & 0777, 0600);
+    srv_persist_close(p);
+    /* Restart: A is removed (snapshot, then tombstone) and never reported; B is listed. */
+    n_found = 0;
+    p = open_ok();
+    cr_assert_eq(n_found, 1);
+    cr_assert_str_eq(found_ids[0], ID_B);
+    cr_assert_eq(n_pending, 0);
+    cr_assert(!exists(ID_A ".snap"));
+    cr_assert(!exists(ID_A ".deleted"));
+    /* srv_persist_remove: the snapshot and a tombstone, ENOENT included. */
+    cr_assert_eq(srv_persist_tombstone(p, ID_B), 0);
+    cr_assert_eq(srv_persist_remove(p, ID_B), 0);
+    cr_assert(!exists(ID_B ".snap"));
+    cr_assert(!exists(ID_B ".deleted"));
+    cr_assert_eq(srv_persist_remove(p, ID_B), 0);
+    cr_assert_eq(srv_persist_remove(p, "../x"), -EINVAL);
+    cr_assert_eq(srv_persist_tombstone(p, "../x"), -EINVAL);
+    srv_persist_close(p);
+    cleanup();
+}
+
+Test(persist, a_tombstone_whose_snapshot_cannot_be_removed_stays_pending)
+{
+    mkdtemp_dir();
+    uint8_t snap[64] = {1};
+    put_file(ID_B ".snap", snap, sizeof snap);
+    /* A snapshot name that unlink(2) refuses even for root: a non-empty directory. */
+    char path[512];
+    snprintf(path, sizeof path, "%s/" ID_A ".snap", dir);
+    cr_assert_eq(mkdir(path, 0700), 0);
+    put_file(ID_A ".snap/x", "x", 1);
+    put_file(ID_A ".deleted", NULL, 0);
+    srv_persist *p = open_ok();
+    cr_assert_eq(n_pending, 1);
+    cr_assert_str_eq(pending_ids[0], ID_A);
+    cr_assert_eq(n_found, 1); /* only B: A is neither loaded nor quarantined */
+    cr_assert_str_eq(found_ids[0], ID_B);
+    cr_assert(exists(ID_A ".deleted"));
+    cr_assert_neq(srv_persist_remove(p, ID_A), 0);
+    cr_assert(exists(ID_A ".deleted")); /* kept until the snapshot is gone */
+    /* The obstacle goes: the retry completes. */
+    snprintf(path, sizeof path, "%s/" ID_A ".snap/x", dir);
+    cr_assert_eq(unlink(path), 0);
+    snprintf(path, sizeof path, "%s/" ID_A ".snap", dir);
+    cr_assert_eq(rmdir(path), 0);
+    put_file(ID_A ".snap", snap, sizeof snap); /* even a valid snapshot there now */
+    cr_assert_eq(srv_persist_remove(p, ID_A), 0);
+    cr_assert(!exists(ID_A ".snap"));
+    cr_assert(!exists(ID_A ".deleted"));
     srv_persist_close(p);
     cleanup();
 }
