@@ -24,7 +24,9 @@ typedef struct {
 #define BIG 9007199254740991.0
 
 static const opt OPTS[] = {
-    {"host", OPT_STR, F(host), 0, 0, "address to bind (loopback unless api_key is set)"},
+    {"host", OPT_STR, F(host), 0, 0,
+     "IP address or name to listen on (a name is resolved at start; every address it resolves to "
+     "must be loopback unless api_key or allow_insecure_bind is set)"},
     {"port", OPT_INT, F(port), 0, 65535, "TCP port; 0 picks a free one (logged as \"port\")"},
     {"model", OPT_STR, F(model), 0, 0, "model directory (config.json + model.safetensors)"},
     {"model_config", OPT_STR, F(model_config), 0, 0,

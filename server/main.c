@@ -18,6 +18,7 @@
 
 #include "app.h"
 #include "auth.h"
+#include "hostaddr.h"
 #include "log.h"
 #include "residency.h"
 
@@ -27,19 +28,6 @@ static srv_app g_app;
 static uv_signal_t g_sigterm, g_sigint;
 static uv_timer_t g_drain_timer, g_close_timer;
 static int g_signals;
-
-static int is_loopback(const char *host)
-{
-    struct in_addr a4;
-    struct in6_addr a6;
-    if (!strcmp(host, "localhost"))
-        return 1;
-    if (inet_pton(AF_INET, host, &a4) == 1)
-        return (ntohl(a4.s_addr) >> 24) == 127;
-    if (inet_pton(AF_INET6, host, &a6) == 1)
-        return IN6_IS_ADDR_LOOPBACK(&a6);
-    return 0;
-}
 
 static char *read_file(const char *path, size_t max)
 {
@@ -148,9 +136,20 @@ int main(int argc, char **argv)
         return 2;
     }
     srv_log_set_level(app->cfg.log_level);
-    if (!is_loopback(app->cfg.host) && !app->cfg.api_key[0] && !app->cfg.allow_insecure_bind) {
+    srv_host_addr bind_addr; /* a name is resolved here; every address it has must be loopback */
+    if (srv_host_resolve(app->cfg.host, &bind_addr, err, sizeof err) != 0) {
+        char m[600];
+        srv_log(SRV_LOG_ERROR, "host_unresolvable", "\"message\":\"%s\"",
+                srv_log_str(err, m, sizeof m));
+        return 2;
+    }
+    if (!bind_addr.all_loopback && !app->cfg.api_key[0] && !app->cfg.allow_insecure_bind) {
+        char h[300];
         srv_log(SRV_LOG_ERROR, "refusing_insecure_bind",
-                "\"message\":\"a non-loopback host needs --api-key (or --allow-insecure-bind)\"");
+                "\"host\":\"%s\",\"message\":\"a non-loopback host needs --api-key (or "
+                "--allow-insecure-bind); a name counts as loopback only when every address it "
+                "resolves to is\"",
+                srv_log_str(app->cfg.host, h, sizeof h));
         return 2;
     }
     if (load_model(app) != 0)
@@ -180,12 +179,14 @@ int main(int argc, char **argv)
     }
     srv_sched_set_spin(app->sched, (uint64_t)app->cfg.worker_spin_us * 1000);
     srv_http_callbacks cb = {srv_app_on_request, srv_app_on_close, srv_app_on_drain, srv_app_on_head};
-    rc = srv_server_start(app->loop, app->cfg.host, app->cfg.port, &app->cfg.http, &cb, app,
+    rc = srv_server_start(app->loop, bind_addr.address, app->cfg.port, &app->cfg.http, &cb, app,
                           &app->server);
     if (rc != 0) {
         char h[300];
-        srv_log(SRV_LOG_ERROR, "listen_failed", "\"host\":\"%s\",\"port\":%d,\"error\":\"%s\"",
-                srv_log_str(app->cfg.host, h, sizeof h), app->cfg.port, uv_strerror(rc));
+        srv_log(SRV_LOG_ERROR, "listen_failed",
+                "\"host\":\"%s\",\"address\":\"%s\",\"port\":%d,\"error\":\"%s\"",
+                srv_log_str(app->cfg.host, h, sizeof h), bind_addr.address, app->cfg.port,
+                uv_strerror(rc));
         return 1;
     }
     uv_signal_init(app->loop, &g_sigterm);
@@ -202,9 +203,10 @@ int main(int argc, char **argv)
     }
     char h[300], name[200];
     srv_log(SRV_LOG_INFO, "listening",
-            "\"host\":\"%s\",\"port\":%d,\"model\":\"%s\",\"vocab_size\":%d,\"n_layers\":%d,"
-            "\"state_bytes\":%zu,\"workers\":%d,\"max_batch\":%d,\"decode_workers\":%d,\"auth\":%s",
-            srv_log_str(app->cfg.host, h, sizeof h), srv_server_port(app->server),
+            "\"host\":\"%s\",\"address\":\"%s\",\"port\":%d,\"model\":\"%s\",\"vocab_size\":%d,"
+            "\"n_layers\":%d,\"state_bytes\":%zu,\"workers\":%d,\"max_batch\":%d,\"decode_workers\":%d,"
+            "\"auth\":%s",
+            srv_log_str(app->cfg.host, h, sizeof h), bind_addr.address, srv_server_port(app->server),
             srv_log_str(app->info->name, name, sizeof name), app->info->vocab_size,
             app->info->n_layers, app->info->state_bytes, app->cfg.workers, app->cfg.max_batch,
             app->cfg.decode_workers, app->cfg.api_key[0] ? "true" : "false");

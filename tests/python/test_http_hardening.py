@@ -175,3 +175,29 @@ def test_chunk_extensions_still_bounded_and_malformed_ones_named():
         status, payload = chunked_create(d, b";a=@")
         assert status == 400, payload
         assert json.loads(payload)["error"]["code"] == "invalid_chunk_extension"
+
+
+# ---------------------------------------------------------------------------- item 15
+
+def test_host_localhost_is_resolved_and_served():
+    # Daemon passes --host 127.0.0.1 first; a later --host replaces it (flags: last one wins)
+    with Daemon("--host", "localhost") as d:
+        listening = [json.loads(l) for l in d.logs() if '"listening"' in l][0]
+        assert listening["host"] == "localhost"
+        assert listening["address"] in ("127.0.0.1", "::1"), listening
+        host = listening["address"] if ":" not in listening["address"] else "[::1]"
+        r = requests.get("http://%s:%d/healthz" % (host, d.port), timeout=10)
+        assert r.status_code == 200, r.text
+
+
+def test_host_that_does_not_resolve_is_refused_with_a_clear_message():
+    code, err = run_recurd(["--host", "no-such-host.invalid"], timeout=30.0)
+    assert code == 2, (code, err)
+    assert "host_unresolvable" in err and "no-such-host.invalid" in err, err
+    assert "listen_failed" not in err
+
+
+def test_non_loopback_host_still_needs_a_key():
+    code, err = run_recurd(["--host", "0.0.0.0"], timeout=10.0)
+    assert code == 2, (code, err)
+    assert "refusing_insecure_bind" in err, err

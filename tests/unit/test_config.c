@@ -121,3 +121,60 @@ Test(config, env_api_key_length)
     unlink(path);
     unsetenv("RECURD_API_KEY");
 }
+
+/* issue 10 item 15: --host is resolved at start and the loopback rule applies to every address
+ * (a name used to pass the rule by its spelling, then fail to bind with "invalid argument"). */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include "hostaddr.h"
+
+static int loopback4(const char *ip)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    cr_assert_eq(inet_pton(AF_INET, ip, &a.sin_addr), 1);
+    return srv_sockaddr_is_loopback((struct sockaddr *)&a);
+}
+
+static int loopback6(const char *ip)
+{
+    struct sockaddr_in6 a = {.sin6_family = AF_INET6};
+    cr_assert_eq(inet_pton(AF_INET6, ip, &a.sin6_addr), 1);
+    return srv_sockaddr_is_loopback((struct sockaddr *)&a);
+}
+
+Test(config, loopback_rule)
+{
+    cr_expect(loopback4("127.0.0.1"));
+    cr_expect(loopback4("127.255.3.4"));
+    cr_expect(!loopback4("128.0.0.1"));
+    cr_expect(!loopback4("0.0.0.0"));
+    cr_expect(!loopback4("10.0.0.1"));
+    cr_expect(loopback6("::1"));
+    cr_expect(loopback6("::ffff:127.0.0.2"));
+    cr_expect(!loopback6("::"));
+    cr_expect(!loopback6("::ffff:10.0.0.1"));
+    cr_expect(!loopback6("fe80::1"));
+}
+
+Test(config, host_names_are_resolved)
+{
+    srv_host_addr h;
+    char err[256];
+    cr_assert_eq(srv_host_resolve("localhost", &h, err, sizeof err), 0, "%s", err);
+    cr_expect(h.all_loopback);
+    cr_expect(h.n_addresses >= 1);
+    cr_expect(!strcmp(h.address, "127.0.0.1") || !strcmp(h.address, "::1"), "%s", h.address);
+    cr_assert_eq(srv_host_resolve("127.0.0.1", &h, err, sizeof err), 0, "%s", err);
+    cr_expect(h.all_loopback && !strcmp(h.address, "127.0.0.1") && h.n_addresses == 1);
+    cr_assert_eq(srv_host_resolve("::1", &h, err, sizeof err), 0, "%s", err);
+    cr_expect(h.all_loopback && !strcmp(h.address, "::1"));
+    cr_assert_eq(srv_host_resolve("0.0.0.0", &h, err, sizeof err), 0, "%s", err);
+    cr_expect(!h.all_loopback && !strcmp(h.address, "0.0.0.0"));
+    cr_assert_eq(srv_host_resolve("::", &h, err, sizeof err), 0, "%s", err);
+    cr_expect(!h.all_loopback);
+    cr_expect_eq(srv_host_resolve("no-such-host.invalid", &h, err, sizeof err), -1);
+    cr_expect(strstr(err, "no-such-host.invalid") && strstr(err, "does not resolve"), "%s", err);
+    cr_expect(!h.all_loopback);
+    cr_expect_eq(srv_host_resolve("", &h, err, sizeof err), -1);
+}
