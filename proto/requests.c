@@ -1,7 +1,8 @@
 /* requests.c — JSON request decoding and validation (requests.h). */
 #include "requests.h"
 
-#include <cJSON.h>
+#include "json_strict.h"
+
 #include <float.h>
 #include <math.h>
 #include <stdarg.h>
@@ -40,212 +41,188 @@ static int body_is_blank(const uint8_t *body, size_t len)
     return 1;
 }
 
-static int cmp_str_ptr(const void *a, const void *b)
+/* A name for a message: at most 39 bytes, control bytes and '"' shown as '?'. */
+static void printable_name(char *dst, size_t cap, const uint8_t *src, size_t n)
 {
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
+    if (n > cap - 1)
+        n = cap - 1;
+    for (size_t i = 0; i < n; i++)
+        dst[i] = (src[i] < 0x20 || src[i] == 0x7F || src[i] == '"') ? '?' : (char)src[i];
+    dst[n] = '\0';
 }
 
-/* 1 if some object in the tree has two members with the same name. Sorting keeps a hostile
- * object with many members at O(n log n). */
-static int has_duplicate_keys(const cJSON *node, const char **dup)
+/* Validate a whole body as one strict JSON object (json_strict.h). 0, or -1 with *err. */
+static int parse_object(const uint8_t *body, size_t len, pj_doc *d, proto_error *err)
 {
-    if (cJSON_IsObject(node)) {
-        size_t n = 0;
-        const cJSON *c;
-        cJSON_ArrayForEach(c, node) n++;
-        if (n > 1) {
-            const char **keys = malloc(n * sizeof *keys);
-            if (!keys)
-                abort();
-            size_t i = 0;
-            cJSON_ArrayForEach(c, node) keys[i++] = c->string ? c->string : "";
-            qsort(keys, n, sizeof *keys, cmp_str_ptr);
-            for (i = 1; i < n; i++)
-                if (strcmp(keys[i - 1], keys[i]) == 0) {
-                    *dup = keys[i]; /* points into the tree, which outlives this call */
-                    free(keys);
-                    return 1;
-                }
-            free(keys);
+    if (pj_parse(body, len, d) != 0) {
+        if (d->status == PJ_DUPLICATE) {
+            char name[40];
+            printable_name(name, sizeof name, (const uint8_t *)d->dup,
+                           d->dup_len < sizeof d->dup ? d->dup_len : sizeof d->dup - 1);
+            return fail(err, 400, "duplicate_key", "duplicate key \"%s\" in JSON object", name);
         }
+        return fail(err, 400, "invalid_json", "request body is not valid JSON: %s (at byte %zu)",
+                    d->reason, d->offset);
     }
-    if (cJSON_IsObject(node) || cJSON_IsArray(node)) {
-        const cJSON *c;
-        cJSON_ArrayForEach(c, node) if (has_duplicate_keys(c, dup)) return 1;
-    }
+    if (d->top_type != PJ_OBJECT)
+        return fail(err, 422, "invalid_body", "request body must be a JSON object");
     return 0;
 }
 
-/* 1 if the n bytes are well-formed UTF-8 (RFC 3629: no overlongs, surrogates, > U+10FFFF). */
-static int valid_utf8(const uint8_t *s, size_t n)
+/* Reject members not in allowed (NULL-terminated, fewer than PJ_MAX_MEMBERS names: with no
+ * duplicates, an object with more members than that has an unknown one among the first). */
+static int check_fields(const pj_doc *d, const char *const *allowed, proto_error *err)
 {
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t len;
-        unsigned lo = 0x80, hi = 0xBF;
-        if (c >= 0xC2 && c <= 0xDF) len = 2;
-        else if (c >= 0xE0 && c <= 0xEF) {
-            len = 3;
-            if (c == 0xE0) lo = 0xA0;
-            if (c == 0xED) hi = 0x9F;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            len = 4;
-            if (c == 0xF0) lo = 0x90;
-            if (c == 0xF4) hi = 0x8F;
-        } else
-            return 0;
-        if (n - i < len || s[i + 1] < lo || s[i + 1] > hi)
-            return 0;
-        for (size_t k = 2; k < len; k++)
-            if ((s[i + k] & 0xC0) != 0x80)
-                return 0;
-        i += len;
-    }
-    return 1;
-}
-
-/* Parse a whole body as one JSON object. Returns the tree (caller deletes) or NULL with *err. */
-static cJSON *parse_object(const uint8_t *body, size_t len, proto_error *err)
-{
-    if (!valid_utf8(body, len)) {
-        fail(err, 400, "invalid_json", "request body is not valid UTF-8");
-        return NULL;
-    }
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts((const char *)body, len, &end, 0);
-    if (!root) {
-        size_t off = end ? (size_t)(end - (const char *)body) : 0;
-        fail(err, 400, "invalid_json", "request body is not valid JSON (near byte %zu)", off);
-        return NULL;
-    }
-    /* cJSON stops after the first value: anything but whitespace after it is an error. */
-    size_t used = (size_t)(end - (const char *)body);
-    if (!body_is_blank(body + used, len - used)) {
-        cJSON_Delete(root);
-        fail(err, 400, "invalid_json", "trailing bytes after the JSON value (at byte %zu)", used);
-        return NULL;
-    }
-    const char *dup = NULL;
-    if (has_duplicate_keys(root, &dup)) {
-        char name[40];
-        snprintf(name, sizeof name, "%s", dup);
-        for (char *p = name; *p; p++) /* never echo control bytes */
-            if ((unsigned char)*p < 0x20 || (unsigned char)*p == 0x7F)
-                *p = '?';
-        cJSON_Delete(root);
-        fail(err, 400, "duplicate_key", "duplicate key \"%s\" in JSON object", name);
-        return NULL;
-    }
-    if (!cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        fail(err, 422, "invalid_body", "request body must be a JSON object");
-        return NULL;
-    }
-    return root;
-}
-
-/* Reject members not in allowed (NULL-terminated). */
-static int check_fields(const cJSON *root, const char *const *allowed, proto_error *err)
-{
-    const cJSON *c;
-    cJSON_ArrayForEach(c, root)
-    {
+    size_t rec = d->n_members < PJ_MAX_MEMBERS ? d->n_members : PJ_MAX_MEMBERS;
+    for (size_t i = 0; i < rec; i++) {
         int ok = 0;
         for (const char *const *a = allowed; *a; a++)
-            if (strcmp(c->string, *a) == 0) {
+            if (pj_string_eq(d->key[i], *a)) {
                 ok = 1;
                 break;
             }
         if (!ok) {
+            uint8_t raw[40];
+            size_t n = pj_string_len(d->key[i]);
+            uint8_t *full = malloc(n ? n : 1);
+            if (!full)
+                abort();
+            pj_string_decode(d->key[i], full);
+            memcpy(raw, full, n < sizeof raw ? n : sizeof raw);
+            free(full);
             char name[40];
-            snprintf(name, sizeof name, "%s", c->string);
-            for (char *p = name; *p; p++)
-                if ((unsigned char)*p < 0x20 || (unsigned char)*p == 0x7F || *p == '"')
-                    *p = '?';
+            printable_name(name, sizeof name, raw, n < sizeof raw ? n : sizeof raw);
             return fail(err, 422, "unknown_field", "unknown field \"%s\"", name);
         }
     }
+    if (d->n_members > rec)
+        return fail(err, 422, "unknown_field", "too many fields (%zu)", d->n_members);
     return 0;
 }
 
-/* An integral finite number in [lo, hi]. 0 ok, -1 not a number/not integral/out of range. */
-static int get_integer(const cJSON *item, double lo, double hi, double *out)
+/* The member called name, or NULL (after check_fields every member is recorded). */
+static const pj_span *member(const pj_doc *d, const char *name)
 {
-    if (!cJSON_IsNumber(item))
+    for (size_t i = 0; i < d->n_members && i < PJ_MAX_MEMBERS; i++)
+        if (pj_string_eq(d->key[i], name))
+            return &d->val[i];
+    return NULL;
+}
+
+/* An integral finite number in [lo, hi]. 0 ok, -1 not a number/not integral/out of range. */
+static int get_integer(const pj_span *item, double lo, double hi, double *out)
+{
+    double v;
+    if (pj_number(*item, &v) != 0)
         return -1;
-    double v = item->valuedouble;
     if (!isfinite(v) || v != floor(v) || v < lo || v > hi)
         return -1;
     *out = v;
     return 0;
 }
 
+/* A finite number, or -1. */
+static int get_number(const pj_span *item, double *out)
+{
+    return pj_number(*item, out) == 0 && isfinite(*out) ? 0 : -1;
+}
+
 /* ---------------------------------------------------------------- tokens */
 
-static int decode_tokens_fields(const cJSON *root, const proto_limits *lim, proto_tokens_req *out,
+static int decode_token_array(const pj_span *toks, const proto_limits *lim, proto_tokens_req *out,
+                              proto_error *err)
+{
+    if (pj_type_of(*toks) != PJ_ARRAY)
+        return fail_field(err, "tokens", "an array of token ids");
+    /* One pass: count every element, convert the first max_tokens_per_request. An element
+     * takes at least 2 bytes ("0,"), which bounds the allocation by the body too. */
+    size_t cap = toks->n / 2 + 1;
+    if (cap > lim->max_tokens_per_request)
+        cap = lim->max_tokens_per_request;
+    int32_t *t = cap ? malloc(cap * sizeof *t) : NULL;
+    if (cap && !t)
+        abort();
+    size_t n = 0, bad = SIZE_MAX;
+    pj_iter it;
+    pj_span el;
+    pj_array_begin(*toks, &it);
+    while (pj_array_next(&it, &el)) {
+        if (n < cap && bad == SIZE_MAX) {
+            double v;
+            if (get_integer(&el, 0, (double)lim->vocab_size - 1, &v) != 0)
+                bad = n;
+            else
+                t[n] = (int32_t)v;
+        }
+        n++;
+    }
+    if (n > lim->max_tokens_per_request) {
+        free(t);
+        return fail(err, 422, "too_many_tokens",
+                    "request has %zu tokens; max_tokens_per_request is %zu", n,
+                    lim->max_tokens_per_request);
+    }
+    if (bad != SIZE_MAX) {
+        free(t);
+        return fail(err, 422, "invalid_token", "tokens[%zu] is not an integer token id in [0, %d)",
+                    bad, lim->vocab_size);
+    }
+    if (n == 0) {
+        free(t);
+        t = NULL;
+    }
+    out->tokens = t;
+    out->n = n;
+    out->present = 1;
+    return 0;
+}
+
+/* "text": every byte of the unescaped string is one token ("\u0000" is the byte 0). */
+static int decode_text(const pj_span *text, const proto_limits *lim, proto_tokens_req *out,
+                       proto_error *err)
+{
+    if (pj_type_of(*text) != PJ_STRING)
+        return fail_field(err, "text", "a string");
+    size_t n = pj_string_len(*text);
+    if (n > lim->max_tokens_per_request)
+        return fail(err, 422, "too_many_tokens",
+                    "text is %zu bytes (one token per byte); max_tokens_per_request is %zu", n,
+                    lim->max_tokens_per_request);
+    int32_t *t = n ? malloc(n * sizeof *t) : NULL;
+    uint8_t *s = n ? malloc(n) : NULL;
+    if (n && (!t || !s))
+        abort();
+    if (n)
+        pj_string_decode(*text, s);
+    for (size_t i = 0; i < n; i++) {
+        if ((int)s[i] >= lim->vocab_size) {
+            int rc = fail(err, 422, "invalid_token",
+                          "text byte %zu (0x%02x) is not a token id in [0, %d)", i, s[i],
+                          lim->vocab_size);
+            free(s);
+            free(t);
+            return rc;
+        }
+        t[i] = s[i];
+    }
+    free(s);
+    out->tokens = t;
+    out->n = n;
+    out->present = 1;
+    return 0;
+}
+
+static int decode_tokens_fields(const pj_doc *d, const proto_limits *lim, proto_tokens_req *out,
                                 proto_error *err)
 {
-    const cJSON *toks = cJSON_GetObjectItemCaseSensitive(root, "tokens");
-    const cJSON *text = cJSON_GetObjectItemCaseSensitive(root, "text");
+    const pj_span *toks = member(d, "tokens");
+    const pj_span *text = member(d, "text");
     if (toks && text)
         return fail(err, 422, "conflicting_fields", "give either \"tokens\" or \"text\", not both");
-    if (toks) {
-        if (!cJSON_IsArray(toks))
-            return fail_field(err, "tokens", "an array of token ids");
-        size_t n = 0, i = 0;
-        const cJSON *c;
-        cJSON_ArrayForEach(c, toks) n++;
-        if (n > lim->max_tokens_per_request)
-            return fail(err, 422, "too_many_tokens",
-                        "request has %zu tokens; max_tokens_per_request is %zu", n,
-                        lim->max_tokens_per_request);
-        int32_t *t = n ? malloc(n * sizeof *t) : NULL;
-        if (n && !t)
-            abort();
-        cJSON_ArrayForEach(c, toks)
-        {
-            double v;
-            if (get_integer(c, 0, (double)lim->vocab_size - 1, &v) != 0) {
-                free(t);
-                return fail(err, 422, "invalid_token",
-                            "tokens[%zu] is not an integer token id in [0, %d)", i,
-                            lim->vocab_size);
-            }
-            t[i++] = (int32_t)v;
-        }
-        out->tokens = t;
-        out->n = n;
-        out->present = 1;
-    } else if (text) {
-        if (!cJSON_IsString(text) || !text->valuestring)
-            return fail_field(err, "text", "a string");
-        const unsigned char *s = (const unsigned char *)text->valuestring;
-        size_t n = strlen(text->valuestring);
-        if (n > lim->max_tokens_per_request)
-            return fail(err, 422, "too_many_tokens",
-                        "text is %zu bytes (one token per byte); max_tokens_per_request is %zu", n,
-                        lim->max_tokens_per_request);
-        int32_t *t = n ? malloc(n * sizeof *t) : NULL;
-        if (n && !t)
-            abort();
-        for (size_t i = 0; i < n; i++) {
-            if ((int)s[i] >= lim->vocab_size) {
-                free(t);
-                return fail(err, 422, "invalid_token",
-                            "text byte %zu (0x%02x) is not a token id in [0, %d)", i, s[i],
-                            lim->vocab_size);
-            }
-            t[i] = s[i];
-        }
-        out->tokens = t;
-        out->n = n;
-        out->present = 1;
-    }
+    if (toks)
+        return decode_token_array(toks, lim, out, err);
+    if (text)
+        return decode_text(text, lim, out, err);
     return 0;
 }
 
@@ -256,13 +233,13 @@ int proto_decode_tokens_req(const uint8_t *body, size_t len, const proto_limits 
     out->top_k = PROTO_DEFAULT_TOP_K;
     if (body_is_blank(body, len))
         return fail(err, 400, "invalid_json", "request body must be a JSON object with \"tokens\" or \"text\"");
-    cJSON *root = parse_object(body, len, err);
-    if (!root)
+    pj_doc d;
+    if (parse_object(body, len, &d, err))
         return -1;
     static const char *const allowed[] = {"tokens", "text", "top_k", NULL};
-    int rc = check_fields(root, allowed, err);
+    int rc = check_fields(&d, allowed, err);
     if (rc == 0) {
-        const cJSON *k = cJSON_GetObjectItemCaseSensitive(root, "top_k");
+        const pj_span *k = member(&d, "top_k");
         double v;
         if (k && get_integer(k, 0, PROTO_MAX_TOP_K, &v) != 0)
             rc = fail(err, 422, "invalid_top_k", "\"top_k\" must be an integer in [0, %d]",
@@ -271,10 +248,9 @@ int proto_decode_tokens_req(const uint8_t *body, size_t len, const proto_limits 
             out->top_k = (int)v;
     }
     if (rc == 0)
-        rc = decode_tokens_fields(root, lim, out, err);
+        rc = decode_tokens_fields(&d, lim, out, err);
     if (rc == 0 && !out->present)
         rc = fail(err, 422, "missing_tokens", "the body needs \"tokens\" or \"text\"");
-    cJSON_Delete(root);
     if (rc != 0)
         proto_tokens_req_free(out);
     return rc;
@@ -286,14 +262,13 @@ int proto_decode_create_req(const uint8_t *body, size_t len, const proto_limits 
     memset(out, 0, sizeof *out);
     if (body_is_blank(body, len))
         return 0;
-    cJSON *root = parse_object(body, len, err);
-    if (!root)
+    pj_doc d;
+    if (parse_object(body, len, &d, err))
         return -1;
     static const char *const allowed[] = {"tokens", "text", NULL};
-    int rc = check_fields(root, allowed, err);
+    int rc = check_fields(&d, allowed, err);
     if (rc == 0)
-        rc = decode_tokens_fields(root, lim, out, err);
-    cJSON_Delete(root);
+        rc = decode_tokens_fields(&d, lim, out, err);
     if (rc != 0)
         proto_tokens_req_free(out);
     return rc;
@@ -303,13 +278,11 @@ int proto_decode_empty_req(const uint8_t *body, size_t len, proto_error *err)
 {
     if (body_is_blank(body, len))
         return 0;
-    cJSON *root = parse_object(body, len, err);
-    if (!root)
+    pj_doc d;
+    if (parse_object(body, len, &d, err))
         return -1;
     static const char *const allowed[] = {NULL};
-    int rc = check_fields(root, allowed, err);
-    cJSON_Delete(root);
-    return rc;
+    return check_fields(&d, allowed, err);
 }
 
 void proto_tokens_req_free(proto_tokens_req *r)
@@ -320,6 +293,20 @@ void proto_tokens_req_free(proto_tokens_req *r)
 }
 
 /* ---------------------------------------------------------------- generate */
+
+/* One stop string: 1 to PROTO_MAX_STOP_BYTES bytes after unescaping, NUL bytes included. */
+static int decode_stop(const pj_span *s, proto_generate_req *out)
+{
+    if (pj_type_of(*s) != PJ_STRING)
+        return -1;
+    size_t n = pj_string_len(*s);
+    if (n == 0 || n > PROTO_MAX_STOP_BYTES)
+        return -1;
+    pj_string_decode(*s, (uint8_t *)out->stop[out->n_stop]);
+    out->stop[out->n_stop][n] = '\0';
+    out->stop_len[out->n_stop++] = n;
+    return 0;
+}
 
 int proto_decode_generate_req(const uint8_t *body, size_t len, const proto_limits *lim,
                               proto_generate_req *out, proto_error *err)
@@ -333,15 +320,15 @@ int proto_decode_generate_req(const uint8_t *body, size_t len, const proto_limit
     out->top_p = 1.0f;
     if (body_is_blank(body, len))
         return 0;
-    cJSON *root = parse_object(body, len, err);
-    if (!root)
+    pj_doc d;
+    if (parse_object(body, len, &d, err))
         return -1;
     static const char *const allowed[] = {"max_tokens", "temperature", "top_k", "top_p",
                                           "seed", "stop", NULL};
-    int rc = check_fields(root, allowed, err);
-    const cJSON *it;
+    int rc = check_fields(&d, allowed, err);
+    const pj_span *it;
     double v;
-    if (rc == 0 && (it = cJSON_GetObjectItemCaseSensitive(root, "max_tokens"))) {
+    if (rc == 0 && (it = member(&d, "max_tokens"))) {
         if (get_integer(it, 0, 9007199254740992.0, &v) != 0)
             rc = fail_field(err, "max_tokens", "a non-negative integer");
         else if (v > (double)lim->max_tokens_per_request)
@@ -351,28 +338,26 @@ int proto_decode_generate_req(const uint8_t *body, size_t len, const proto_limit
         else
             out->max_tokens = (int64_t)v;
     }
-    if (rc == 0 && (it = cJSON_GetObjectItemCaseSensitive(root, "temperature"))) {
-        if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || it->valuedouble < 0 ||
-            it->valuedouble > 100)
+    if (rc == 0 && (it = member(&d, "temperature"))) {
+        if (get_number(it, &v) != 0 || v < 0 || v > 100)
             rc = fail_field(err, "temperature", "a number in [0, 100] (0 = greedy)");
         else
-            out->temperature = (float)it->valuedouble;
+            out->temperature = (float)v;
     }
-    if (rc == 0 && (it = cJSON_GetObjectItemCaseSensitive(root, "top_k"))) {
+    if (rc == 0 && (it = member(&d, "top_k"))) {
         if (get_integer(it, 0, lim->vocab_size, &v) != 0)
             rc = fail(err, 422, "invalid_top_k",
                       "\"top_k\" must be an integer in [0, %d] (0 = off)", lim->vocab_size);
         else
             out->top_k = (int)v;
     }
-    if (rc == 0 && (it = cJSON_GetObjectItemCaseSensitive(root, "top_p"))) {
-        if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || it->valuedouble <= 0 ||
-            it->valuedouble > 1)
+    if (rc == 0 && (it = member(&d, "top_p"))) {
+        if (get_number(it, &v) != 0 || v <= 0 || v > 1)
             rc = fail_field(err, "top_p", "a number in (0, 1] (1 = off)");
         else /* a positive double below FLT_TRUE_MIN would round to 0, which means "off" */
-            out->top_p = fmaxf((float)it->valuedouble, FLT_TRUE_MIN);
+            out->top_p = fmaxf((float)v, FLT_TRUE_MIN);
     }
-    if (rc == 0 && (it = cJSON_GetObjectItemCaseSensitive(root, "seed"))) {
+    if (rc == 0 && (it = member(&d, "seed"))) {
         if (get_integer(it, 0, 9007199254740991.0, &v) != 0)
             rc = fail_field(err, "seed", "an integer in [0, 2^53)");
         else {
@@ -380,37 +365,27 @@ int proto_decode_generate_req(const uint8_t *body, size_t len, const proto_limit
             out->has_seed = 1;
         }
     }
-    if (rc == 0 && (it = cJSON_GetObjectItemCaseSensitive(root, "stop"))) {
-        if (cJSON_IsString(it)) { /* a single string is accepted as a one-element list */
-            size_t n = strlen(it->valuestring);
-            if (n == 0 || n > PROTO_MAX_STOP_BYTES)
+    if (rc == 0 && (it = member(&d, "stop"))) {
+        if (pj_type_of(*it) == PJ_STRING) { /* a single string is accepted as a one-element list */
+            if (decode_stop(it, out) != 0)
                 rc = fail_field(err, "stop", "strings of 1 to 64 bytes");
-            else {
-                memcpy(out->stop[0], it->valuestring, n + 1);
-                out->stop_len[0] = n;
-                out->n_stop = 1;
-            }
-        } else if (!cJSON_IsArray(it)) {
+        } else if (pj_type_of(*it) != PJ_ARRAY) {
             rc = fail_field(err, "stop", "an array of strings");
         } else {
-            const cJSON *c;
-            cJSON_ArrayForEach(c, it)
-            {
+            pj_iter si;
+            pj_span el;
+            pj_array_begin(*it, &si);
+            while (pj_array_next(&si, &el)) {
                 if (out->n_stop == PROTO_MAX_STOP) {
                     rc = fail(err, 422, "invalid_stop", "at most %d stop strings", PROTO_MAX_STOP);
                     break;
                 }
-                if (!cJSON_IsString(c) || !c->valuestring || c->valuestring[0] == '\0' ||
-                    strlen(c->valuestring) > PROTO_MAX_STOP_BYTES) {
+                if (decode_stop(&el, out) != 0) {
                     rc = fail_field(err, "stop", "an array of strings of 1 to 64 bytes");
                     break;
                 }
-                size_t n = strlen(c->valuestring);
-                memcpy(out->stop[out->n_stop], c->valuestring, n + 1);
-                out->stop_len[out->n_stop++] = n;
             }
         }
     }
-    cJSON_Delete(root);
     return rc;
 }

@@ -1,17 +1,18 @@
 /*
  * requests.h — decoding and validating the JSON request bodies of DESIGN.md §5.
  *
- * Everything here runs on the loop thread (cJSON is parsed only there, LIBRARIES.md B.3) and
- * touches no state: a request is decoded and validated completely before the server mutates
- * anything, so a rejected request changes nothing. Rules:
- *   - malformed JSON, trailing garbage, invalid body encoding        -> 400 invalid_json
- *   - duplicate keys at any depth                                    -> 400 duplicate_key
+ * Pure functions of the body (thread-safe, no global state): a request is decoded and validated
+ * completely before the server mutates anything, so a rejected request changes nothing. Bodies
+ * are checked by the strict RFC 8259 validator of json_strict.h (no cJSON tree); strings keep
+ * every byte, "\u0000" included. Rules:
+ *   - not strict JSON, trailing garbage, invalid UTF-8, nesting > 1000 -> 400 invalid_json
+ *   - duplicate keys at any depth (compared unescaped)               -> 400 duplicate_key
  *   - top level not an object                                        -> 422 invalid_body
  *   - an unknown field                                               -> 422 unknown_field
  *   - a field of the wrong type or value                             -> 422 invalid_<field>
  *   - a token that is not an integral finite number in [0, vocab)    -> 422 invalid_token
  *   - more tokens than max_tokens_per_request                        -> 422 too_many_tokens
- * Numbers are read from valuedouble only (never valueint, which saturates).
+ * Numbers are read as doubles (strtod's value), then range-checked.
  */
 #ifndef PROTO_REQUESTS_H
 #define PROTO_REQUESTS_H
