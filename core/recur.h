@@ -226,6 +226,15 @@ int recur_sample(const float *logits, int vocab, const recur_sampler_params *p, 
 
 /* log-softmax of logits [vocab] into out [vocab] (may alias). */
 void recur_log_softmax(const float *logits, int vocab, float *out);
+/* The same, keeping its two constants: out[i] = (logits[i] - c[0]) - c[1], c[0] = max logits,
+ * c[1] = log sum exp(logits - max), so a later caller scores one token without the vocabulary
+ * pass. The exponentials are taken in float by a vectorised e^x (rel. error < 1e-7; the sum
+ * stays in double): results agree with recur_log_softmax to ~1e-7 at a fraction of its cost.
+ * out must not alias logits. */
+void recur_log_softmax_consts(const float *logits, int vocab, float *out, float c[2]);
+/* The k highest of x [n] (k clamps to n): ids and values, highest first, lower id first on
+ * ties; NaN never ranks. Returns how many were written (<= k). */
+int recur_top_k(const float *x, int n, int k, int32_t *ids, float *vals);
 
 #ifdef __cplusplus
 }

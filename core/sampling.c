@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "exp_nonpos.h"
 #include "recur.h"
 
 static uint64_t splitmix64(uint64_t *s)
@@ -26,6 +27,72 @@ void recur_log_softmax(const float *logits, int vocab, float *out)
     for (int i = 0; i < vocab; i++) sum += exp((double)logits[i] - mx);
     float ls = (float)log(sum);
     for (int i = 0; i < vocab; i++) out[i] = (logits[i] - mx) - ls;
+}
+
+/* Insert candidate i (value v) into the sorted top list of n <= k entries. */
+static int top_insert(float v, int i, int n, int k, int32_t *ids, float *vals)
+{
+    if (v != v) /* NaN never ranks */
+        return n;
+    if (n == k && !(v > vals[k - 1]))
+        return n;
+    int j = n < k ? n++ : k - 1;
+    while (j > 0 && v > vals[j - 1]) { /* strictly greater: earlier ids win ties */
+        vals[j] = vals[j - 1];
+        ids[j] = ids[j - 1];
+        j--;
+    }
+    vals[j] = v;
+    ids[j] = i;
+    return n;
+}
+
+int recur_top_k(const float *lp, int vocab, int k, int32_t *ids, float *vals)
+{
+    if (k > vocab)
+        k = vocab;
+    if (k <= 0)
+        return 0;
+    int n = 0, i = 0;
+    /* Once the list is full, a block of 16 whose largest value does not beat the k-th is
+     * skipped with one vectorised max (NaN loses every comparison, as it must). Runs once per
+     * folded token (recurd's /tokens with top_k) over the whole vocabulary. */
+    for (; i < vocab && n < k; i++)
+        n = top_insert(lp[i], i, n, k, ids, vals);
+    for (; i + 16 <= vocab; i += 16) {
+        float m = -INFINITY;
+        for (int j = 0; j < 16; j++)
+            m = lp[i + j] > m ? lp[i + j] : m;
+        if (!(m > vals[k - 1]))
+            continue;
+        for (int j = 0; j < 16; j++)
+            n = top_insert(lp[i + j], i + j, n, k, ids, vals);
+    }
+    for (; i < vocab; i++)
+        n = top_insert(lp[i], i, n, k, ids, vals);
+    return n;
+}
+
+/* recur_log_softmax's formula with the exponentials in float (recur__exp_nonpos, which
+ * vectorises): recurd runs this once per folded token, and libm's exp over the vocabulary cost
+ * more than the rest of a request's bookkeeping together. Every logprob recurd reports comes
+ * from here (one function: a restored session's logprobs are the bits of the original's). */
+void recur_log_softmax_consts(const float *x, int vocab, float *out, float c[2])
+{
+    float mx = -INFINITY;
+    for (int i = 0; i < vocab; i++)
+        if (x[i] > mx)
+            mx = x[i];
+    for (int i = 0; i < vocab; i++)
+        out[i] = recur__exp_nonpos(x[i] - mx); /* scratch: e^(x - max) */
+    double sum = 0.0;
+    for (int i = 0; i < vocab; i++)
+        sum += out[i];
+    float ls = (float)log(sum);
+    for (int i = 0; i < vocab; i++)
+        out[i] = (x[i] - mx) - ls;
+    c[0] = mx;
+    c[1] = ls;
 }
 
 /* descending probability, lower id first on ties; ids are stored as exact floats */

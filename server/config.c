@@ -38,7 +38,7 @@ static const opt OPTS[] = {
     {"allow_insecure_bind", OPT_BOOL, F(allow_insecure_bind), 0, 1,
      "allow a non-loopback host without api_key"},
     {"workers", OPT_INT, F(workers), 1, 64, "compute worker threads"},
-    {"max_batch", OPT_INT, F(max_batch), 1, 1024, "sessions per batched decode step"},
+    {"max_batch", OPT_INT, F(max_batch), 1, SRV_MAX_BATCH, "sessions per batched decode step"},
     {"decode_workers", OPT_INT, F(decode_workers), 1, 64,
      "workers that may run a decode batch at the same time, the second and later only while a whole batch of steps waits (the others take prefill slices)"},
     {"prefill_slice", OPT_INT, F(prefill_slice), 1, 65536,

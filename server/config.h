@@ -13,6 +13,8 @@
 #include "http.h"
 
 #define SRV_PATH_MAX 1024
+/* Sessions in one batched decode step at most (max_batch's upper bound; scheduler.c). */
+#define SRV_MAX_BATCH 1024
 
 typedef struct {
     char config_path[SRV_PATH_MAX]; /* "" = none */

@@ -125,6 +125,15 @@ static void write_out(srv_op *op)
 
 /* ---------------------------------------------------------------- compute submission */
 
+/* On a worker, while op's work item is in flight (the loop does not touch op->out then): the
+ * folded token's /tokens line. */
+static void fold_line(srv_work *w, const srv_fold_result *r)
+{
+    srv_op *op = w->owner;
+    proto_fold_line(&op->out, op->framing, r->pos, r->token, r->has_logprob, r->logprob, r->top_ids,
+                    r->top_lps, r->n_top);
+}
+
 static void submit_fold_slice(srv_op *op)
 {
     srv_app *app = op->app;
@@ -136,11 +145,10 @@ static void submit_fold_slice(srv_op *op)
     w->has_logits = &s->has_logits;
     w->lsm_c = s->lsm_c;
     w->owner = op;
-    w->emit_lines = op->kind == SRV_OP_FOLD;
+    if (op->kind == SRV_OP_FOLD) /* a create's prefill answers with no lines */
+        w->on_fold = fold_line;
     w->top_k = op->top_k;
-    w->framing = op->framing;
     w->pos0 = s->tokens_seen;
-    w->out = &op->out;
     size_t left = op->n - op->done;
     if (left == 1) {
         /* One token: a decode step, batched with other sessions' steps. */

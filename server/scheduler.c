@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exp_nonpos.h" /* core's header-only e^x, x <= 0 */
+#include "config.h"
 #include "log.h"
 
 typedef struct {
@@ -81,83 +81,16 @@ static void push(srv_work **h, srv_work **t, srv_work *w)
     *t = w;
 }
 
-/* Insert candidate i (value v) into the sorted top list of n <= k entries. */
-static int top_insert(float v, int i, int n, int k, int32_t *ids, float *vals)
+/* Hand the owner what folding token at pos produced; lsm = log-softmax of the logits after it. */
+static void fold_result(srv_work *w, uint64_t pos, int32_t token, int has_lp, float lp,
+                        const float *lsm, int vocab)
 {
-    if (v != v) /* NaN never ranks */
-        return n;
-    if (n == k && !(v > vals[k - 1]))
-        return n;
-    int j = n < k ? n++ : k - 1;
-    while (j > 0 && v > vals[j - 1]) { /* strictly greater: earlier ids win ties */
-        vals[j] = vals[j - 1];
-        ids[j] = ids[j - 1];
-        j--;
-    }
-    vals[j] = v;
-    ids[j] = i;
-    return n;
-}
-
-int srv_top_k(const float *lp, int vocab, int k, int32_t *ids, float *vals)
-{
-    if (k > vocab)
-        k = vocab;
-    if (k <= 0)
-        return 0;
-    int n = 0, i = 0;
-    /* Once the list is full, a block of 16 whose largest value does not beat the k-th is
-     * skipped with one vectorised max (NaN loses every comparison, as it must). Runs once per
-     * folded token over the whole vocabulary. */
-    for (; i < vocab && n < k; i++)
-        n = top_insert(lp[i], i, n, k, ids, vals);
-    for (; i + 16 <= vocab; i += 16) {
-        float m = -INFINITY;
-        for (int j = 0; j < 16; j++)
-            m = lp[i + j] > m ? lp[i + j] : m;
-        if (!(m > vals[k - 1]))
-            continue;
-        for (int j = 0; j < 16; j++)
-            n = top_insert(lp[i + j], i + j, n, k, ids, vals);
-    }
-    for (; i < vocab; i++)
-        n = top_insert(lp[i], i, n, k, ids, vals);
-    return n;
-}
-
-/* Log-softmax of x, keeping its two constants: out[i] = (x[i] - c[0]) - c[1], c[0] = max x,
- * c[1] = log sum exp(x - max). recur_log_softmax's formula with the exponentials in float
- * (recur__exp_nonpos, rel. error < 1e-7, which vectorises; the sum stays in double): this runs
- * once per folded token, and libm's exp over the vocabulary cost more than the rest of a
- * request's bookkeeping together. Results agree with recur_log_softmax to ~1e-7; every logprob
- * the daemon reports comes from here (one function: a restored session's logprobs are the bits
- * of the original's, issue 10 item 7). */
-static void log_softmax_c(const float *x, int vocab, float *out, float *c)
-{
-    float mx = -INFINITY;
-    for (int i = 0; i < vocab; i++)
-        if (x[i] > mx)
-            mx = x[i];
-    for (int i = 0; i < vocab; i++)
-        out[i] = recur__exp_nonpos(x[i] - mx); /* scratch: e^(x - max) */
-    double sum = 0.0;
-    for (int i = 0; i < vocab; i++)
-        sum += out[i];
-    float ls = (float)log(sum);
-    for (int i = 0; i < vocab; i++)
-        out[i] = (x[i] - mx) - ls;
-    c[0] = mx;
-    c[1] = ls;
-}
-
-/* One fold line for token at pos; lsm = log-softmax of the logits after it. */
-static void emit_fold_line(srv_work *w, uint64_t pos, int32_t token, int has_lp, float lp,
-                           const float *lsm, int vocab)
-{
-    int32_t ids[64];
-    float vals[64];
-    int n = w->top_k > 0 ? srv_top_k(lsm, vocab, w->top_k, ids, vals) : 0;
-    proto_fold_line(w->out, w->framing, pos, token, has_lp, lp, ids, vals, n);
+    int32_t ids[SRV_MAX_TOP_K];
+    float vals[SRV_MAX_TOP_K];
+    srv_fold_result r = {pos, token, has_lp, lp, 0, ids, vals};
+    int k = w->top_k < SRV_MAX_TOP_K ? w->top_k : SRV_MAX_TOP_K;
+    r.n_top = k > 0 ? recur_top_k(lsm, vocab, k, ids, vals) : 0;
+    w->on_fold(w, &r);
 }
 
 static void run_steps(worker *wk, srv_work **items, int B)
@@ -181,9 +114,9 @@ static void run_steps(worker *wk, srv_work **items, int B)
             w->logprob = (w->logits[w->token] - w->lsm_c[0]) - w->lsm_c[1];
             w->has_logprob = 1;
         } else if (*w->has_logits) {
-            /* the same function as every line's (log_softmax_c), so a session's logprobs do not
+            /* the same function as every line's (recur_log_softmax_consts), so a session's logprobs do not
              * depend on whether its logits came from a step, a prefill, a fork or an upload */
-            log_softmax_c(w->logits, V, wk->lsm, w->lsm_c);
+            recur_log_softmax_consts(w->logits, V, wk->lsm, w->lsm_c);
             *w->has_logits = 2;
             w->logprob = wk->lsm[w->token];
             w->has_logprob = 1;
@@ -216,10 +149,10 @@ static void run_steps(worker *wk, srv_work **items, int B)
         const float *lg = wk->logits + (size_t)i * V;
         memcpy(w->logits, lg, (size_t)V * sizeof *lg);
         *w->has_logits = 1;
-        if (w->emit_lines) {
-            log_softmax_c(lg, V, wk->lsm, w->lsm_c);
+        if (w->on_fold) {
+            recur_log_softmax_consts(lg, V, wk->lsm, w->lsm_c);
             *w->has_logits = 2;
-            emit_fold_line(w, w->pos0, w->token, w->has_logprob, w->logprob, wk->lsm, V);
+            fold_result(w, w->pos0, w->token, w->has_logprob, w->logprob, wk->lsm, V);
         }
     }
 }
@@ -284,13 +217,13 @@ static void run_prefill(worker *wk, srv_work *w)
         return;
     int have_prev = *w->has_logits;
     float c[2];
-    if (w->emit_lines && have_prev)
-        log_softmax_c(w->logits, V, wk->lsm, c);
-    for (int64_t i = 0; i < w->n && w->emit_lines; i++) {
+    if (w->on_fold && have_prev)
+        recur_log_softmax_consts(w->logits, V, wk->lsm, c);
+    for (int64_t i = 0; i < w->n && w->on_fold; i++) {
         /* lsm holds log p(. | tokens before i); read token i's logprob, then advance. */
         float lp = have_prev ? wk->lsm[w->tokens[i]] : 0.0f;
-        log_softmax_c(wk->logits + (size_t)i * V, V, wk->lsm, c);
-        emit_fold_line(w, w->pos0 + (uint64_t)i, w->tokens[i], have_prev, lp, wk->lsm, V);
+        recur_log_softmax_consts(wk->logits + (size_t)i * V, V, wk->lsm, c);
+        fold_result(w, w->pos0 + (uint64_t)i, w->tokens[i], have_prev, lp, wk->lsm, V);
         have_prev = 1;
     }
     if (w->n > 0) {
@@ -350,7 +283,7 @@ static void *worker_main(void *arg)
 {
     worker *wk = arg;
     srv_sched *s = wk->s;
-    srv_work *batch[1024];
+    srv_work *batch[SRV_MAX_BATCH];
     pthread_mutex_lock(&s->mu);
     for (;;) {
         if (!s->stop && !can_decode(s) && !s->pre_head)
@@ -508,8 +441,8 @@ int srv_sched_create(uv_loop_t *loop, const recur_model *m, int workers, int max
                      int max_decode, int prefill_slice, void (*done)(srv_work *w, void *app),
                      void (*progress)(srv_work *w, void *app), void *app, srv_sched **out)
 {
-    if (max_batch > 1024)
-        max_batch = 1024;
+    if (max_batch > SRV_MAX_BATCH)
+        max_batch = SRV_MAX_BATCH;
     srv_sched *s = calloc(1, sizeof *s);
     if (!s)
         return RECUR_ENOMEM;

@@ -33,8 +33,24 @@
 
 #include "buf.h"
 #include "generation.h"
-#include "ndjson.h"
 #include "recur.h"
+#include "requests.h"
+
+/* Candidates per folded token at most (the request's top_k is bounded by the same number). */
+#define SRV_MAX_TOP_K PROTO_MAX_TOP_K
+
+struct srv_work;
+
+/* What folding one token produced, handed to the work item's owner (srv_work.on_fold). */
+typedef struct {
+    uint64_t pos;           /* the token's position */
+    int32_t token;
+    int has_logprob;        /* 0 for a session's very first token */
+    float logprob;          /* log p(token | everything before it) */
+    int n_top;              /* candidates for the next position, highest first */
+    const int32_t *top_ids; /* [n_top], valid during the call */
+    const float *top_lps;   /* [n_top] */
+} srv_fold_result;
 
 typedef enum { SRV_WORK_STEP = 0, SRV_WORK_PREFILL = 1 } srv_work_kind;
 
@@ -56,12 +72,11 @@ typedef struct srv_work {
     /* PREFILL */
     const int32_t *tokens;  /* [n] */
     int64_t n;
-    /* fold output lines (STEP with sample == 0, and PREFILL): one NDJSON line per token */
-    int emit_lines;
-    int top_k;
-    proto_framing framing;
+    /* fold results (STEP with sample == 0, and PREFILL): when on_fold is set, it is called on
+     * the worker for every folded token, in order, with the top_k most likely next tokens */
+    void (*on_fold)(struct srv_work *w, const srv_fold_result *r);
+    int top_k;              /* <= SRV_MAX_TOP_K */
     uint64_t pos0;          /* position of the first token (a generation: of its next token) */
-    proto_buf *out;         /* lines are appended here */
     /* results */
     int err;                /* 0 or RECUR_E* */
     uint64_t tokens_seen;   /* after the item */
@@ -92,8 +107,5 @@ srv_sched_stats srv_sched_get_stats(srv_sched *s);
  * run once more for the close to complete. free with srv_sched_free after that. */
 void srv_sched_stop(srv_sched *s);
 void srv_sched_free(srv_sched *s);
-
-/* Top k (<= 64) of logprobs [vocab]: ids and values, highest first, lower id first on ties. */
-int srv_top_k(const float *lp, int vocab, int k, int32_t *ids, float *vals);
 
 #endif /* SRV_SCHEDULER_H */

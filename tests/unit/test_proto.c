@@ -8,7 +8,7 @@
 #include "buf.h"
 #include "ndjson.h"
 #include "requests.h"
-#include "scheduler.h"
+#include "recur.h"
 #include "state_blob.h"
 
 static const proto_limits LIM = {256, 16};
@@ -247,17 +247,31 @@ Test(state_blob, trailer_round_trip_and_rejections)
     cr_assert_eq(proto_state_split(blob, sizeof blob - 1, V, &core, &lg, &e), -1);
 }
 
-/* ---------------------------------------------------------------- top-k */
+/* ---------------------------------------------------------------- log-softmax, top-k */
+
+Test(log_softmax, consts_agree_with_libm_and_score_a_token)
+{
+    enum { V = 1000 };
+    float x[V], a[V], b[V], c[2];
+    for (int i = 0; i < V; i++)
+        x[i] = (float)((i * 7919) % 1000) * 0.037f - 20.0f;
+    recur_log_softmax(x, V, a);
+    recur_log_softmax_consts(x, V, b, c);
+    for (int i = 0; i < V; i++) {
+        cr_assert_float_eq(b[i], a[i], 1e-5f, "%d: %g vs %g", i, b[i], a[i]);
+        cr_assert_eq(b[i], (x[i] - c[0]) - c[1], "the constants give the same value bit for bit");
+    }
+}
 
 Test(topk, highest_first_lower_id_on_ties_nan_skipped)
 {
     float lp[6] = {-1.0f, -0.5f, NAN, -0.5f, -3.0f, -0.1f};
     int32_t ids[8];
     float vals[8];
-    int n = srv_top_k(lp, 6, 4, ids, vals);
+    int n = recur_top_k(lp, 6, 4, ids, vals);
     cr_assert_eq(n, 4);
     int32_t want[4] = {5, 1, 3, 0};
     for (int i = 0; i < 4; i++)
         cr_assert_eq(ids[i], want[i], "rank %d: %d", i, ids[i]);
-    cr_assert_eq(srv_top_k(lp, 6, 64, ids, vals), 5); /* k clamps to vocab; NaN never ranks */
+    cr_assert_eq(recur_top_k(lp, 6, 64, ids, vals), 5); /* k clamps to vocab; NaN never ranks */
 }
