@@ -114,8 +114,8 @@ static void run_steps(worker *wk, srv_work **items, int B)
             w->logprob = (w->logits[w->token] - w->lsm_c[0]) - w->lsm_c[1];
             w->has_logprob = 1;
         } else if (*w->has_logits) {
-            /* the same function as every line's (recur_log_softmax_consts), so a session's logprobs do not
-             * depend on whether its logits came from a step, a prefill, a fork or an upload */
+            /* the same function as every line's: a session's logprobs do not depend on
+             * whether its logits came from a step, a prefill, a fork or an upload */
             recur_log_softmax_consts(w->logits, V, wk->lsm, w->lsm_c);
             *w->has_logits = 2;
             w->logprob = wk->lsm[w->token];
