@@ -1,6 +1,6 @@
-/* model.c — the model object: tensor table (docs/MODEL.md "Tensors"), the weight arena,
- * loading a model directory, info, fingerprint, free. The forward pass is in model_forward.c. */
-#include <errno.h>
+/* model.c — the model object: tensor table (docs/MODEL.md "Tensors"), the weight arena, info,
+ * fingerprint, packing, free. Loading is in model_load.c (and the model families it calls), the
+ * forward pass in model_forward.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,9 +29,8 @@ static const char *const suffixes[T_N_LAYER_TENSORS] = {
     [T_DOWN] = "mlp.down_proj.weight",
 };
 
-const char *recur__tensor_suffix(recur_layer_tensor t) { return suffixes[t]; }
-
-int recur__tensor_shape(const recur_config *c, recur_mixer_kind kind, recur_layer_tensor t,
+/* Shape of a tensor role for a layer of kind `kind`; returns 0 when the role is absent. */
+static int tensor_shape(const recur_config *c, recur_mixer_kind kind, recur_layer_tensor t,
                         int64_t shape[2], int *ndim)
 {
     int64_t d = c->d_model, H = c->n_heads, HK = H * c->head_k, HV = H * c->head_v, ff = c->d_ff;
@@ -103,7 +102,7 @@ int recur__weight_meta(const recur_config *c, int layer, int t, recur_weight_ref
         default: return 0;
         }
     } else {
-        if (!recur__tensor_shape(c, c->mixers[layer], (recur_layer_tensor)t, shape, &ndim)) return 0;
+        if (!tensor_shape(c, c->mixers[layer], (recur_layer_tensor)t, shape, &ndim)) return 0;
         snprintf(ref->name, sizeof ref->name, "layers.%d.%s", layer, suffixes[t]);
     }
     ref->ptr = NULL;
@@ -240,16 +239,6 @@ int recur__model_alloc(const recur_config *c, recur_wtype wt, recur_model **out)
     return RECUR_OK;
 }
 
-uint64_t recur__fnv1a(uint64_t h, const void *data, size_t n)
-{
-    const unsigned char *p = data;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 0x100000001b3ULL;
-    }
-    return h;
-}
-
 /* W [N][K] row-major at w, elements of type wt (its region holds recur__packed_floats(N, K) of
  * them) -> packed in place; tmp holds at least N*K elements. */
 static void pack_in_place(void *w, int N, int K, recur_wtype wt, void *tmp)
@@ -336,61 +325,7 @@ int recur__model_finish(recur_model *m)
     return pack_weights(m);
 }
 
-/* ---------------------------------------------------------------- public: load / free / info */
-
-static int read_small_file(const char *path, size_t limit, char **out, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return RECUR_EIO;
-    char *buf = malloc(limit + 1);
-    if (!buf) { fclose(f); return RECUR_ENOMEM; }
-    size_t n = fread(buf, 1, limit + 1, f);
-    int err = ferror(f);
-    fclose(f);
-    if (err) { free(buf); return RECUR_EIO; }
-    if (n > limit) { free(buf); return RECUR_EFORMAT; }
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
-    return RECUR_OK;
-}
-
-int recur__model_load_files_opt(const char *config_path, const char *weights_path, int keep_half,
-                                recur_model **out)
-{
-    if (!config_path || !weights_path || !out) return RECUR_EINVAL;
-    char *text;
-    size_t len;
-    int rc = read_small_file(config_path, RECUR_MAX_CONFIG_BYTES, &text, &len);
-    if (rc) return rc;
-    recur_config cfg;
-    rc = recur__config_parse(text, len, &cfg);
-    free(text);
-    if (rc) return rc;
-    recur_model *m;
-    rc = recur__safetensors_load(&cfg, weights_path, keep_half, &m);
-    if (rc) return rc;
-    rc = recur__model_finish(m);
-    if (rc) { recur_model_free(m); return rc; }
-    *out = m;
-    return RECUR_OK;
-}
-
-int recur_model_load_files(const char *config_path, const char *weights_path, recur_model **out)
-{
-    return recur__model_load_files_opt(config_path, weights_path, 1, out);
-}
-
-int recur_model_load(const char *dir, recur_model **out)
-{
-    if (!dir || !out) return RECUR_EINVAL;
-    size_t n = strlen(dir);
-    if (n > 4000) return RECUR_EINVAL;
-    char cfg[4096 + 32], w[4096 + 32];
-    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
-    snprintf(w, sizeof w, "%s/model.safetensors", dir);
-    return recur_model_load_files(cfg, w, out);
-}
+/* ---------------------------------------------------------------- public: free / info */
 
 void recur_model_free(recur_model *m)
 {

@@ -10,17 +10,6 @@
 #include <string.h>
 #include "model_internal.h"
 
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-/* uniform in [0, 1) with 53 bits */
-static double uniform01(uint64_t *s) { return (double)(splitmix64(s) >> 11) * 0x1.0p-53; }
-
 void recur__model_seed(recur_model *m, uint64_t seed)
 {
     uint64_t s = seed;
@@ -32,9 +21,9 @@ void recur__model_seed(recur_model *m, uint64_t seed)
             for (size_t i = 0; i < ref.n; i++) {
                 double x;
                 if (ref.is_norm) x = 1.0;
-                else if (l >= 0 && t == T_A_LOG) x = log(1.0 + 15.0 * uniform01(&s));
-                else if (l >= 0 && t == T_DT_BIAS) x = log(expm1(1e-3 + (1e-1 - 1e-3) * uniform01(&s)));
-                else x = (2.0 * uniform01(&s) - 1.0) * a;
+                else if (l >= 0 && t == T_A_LOG) x = log(1.0 + 15.0 * recur__uniform01(&s));
+                else if (l >= 0 && t == T_DT_BIAS) x = log(expm1(1e-3 + (1e-1 - 1e-3) * recur__uniform01(&s)));
+                else x = (2.0 * recur__uniform01(&s) - 1.0) * a;
                 float f = (float)x;
                 if (ref.half) {
                     ref.half[i] = recur__float_to_half(f, m->wtype);

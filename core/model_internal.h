@@ -1,6 +1,6 @@
 /*
- * model_internal.h — private structures of the model stack (model*.c, state.c, snapshot.c,
- * safetensors.c). Not part of the public API: only librecur's own files include it.
+ * model_internal.h — private structures of the model stack (model*.c, family_*.c, state.c,
+ * snapshot.c). Not part of the public API: only librecur's own files include it.
  *
  * Weights live in one owned arena. Per layer, the mixer's input projections are laid out
  * back to back so that they form a single [P][d] matrix (one GEMM per layer over a batch or a
@@ -26,6 +26,7 @@
 #include <stdint.h>
 #include "packed_gemm.h"
 #include "recur.h"
+#include "util.h"
 
 /* ---------------------------------------------------------------- config */
 
@@ -95,11 +96,6 @@ struct recur_model {
     int max_in;                 /* max n_in over layers */
 };
 
-/* Shape of a tensor role for a layer of kind `kind`; returns 0 when the role is absent. */
-int recur__tensor_shape(const recur_config *c, recur_mixer_kind kind, recur_layer_tensor t,
-                        int64_t shape[2], int *ndim);
-const char *recur__tensor_suffix(recur_layer_tensor t);
-
 /* One tensor of the model: its safetensors name, shape and place(s) in the arena. A tensor is
  * held as fp32 (ptr), as halves of the model's wtype (half), or both (embed of a tied half
  * model: fp32 for the lookup, halves for the LM head); the unused pointer is NULL. */
@@ -139,19 +135,10 @@ int recur__model_load_files_opt(const char *config_path, const char *weights_pat
  * free it). After this, recur__weight's pointers to matrices point at packed data. */
 int recur__model_finish(recur_model *m);
 
-/* Validate a safetensors file against config c, allocate the model (matrices kept in the file's
- * half type when keep_half and every matrix tensor has that one half type; fp32 otherwise) and
- * read every weight into it. *out is then ready for recur__model_finish. */
-int recur__safetensors_load(const recur_config *c, const char *path, int keep_half, recur_model **out);
-
 /* Large long-lived buffers (weights, workspaces): anonymous mappings with transparent huge
  * pages requested (first touch and TLB reach, CONVENTIONS.md); zero-filled. NULL on failure. */
 void *recur__big_alloc(size_t bytes);
 void recur__big_free(void *p, size_t bytes);
-
-/* FNV-1a 64 */
-#define RECUR_FNV_OFFSET 0xcbf29ce484222325ULL
-uint64_t recur__fnv1a(uint64_t h, const void *data, size_t n);
 
 /* ---------------------------------------------------------------- state */
 

@@ -9,14 +9,10 @@
 #include <string.h>
 #include "exp_nonpos.h"
 #include "recur.h"
+#include "util.h"
 
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
+/* ids are held in float scratch (see cmp_desc): exact for integers up to 2^24 */
+#define SAMPLE_MAX_VOCAB (1 << 24)
 
 void recur_log_softmax(const float *logits, int vocab, float *out)
 {
@@ -108,9 +104,9 @@ static int cmp_desc(const void *a, const void *b, void *ctx)
 int recur_sample(const float *logits, int vocab, const recur_sampler_params *p, uint64_t *rng,
                  float *scratch)
 {
-    if (!logits || !p || !rng || vocab <= 0 || vocab > (1 << 24)) return RECUR_EINVAL;
+    if (!logits || !p || !rng || vocab <= 0 || vocab > SAMPLE_MAX_VOCAB) return RECUR_EINVAL;
     if (isnan(p->temperature) || isnan(p->top_p)) return RECUR_ENONFINITE;
-    double u = (double)(splitmix64(rng) >> 11) * 0x1.0p-53; /* [0, 1) */
+    double u = recur__uniform01(rng);
 
     int best = 0;
     for (int i = 0; i < vocab; i++) {

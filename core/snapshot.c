@@ -15,10 +15,10 @@
 #define SNAP_VERSION 1u
 #define SNAP_HEADER 40
 
-static void put_u32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static void put_u64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static uint32_t get_u32(const uint8_t *p) { uint32_t v = 0; for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i); return v; }
-static uint64_t get_u64(const uint8_t *p) { uint64_t v = 0; for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i); return v; }
+#define put_u32 recur__put_le32 /* util.h */
+#define put_u64 recur__put_le64
+#define get_u32 recur__get_le32
+#define get_u64 recur__get_le64
 
 /* Payload bytes for a state of model m having seen n tokens; 0 on overflow for absurd n. */
 static int payload_bytes(const recur_model *m, uint64_t n, uint64_t *out)

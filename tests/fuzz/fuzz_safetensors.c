@@ -1,6 +1,6 @@
 /*
  * fuzz_safetensors.c — libFuzzer target: the model loader (recur_model_load_files: config JSON
- * + safetensors weights, core/model.c and core/safetensors.c).
+ * + safetensors weights, core/model_load.c, core/family_native.c and core/safetensors.c).
  *
  * Input byte 0 picks one of the tiny configs of fuzz_configs.h (mod 3); the rest is written to
  * a safetensors file in /dev/shm (the loader mmaps a path; core has no in-memory entry point).

@@ -77,7 +77,7 @@ SUFFIX = ["attn_norm.weight", "mixer.q_proj.weight", "mixer.k_proj.weight", "mix
 
 
 def tensor_table(c):
-    """(name, shape) in the order of core/model.c's recur__weight (docs/MODEL.md)."""
+    """(name, shape) in the order of core/model.c's recur__weight (the native family's tensors) (docs/MODEL.md)."""
     d, H, K, V, ff = c["d_model"], c["n_heads"], c["head_k"], c["head_v"], c["d_ff"]
     out = [("embed.weight", [c["vocab_size"], d]), ("norm_f.weight", [d])]
     if not c.get("tied_embeddings", True):
