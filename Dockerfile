@@ -8,7 +8,7 @@
 FROM debian:bookworm-slim AS build
 RUN apt-get update \
  && apt-get install -y --no-install-recommends build-essential pkg-config \
-      libuv1-dev libcjson-dev libopenblas-dev node-llhttp \
+      libuv1-dev libcjson-dev libopenblas-dev node-llhttp libpcre2-dev libutf8proc-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY Makefile ./
@@ -19,7 +19,7 @@ RUN make OPT="-O3 -Wno-psabi" build/recurd
 
 FROM debian:bookworm-slim
 RUN apt-get update \
- && apt-get install -y --no-install-recommends libuv1 libcjson1 libopenblas0-pthread curl \
+ && apt-get install -y --no-install-recommends libuv1 libcjson1 libopenblas0-pthread libpcre2-8-0 libutf8proc2 curl \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --user-group --home-dir /srv/recurd --shell /usr/sbin/nologin recurd \
  && mkdir -p /srv/recurd/state && chown recurd:recurd /srv/recurd/state && chmod 0700 /srv/recurd/state

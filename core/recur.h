@@ -236,6 +236,53 @@ void recur_log_softmax_consts(const float *logits, int vocab, float *out, float 
  * ties; NaN never ranks. Returns how many were written (<= k). */
 int recur_top_k(const float *x, int n, int k, int32_t *ids, float *vals);
 
+/* ---------------------------------------------------------------- tokenizer (docs/API.md §Tokenizers) */
+
+/* A tokenizer is immutable after load and shareable across threads (encode keeps a small
+ * internal cache behind a trylock). Three kinds: */
+#define RECUR_TOKENIZER_BYTES 0 /* today's byte tokenizer: id = byte value, vocab 256 */
+#define RECUR_TOKENIZER_HF 1    /* a Hugging Face tokenizer.json (BPE) */
+#define RECUR_TOKENIZER_RWKV 2  /* an RWKV World vocabulary (greedy longest byte match) */
+
+typedef struct recur_tokenizer recur_tokenizer;
+typedef struct recur_detok recur_detok; /* one streaming decode */
+
+/* path: a tokenizer.json, an RWKV vocab file (rwkv_vocab_*.txt), or a model folder holding
+ * tokenizer.json or rwkv_vocab_v20230424.txt (a folder with neither gets the byte tokenizer).
+ * Errors: RECUR_EIO (unreadable), RECUR_EFORMAT (malformed, or a construct not implemented),
+ * RECUR_ENOMEM. err (may be NULL) receives a message naming the file's offending part. */
+int recur_tokenizer_load(const char *path, recur_tokenizer **out, char *err, size_t errlen);
+int recur_tokenizer_load_json(const char *json, size_t len, recur_tokenizer **out, char *err, size_t errlen);
+int recur_tokenizer_load_rwkv(const char *text, size_t len, recur_tokenizer **out, char *err, size_t errlen);
+int recur_tokenizer_bytes(recur_tokenizer **out);
+void recur_tokenizer_free(recur_tokenizer *t);
+
+int recur_tokenizer_kind(const recur_tokenizer *t);
+/* The number of ids the tokenizer can produce or decode: highest id + 1, added tokens included. */
+int32_t recur_tokenizer_vocab_size(const recur_tokenizer *t);
+/* The i-th added token (tokenizer.json added_tokens, in file order): RECUR_ERANGE past the end. */
+int recur_tokenizer_added_token(const recur_tokenizer *t, size_t i, int32_t *id, const char **content,
+                                int *special);
+
+/* text [len] (UTF-8; invalid sequences are read as U+FFFD) -> *ids [*n], malloc'd: release with
+ * recur_tokenizer_release. add_special_tokens: apply the file's TemplateProcessing (BOS/EOS). */
+int recur_tokenizer_encode(const recur_tokenizer *t, const char *text, size_t len, int add_special_tokens,
+                           int32_t **ids, size_t *n);
+/* ids -> *text [*len] (NUL-terminated, valid UTF-8, malloc'd: recur_tokenizer_release).
+ * Ids >= vocab_size (a model's padded vocabulary) decode as empty text; a negative id is
+ * RECUR_ETOKEN. Special tokens decode as their content. */
+int recur_tokenizer_decode(const recur_tokenizer *t, const int32_t *ids, size_t n, char **text, size_t *len);
+void recur_tokenizer_release(void *p);
+
+/* Streaming decode: push ids one at a time; each push returns the text that is now complete
+ * (*text valid until the next call on d). Bytes of an unfinished UTF-8 sequence are held until it
+ * completes or is proven invalid (then U+FFFD, WHATWG rule); finish flushes what is held. The
+ * concatenation of all pushes and the finish equals recur_tokenizer_decode of all the ids. */
+int recur_detok_new(const recur_tokenizer *t, recur_detok **out);
+int recur_detok_push(recur_detok *d, int32_t id, const char **text, size_t *len);
+int recur_detok_finish(recur_detok *d, const char **text, size_t *len);
+void recur_detok_free(recur_detok *d);
+
 #ifdef __cplusplus
 }
 #endif

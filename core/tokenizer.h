@@ -1,0 +1,226 @@
+/*
+ * tokenizer.h — librecur's tokenizer internals (the public API is the tokenizer section of recur.h).
+ *
+ * One file per concern:
+ *   tokenizer_util.c     byte/id vectors, string and integer hash maps, byte tries, UTF-8 helpers
+ *   tokenizer_regex.c    Oniguruma patterns (tokenizer.json) rewritten for PCRE2; split and replace
+ *   tokenizer_text.c     normalizers (utf8proc) and pre-tokenizers
+ *   tokenizer_bpe.c      the BPE model: symbols, ranked merges, byte fallback, pre-token cache
+ *   tokenizer_json.c     tokenizer.json -> tk_hf (every construct not implemented is an error)
+ *   tokenizer_rwkv.c     RWKV World vocabulary: python-literal lines, greedy longest byte match
+ *   tokenizer_decode.c   ids -> bytes per token, the decoder chain, streaming WHATWG UTF-8
+ *   tokenizer.c          the public entry points: load (file, folder, buffer), encode, decode
+ */
+#ifndef RECUR_TOKENIZER_INTERNAL_H
+#define RECUR_TOKENIZER_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include "recur.h"
+
+/* ---------------------------------------------------------------- util */
+
+typedef struct { char *p; size_t n, cap; } tk_buf;
+int tk_buf_put(tk_buf *b, const void *s, size_t n);
+int tk_buf_putc(tk_buf *b, int c);
+int tk_buf_put_cp(tk_buf *b, uint32_t cp); /* UTF-8 encode */
+void tk_buf_free(tk_buf *b);
+
+typedef struct { int32_t *p; size_t n, cap; } tk_ids;
+int tk_ids_push(tk_ids *v, int32_t id);
+void tk_ids_free(tk_ids *v);
+
+/* A list of byte strings (pre-tokens): spans into one buffer. */
+typedef struct { size_t off, len; } tk_span;
+typedef struct { tk_buf text; tk_span *s; size_t n, cap; } tk_pieces;
+int tk_pieces_add(tk_pieces *p, const char *s, size_t n);
+void tk_pieces_reset(tk_pieces *p);
+void tk_pieces_free(tk_pieces *p);
+
+uint64_t tk_hash(const void *s, size_t n);
+
+/* Interning string map: each distinct key gets index 0, 1, 2, ... in insertion order. */
+typedef struct { uint32_t off, len; uint32_t hash; } tk_key;
+typedef struct {
+    uint32_t *slot; /* entry index + 1; 0 = empty */
+    size_t cap;     /* power of two */
+    tk_key *ent;
+    size_t n, ent_cap;
+    tk_buf keys;
+} tk_strmap;
+/* index of key, or -1 */
+int32_t tk_strmap_find(const tk_strmap *m, const char *s, size_t n);
+/* index of key, inserting it when absent (*added = 1); negative RECUR_E* on failure */
+int32_t tk_strmap_intern(tk_strmap *m, const char *s, size_t n, int *added);
+static inline const char *tk_strmap_key(const tk_strmap *m, int32_t i, size_t *n)
+{
+    *n = m->ent[i].len;
+    return m->keys.p + m->ent[i].off;
+}
+void tk_strmap_free(tk_strmap *m);
+
+/* uint64 -> int64 map (open addressing; key UINT64_MAX is reserved). */
+typedef struct { uint64_t *key; int64_t *val; size_t cap, n; } tk_u64map;
+int tk_u64map_put(tk_u64map *m, uint64_t k, int64_t v); /* overwrites */
+int tk_u64map_get(const tk_u64map *m, uint64_t k, int64_t *v); /* 1 found, 0 not */
+void tk_u64map_free(tk_u64map *m);
+
+/* Byte trie; node 0 is the root; value -1 = no string ends here. */
+typedef struct {
+    int32_t root[256]; /* child of the root per byte, or -1 */
+    tk_u64map edge;    /* (node << 8 | byte) -> child */
+    int32_t *value;
+    size_t n, cap;
+    uint8_t first[32]; /* bit set of first bytes */
+} tk_trie;
+int tk_trie_init(tk_trie *t);
+int tk_trie_add(tk_trie *t, const char *s, size_t n, int32_t value); /* overwrites */
+/* Longest string starting at s[0]; returns its length (0 = none) and *value. */
+size_t tk_trie_longest(const tk_trie *t, const char *s, size_t n, int32_t *value);
+void tk_trie_free(tk_trie *t);
+
+/* UTF-8: length of the valid prefix; tk_utf8_sanitize replaces every invalid sequence by U+FFFD
+ * (WHATWG "maximal subpart" rule) into out. */
+size_t tk_utf8_valid_prefix(const char *s, size_t n);
+int tk_utf8_sanitize(const char *s, size_t n, tk_buf *out);
+/* Decode one code point of valid UTF-8 at s; returns its length. */
+size_t tk_utf8_next(const char *s, uint32_t *cp);
+static inline size_t tk_utf8_len(unsigned char c)
+{
+    return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+}
+
+/* ---------------------------------------------------------------- regex */
+
+typedef struct {
+    pcre2_code *code;
+    int literal; /* compiled from a String pattern */
+} tk_regex;
+/* Compile an Oniguruma pattern (as tokenizer.json writes it) or a literal string. On error a
+ * message naming the construct goes to err. */
+int tk_regex_compile(tk_regex *r, const char *pat, size_t n, int literal, int js_native_space,
+                     char *err, size_t errlen);
+void tk_regex_free(tk_regex *r);
+/* Calls fn(start, end) for every match, JS matchAll order (an empty match advances one code
+ * point). Returns 0, or RECUR_ERANGE when the match limit is hit. */
+typedef int (*tk_match_fn)(void *ctx, size_t start, size_t end, pcre2_match_data *md);
+int tk_regex_each(const tk_regex *r, const char *s, size_t n, tk_match_fn fn, void *ctx);
+/* JS String.prototype.replaceAll(regex, content) semantics. */
+int tk_regex_replace(const tk_regex *r, const char *s, size_t n, const char *with, size_t wn,
+                     tk_buf *out);
+
+/* ---------------------------------------------------------------- normalizers, pre-tokenizers */
+
+typedef enum { TK_NM_NFC, TK_NM_NFKC, TK_NM_NFD, TK_NM_NFKD, TK_NM_PREPEND, TK_NM_REPLACE,
+               TK_NM_LOWERCASE } tk_nm_kind;
+typedef struct {
+    tk_nm_kind kind;
+    char *str; size_t str_len;         /* Prepend text, Replace content */
+    tk_regex re;                       /* Replace pattern */
+} tk_normalizer;
+/* Apply every normalizer in order: in -> out (out is reset first). */
+int tk_normalize(const tk_normalizer *nm, size_t n_nm, const char *s, size_t n, tk_buf *out);
+
+typedef enum { TK_PT_BYTELEVEL, TK_PT_SPLIT, TK_PT_METASPACE, TK_PT_DIGITS } tk_pt_kind;
+typedef enum { TK_SPLIT_ISOLATED, TK_SPLIT_REMOVED, TK_SPLIT_MERGED_PREV, TK_SPLIT_MERGED_NEXT,
+               TK_SPLIT_CONTIGUOUS } tk_split_behavior;
+typedef struct {
+    tk_pt_kind kind;
+    int add_prefix_space, use_regex;   /* ByteLevel */
+    tk_regex re;                       /* ByteLevel (use_regex), Split, Digits */
+    tk_split_behavior behavior; int invert;
+    char *repl; size_t repl_len;       /* Metaspace replacement */
+    int prepend_scheme;                /* Metaspace: 0 always, 1 first, 2 never */
+} tk_pretok;
+/* Run the pre-tokenizers over one normalized section: pieces are appended to out.
+ * section_index is the index of the section among the added-token split (Metaspace "first"). */
+int tk_pretokenize(const tk_pretok *pt, size_t n_pt, const char *s, size_t n, size_t section_index,
+                   tk_pieces *out, tk_pieces *scratch);
+
+/* ---------------------------------------------------------------- BPE */
+
+typedef struct tk_cache tk_cache;
+typedef struct {
+    tk_strmap syms;         /* vocab keys, merge parts and merge results (raw bytes when byte_level) */
+    int32_t *sym_id;        /* symbol -> vocab id, or -1 */
+    size_t sym_cap;
+    tk_u64map merges;       /* (left << 32 | right) -> (rank << 32 | merged symbol) */
+    int32_t byte_sym[256];  /* byte_level: the symbol of each single byte */
+    int32_t fallback[256];  /* id of <0xXX>, or -1 */
+    int byte_level, byte_fallback, ignore_merges, fuse_unk;
+    int32_t unk_id;         /* -1 none */
+    char *prefix; size_t prefix_len; /* continuing_subword_prefix */
+    char *suffix; size_t suffix_len; /* end_of_word_suffix */
+    tk_cache *cache;
+} tk_bpe;
+int tk_bpe_init(tk_bpe *b);
+void tk_bpe_free(tk_bpe *b);
+int32_t tk_bpe_symbol(tk_bpe *b, const char *s, size_t n); /* intern; grows sym_id */
+/* Encode one pre-token; *last_unk carries fuse_unk across the pre-tokens of a section. */
+int tk_bpe_word(const tk_bpe *b, const char *s, size_t n, tk_ids *out, int *last_unk);
+
+/* ---------------------------------------------------------------- decoders */
+
+typedef enum { TK_DC_BYTELEVEL, TK_DC_BYTEFALLBACK, TK_DC_FUSE, TK_DC_STRIP, TK_DC_REPLACE,
+               TK_DC_METASPACE } tk_dc_kind;
+typedef struct {
+    tk_dc_kind kind;
+    char *a; size_t a_len;   /* Strip content, Replace pattern (String), Metaspace replacement */
+    char *b; size_t b_len;   /* Replace content */
+    tk_regex re; int has_re; /* Replace with a Regex pattern */
+    int start, stop;         /* Strip */
+} tk_decoder;
+
+/* ---------------------------------------------------------------- the tokenizer */
+
+typedef struct {
+    char *content; size_t len;
+    int32_t id;
+    int special, lstrip, rstrip, single_word, normalized;
+    char *norm; size_t norm_len; /* normalized content (normalized tokens) */
+} tk_added;
+
+typedef struct {
+    tk_normalizer *nm; size_t n_nm;
+    tk_pretok *pt; size_t n_pt;
+    tk_bpe bpe;
+    tk_added *added; size_t n_added;
+    tk_trie added_raw, added_norm; /* content -> added index */
+    tk_strmap added_exact;         /* content and normalized content -> added index (values) */
+    int32_t *added_exact_idx;
+    tk_decoder *dc; size_t n_dc; int has_decoder;
+    int32_t *tmpl; size_t n_tmpl; int tmpl_seq_pos; /* TemplateProcessing "single" */
+    int has_template;
+    /* id -> token string for decoding (raw bytes when byte_level) */
+    tk_span *vocab; size_t n_vocab; tk_buf vocab_text;
+    int32_t *added_of_id; /* id -> added index or -1 */
+} tk_hf;
+
+typedef struct {
+    tk_trie trie;         /* byte string -> id */
+    tk_span *tok; size_t n_tok; tk_buf text; /* id -> bytes */
+} tk_rwkv;
+
+struct recur_tokenizer {
+    int kind; /* RECUR_TOKENIZER_* */
+    int32_t vocab_size;
+    tk_hf *hf;
+    tk_rwkv *rwkv;
+};
+
+int tk_hf_load(const char *json, size_t len, tk_hf **out, int32_t *vocab_size, char *err, size_t errlen);
+void tk_hf_free(tk_hf *h);
+int tk_hf_encode(const tk_hf *h, const char *s, size_t n, int add_special, tk_ids *out);
+
+int tk_rwkv_load(const char *text, size_t len, tk_rwkv **out, int32_t *vocab_size, char *err, size_t errlen);
+void tk_rwkv_free(tk_rwkv *r);
+int tk_rwkv_encode(const tk_rwkv *r, const char *s, size_t n, tk_ids *out);
+
+void tk_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,382 @@
+/* tokenizer_util.c — vectors, hash maps, byte tries and UTF-8 helpers of the tokenizer. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokenizer.h"
+
+void tk_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || !errlen) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* ---------------------------------------------------------------- vectors */
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap) return 0;
+    size_t c = *cap ? *cap : 16;
+    while (c < need) {
+        if (c > SIZE_MAX / 2 / elem) return RECUR_ENOMEM;
+        c *= 2;
+    }
+    void *q = realloc(*p, c * elem);
+    if (!q) return RECUR_ENOMEM;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+int tk_buf_put(tk_buf *b, const void *s, size_t n)
+{
+    if (n > SIZE_MAX - b->n - 1) return RECUR_ENOMEM;
+    if (grow((void **)&b->p, &b->cap, b->n + n + 1, 1)) return RECUR_ENOMEM;
+    if (n) memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return 0;
+}
+
+int tk_buf_putc(tk_buf *b, int c)
+{
+    char ch = (char)c;
+    return tk_buf_put(b, &ch, 1);
+}
+
+int tk_buf_put_cp(tk_buf *b, uint32_t cp)
+{
+    char u[4];
+    size_t n;
+    if (cp < 0x80) { u[0] = (char)cp; n = 1; }
+    else if (cp < 0x800) { u[0] = (char)(0xC0 | cp >> 6); u[1] = (char)(0x80 | (cp & 63)); n = 2; }
+    else if (cp < 0x10000) {
+        u[0] = (char)(0xE0 | cp >> 12); u[1] = (char)(0x80 | (cp >> 6 & 63)); u[2] = (char)(0x80 | (cp & 63)); n = 3;
+    } else {
+        u[0] = (char)(0xF0 | cp >> 18); u[1] = (char)(0x80 | (cp >> 12 & 63));
+        u[2] = (char)(0x80 | (cp >> 6 & 63)); u[3] = (char)(0x80 | (cp & 63)); n = 4;
+    }
+    return tk_buf_put(b, u, n);
+}
+
+void tk_buf_free(tk_buf *b)
+{
+    free(b->p);
+    memset(b, 0, sizeof *b);
+}
+
+int tk_ids_push(tk_ids *v, int32_t id)
+{
+    if (v->n == v->cap && grow((void **)&v->p, &v->cap, v->n + 1, sizeof *v->p)) return RECUR_ENOMEM;
+    v->p[v->n++] = id;
+    return 0;
+}
+
+void tk_ids_free(tk_ids *v)
+{
+    free(v->p);
+    memset(v, 0, sizeof *v);
+}
+
+int tk_pieces_add(tk_pieces *p, const char *s, size_t n)
+{
+    if (p->n == p->cap && grow((void **)&p->s, &p->cap, p->n + 1, sizeof *p->s)) return RECUR_ENOMEM;
+    size_t off = p->text.n;
+    if (tk_buf_put(&p->text, s, n)) return RECUR_ENOMEM;
+    p->s[p->n].off = off;
+    p->s[p->n].len = n;
+    p->n++;
+    return 0;
+}
+
+void tk_pieces_reset(tk_pieces *p)
+{
+    p->n = 0;
+    p->text.n = 0;
+}
+
+void tk_pieces_free(tk_pieces *p)
+{
+    tk_buf_free(&p->text);
+    free(p->s);
+    memset(p, 0, sizeof *p);
+}
+
+/* ---------------------------------------------------------------- hashing */
+
+uint64_t tk_hash(const void *s, size_t n)
+{
+    /* FNV-1a over 8-byte words, then a murmur finaliser. */
+    const unsigned char *p = s;
+    uint64_t h = 0xcbf29ce484222325ull ^ n;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0x100000001b3ull;
+        h ^= h >> 29;
+        p += 8;
+        n -= 8;
+    }
+    uint64_t w = 0;
+    memcpy(&w, p, n);
+    h = (h ^ w) * 0x100000001b3ull;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
+    return h;
+}
+
+static inline uint64_t mix64(uint64_t k)
+{
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdull;
+    k ^= k >> 33;
+    k *= 0xc4ceb9fe1a85ec53ull;
+    k ^= k >> 33;
+    return k;
+}
+
+/* ---------------------------------------------------------------- string map */
+
+int32_t tk_strmap_find(const tk_strmap *m, const char *s, size_t n)
+{
+    if (!m->cap) return -1;
+    uint32_t h = (uint32_t)tk_hash(s, n);
+    size_t mask = m->cap - 1;
+    for (size_t i = h & mask;; i = (i + 1) & mask) {
+        uint32_t e = m->slot[i];
+        if (!e) return -1;
+        const tk_key *k = &m->ent[e - 1];
+        if (k->hash == h && k->len == n && !memcmp(m->keys.p + k->off, s, n)) return (int32_t)(e - 1);
+    }
+}
+
+static int strmap_rehash(tk_strmap *m, size_t cap)
+{
+    uint32_t *slot = calloc(cap, sizeof *slot);
+    if (!slot) return RECUR_ENOMEM;
+    for (size_t e = 0; e < m->n; e++) {
+        size_t i = m->ent[e].hash & (cap - 1);
+        while (slot[i]) i = (i + 1) & (cap - 1);
+        slot[i] = (uint32_t)(e + 1);
+    }
+    free(m->slot);
+    m->slot = slot;
+    m->cap = cap;
+    return 0;
+}
+
+int32_t tk_strmap_intern(tk_strmap *m, const char *s, size_t n, int *added)
+{
+    if (added) *added = 0;
+    int32_t f = tk_strmap_find(m, s, n);
+    if (f >= 0) return f;
+    if (n > UINT32_MAX / 2 || m->keys.n > UINT32_MAX / 2 || m->n >= INT32_MAX / 2) return RECUR_ESHAPE;
+    if ((m->n + 1) * 2 > m->cap && strmap_rehash(m, m->cap ? m->cap * 2 : 64)) return RECUR_ENOMEM;
+    if (m->n == m->ent_cap && grow((void **)&m->ent, &m->ent_cap, m->n + 1, sizeof *m->ent)) return RECUR_ENOMEM;
+    size_t off = m->keys.n;
+    if (tk_buf_put(&m->keys, s, n)) return RECUR_ENOMEM;
+    uint32_t h = (uint32_t)tk_hash(s, n);
+    m->ent[m->n] = (tk_key){(uint32_t)off, (uint32_t)n, h};
+    size_t i = h & (m->cap - 1);
+    while (m->slot[i]) i = (i + 1) & (m->cap - 1);
+    m->slot[i] = (uint32_t)(m->n + 1);
+    if (added) *added = 1;
+    return (int32_t)m->n++;
+}
+
+void tk_strmap_free(tk_strmap *m)
+{
+    free(m->slot);
+    free(m->ent);
+    tk_buf_free(&m->keys);
+    memset(m, 0, sizeof *m);
+}
+
+/* ---------------------------------------------------------------- u64 map */
+
+#define EMPTY_KEY UINT64_MAX
+
+static int u64map_rehash(tk_u64map *m, size_t cap)
+{
+    uint64_t *key = malloc(cap * sizeof *key);
+    int64_t *val = malloc(cap * sizeof *val);
+    if (!key || !val) { free(key); free(val); return RECUR_ENOMEM; }
+    memset(key, 0xff, cap * sizeof *key);
+    for (size_t j = 0; j < m->cap; j++) {
+        if (m->key[j] == EMPTY_KEY) continue;
+        size_t i = mix64(m->key[j]) & (cap - 1);
+        while (key[i] != EMPTY_KEY) i = (i + 1) & (cap - 1);
+        key[i] = m->key[j];
+        val[i] = m->val[j];
+    }
+    free(m->key);
+    free(m->val);
+    m->key = key;
+    m->val = val;
+    m->cap = cap;
+    return 0;
+}
+
+int tk_u64map_put(tk_u64map *m, uint64_t k, int64_t v)
+{
+    if (k == EMPTY_KEY) return RECUR_EINVAL;
+    if ((m->n + 1) * 2 > m->cap && u64map_rehash(m, m->cap ? m->cap * 2 : 64)) return RECUR_ENOMEM;
+    size_t mask = m->cap - 1;
+    for (size_t i = mix64(k) & mask;; i = (i + 1) & mask) {
+        if (m->key[i] == k) { m->val[i] = v; return 0; }
+        if (m->key[i] == EMPTY_KEY) {
+            m->key[i] = k;
+            m->val[i] = v;
+            m->n++;
+            return 0;
+        }
+    }
+}
+
+int tk_u64map_get(const tk_u64map *m, uint64_t k, int64_t *v)
+{
+    if (!m->cap) return 0;
+    size_t mask = m->cap - 1;
+    for (size_t i = mix64(k) & mask;; i = (i + 1) & mask) {
+        if (m->key[i] == k) { *v = m->val[i]; return 1; }
+        if (m->key[i] == EMPTY_KEY) return 0;
+    }
+}
+
+void tk_u64map_free(tk_u64map *m)
+{
+    free(m->key);
+    free(m->val);
+    memset(m, 0, sizeof *m);
+}
+
+/* ---------------------------------------------------------------- trie */
+
+int tk_trie_init(tk_trie *t)
+{
+    memset(t, 0, sizeof *t);
+    for (int i = 0; i < 256; i++) t->root[i] = -1;
+    t->value = malloc(16 * sizeof *t->value);
+    if (!t->value) return RECUR_ENOMEM;
+    t->cap = 16;
+    t->n = 1;
+    t->value[0] = -1;
+    return 0;
+}
+
+int tk_trie_add(tk_trie *t, const char *s, size_t n, int32_t value)
+{
+    if (!n) return RECUR_EINVAL;
+    int32_t node = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        int32_t child = -1;
+        int64_t v;
+        if (node == 0) child = t->root[c];
+        else if (tk_u64map_get(&t->edge, (uint64_t)node << 8 | c, &v)) child = (int32_t)v;
+        if (child < 0) {
+            if (t->n >= INT32_MAX) return RECUR_ESHAPE;
+            if (grow((void **)&t->value, &t->cap, t->n + 1, sizeof *t->value)) return RECUR_ENOMEM;
+            child = (int32_t)t->n++;
+            t->value[child] = -1;
+            if (node == 0) t->root[c] = child;
+            else if (tk_u64map_put(&t->edge, (uint64_t)node << 8 | c, child)) return RECUR_ENOMEM;
+        }
+        node = child;
+    }
+    t->value[node] = value;
+    t->first[(unsigned char)s[0] >> 3] |= (uint8_t)(1u << ((unsigned char)s[0] & 7));
+    return 0;
+}
+
+size_t tk_trie_longest(const tk_trie *t, const char *s, size_t n, int32_t *value)
+{
+    if (!n || !(t->first[(unsigned char)s[0] >> 3] & (1u << ((unsigned char)s[0] & 7)))) return 0;
+    int32_t node = t->root[(unsigned char)s[0]];
+    size_t best = 0;
+    for (size_t i = 1;; i++) {
+        if (t->value[node] >= 0) { best = i; *value = t->value[node]; }
+        if (i == n) break;
+        int64_t v;
+        if (!tk_u64map_get(&t->edge, (uint64_t)node << 8 | (unsigned char)s[i], &v)) break;
+        node = (int32_t)v;
+    }
+    return best;
+}
+
+void tk_trie_free(tk_trie *t)
+{
+    tk_u64map_free(&t->edge);
+    free(t->value);
+    memset(t, 0, sizeof *t);
+}
+
+/* ---------------------------------------------------------------- UTF-8 */
+
+/* WHATWG UTF-8 decoder step: length of the maximal valid sequence or subpart at s (n >= 1);
+ * *ok = 1 when it is a complete valid sequence. */
+static size_t utf8_step(const unsigned char *s, size_t n, int *ok)
+{
+    unsigned char c = s[0];
+    *ok = 0;
+    if (c < 0x80) { *ok = 1; return 1; }
+    size_t need;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) need = 1;
+    else if (c >= 0xE0 && c <= 0xEF) { need = 2; if (c == 0xE0) lo = 0xA0; if (c == 0xED) hi = 0x9F; }
+    else if (c >= 0xF0 && c <= 0xF4) { need = 3; if (c == 0xF0) lo = 0x90; if (c == 0xF4) hi = 0x8F; }
+    else return 1;
+    size_t i = 1;
+    for (; i <= need; i++) {
+        if (i >= n || s[i] < lo || s[i] > hi) return i;
+        lo = 0x80;
+        hi = 0xBF;
+    }
+    *ok = 1;
+    return i;
+}
+
+size_t tk_utf8_valid_prefix(const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n) {
+        if (u[i] < 0x80) { i++; continue; }
+        int ok;
+        size_t l = utf8_step(u + i, n - i, &ok);
+        if (!ok) return i;
+        i += l;
+    }
+    return n;
+}
+
+int tk_utf8_sanitize(const char *s, size_t n, tk_buf *out)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    out->n = 0;
+    size_t i = 0;
+    while (i < n) {
+        int ok;
+        size_t l = utf8_step(u + i, n - i, &ok);
+        if (ok ? tk_buf_put(out, s + i, l) : tk_buf_put(out, "\xEF\xBF\xBD", 3)) return RECUR_ENOMEM;
+        i += l;
+    }
+    return tk_buf_put(out, "", 0);
+}
+
+size_t tk_utf8_next(const char *s, uint32_t *cp)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    if (u[0] < 0x80) { *cp = u[0]; return 1; }
+    if (u[0] < 0xE0) { *cp = (uint32_t)(u[0] & 0x1F) << 6 | (u[1] & 0x3F); return 2; }
+    if (u[0] < 0xF0) { *cp = (uint32_t)(u[0] & 0x0F) << 12 | (uint32_t)(u[1] & 0x3F) << 6 | (u[2] & 0x3F); return 3; }
+    *cp = (uint32_t)(u[0] & 0x07) << 18 | (uint32_t)(u[1] & 0x3F) << 12 | (uint32_t)(u[2] & 0x3F) << 6 | (u[3] & 0x3F);
+    return 4;
+}
