@@ -35,6 +35,31 @@ static void begin(proto_buf *b, proto_framing f)
         proto_buf_append(b, "data: ", 6);
 }
 
+/* An SSE event with an id: "id: <pos>" for a token's event, "id: done" for the last one. */
+static void begin_id(proto_buf *b, proto_framing f, const uint64_t *pos)
+{
+    if (f != PROTO_FRAME_SSE)
+        return;
+    if (pos) {
+        proto_buf_append(b, "id: ", 4);
+        put_u64(b, (unsigned long long)*pos);
+        proto_buf_append(b, "\n", 1);
+    } else {
+        proto_buf_append(b, "id: done\n", 9);
+    }
+    begin(b, f);
+}
+
+const char *proto_frame_next(const char *p, const char *end, proto_framing f)
+{
+    if (f == PROTO_FRAME_SSE) {
+        const char *e = memmem(p, (size_t)(end - p), "\n\n", 2);
+        return e ? e + 2 : end;
+    }
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
+    return nl ? nl + 1 : end;
+}
+
 static void end(proto_buf *b, proto_framing f)
 {
     if (f == PROTO_FRAME_SSE)
@@ -46,7 +71,7 @@ static void end(proto_buf *b, proto_framing f)
 void proto_fold_line(proto_buf *b, proto_framing f, uint64_t pos, int32_t token, int has_logprob,
                      float logprob, const int32_t *top_ids, const float *top_lps, int n_top)
 {
-    begin(b, f);
+    begin_id(b, f, &pos);
     proto_buf_append(b, "{\"pos\":", 7);
     put_u64(b, (unsigned long long)pos);
     proto_buf_append(b, ",\"token\":", 9);
@@ -73,7 +98,7 @@ void proto_fold_line(proto_buf *b, proto_framing f, uint64_t pos, int32_t token,
 void proto_gen_line(proto_buf *b, proto_framing f, uint64_t pos, int32_t token, const char *text,
                     size_t text_len, float logprob)
 {
-    begin(b, f);
+    begin_id(b, f, &pos);
     proto_buf_append(b, "{\"pos\":", 7);
     put_u64(b, (unsigned long long)pos);
     proto_buf_append(b, ",\"token\":", 9);
@@ -88,7 +113,7 @@ void proto_gen_line(proto_buf *b, proto_framing f, uint64_t pos, int32_t token, 
 
 void proto_fold_done(proto_buf *b, proto_framing f, uint64_t tokens_seen)
 {
-    begin(b, f);
+    begin_id(b, f, NULL);
     proto_buf_append(b, "{\"done\":true,\"tokens_seen\":", 27);
     put_u64(b, (unsigned long long)tokens_seen);
     proto_buf_append(b, "}", 1);
@@ -99,7 +124,7 @@ void proto_fold_done(proto_buf *b, proto_framing f, uint64_t tokens_seen)
 
 void proto_gen_done(proto_buf *b, proto_framing f, const char *reason, uint64_t tokens_seen)
 {
-    begin(b, f);
+    begin_id(b, f, NULL);
     proto_buf_puts(b, "{\"done\":true,\"reason\":");
     proto_buf_json_str(b, reason, strlen(reason));
     proto_buf_printf(b, ",\"tokens_seen\":%llu}", (unsigned long long)tokens_seen);

@@ -2,7 +2,9 @@
  * ndjson.h — the streamed lines of /tokens and /generate (DESIGN.md §5), NDJSON or SSE framing.
  *
  * Every line is one JSON object followed by "\n" (NDJSON); in SSE framing the same object is
- * sent as "data: {...}\n\n" and the stream ends with "data: [DONE]\n\n". Floats use "%.9g"
+ * sent as "data: {...}\n\n" and the stream ends with "data: [DONE]\n\n". In SSE a token's event
+ * carries "id: <pos>" and the last ({"done":true}) event "id: done", so a client that reconnects
+ * sends Last-Event-ID (the routes answer that with 204, never a second run). Floats use "%.9g"
  * (exact for float32) and a non-finite value is written as null, never as NaN.
  */
 #ifndef PROTO_NDJSON_H
@@ -17,6 +19,8 @@ typedef enum { PROTO_FRAME_NDJSON = 0, PROTO_FRAME_SSE = 1 } proto_framing;
 
 /* Content-Type of a stream in this framing. */
 const char *proto_frame_content_type(proto_framing f);
+/* The end of the first whole line (NDJSON) or event (SSE) in [p, end), or end. */
+const char *proto_frame_next(const char *p, const char *end, proto_framing f);
 
 /* /tokens line: {"pos":P,"token":T,"logprob":L|null,"top":[{"token":t,"logprob":l},...]}.
  * has_logprob 0 writes null (a session's very first token). top_ids/top_lps [n_top]. */

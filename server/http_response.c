@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <strings.h>
+
 #include "http_internal.h"
 
 typedef struct {
@@ -383,7 +385,11 @@ void srv_stream_begin(srv_conn *c, int status, const char *content_type)
     } else {
         c->stream_raw = 0;
     }
-    if (build_head(c, b, status, content_type, c->stream_raw ? 2 : 1, 0, NULL)) {
+    /* an event stream is never cached (what EventSource clients and proxies expect) */
+    const char *extra = content_type && !strncasecmp(content_type, "text/event-stream", 17)
+                            ? "Cache-Control: no-cache\r\n"
+                            : NULL;
+    if (build_head(c, b, status, content_type, c->stream_raw ? 2 : 1, 0, extra)) {
         srv_conn_close_now(c);
         return;
     }

@@ -330,9 +330,8 @@ void srv_ops_gen_progress(srv_work *w, void *appv)
     app->counters.tokens_generated += (uint64_t)g->taken_tokens;
     if (!op->cancelled) {
         const char *p = g->taken.data, *end = p + g->taken.len;
-        while (p < end) { /* NDJSON: "...\n"; SSE: "data: ...\n\n" (JSON has no raw newline) */
-            const char *nl = memchr(p, '\n', (size_t)(end - p));
-            const char *next = nl ? nl + 1 + (op->framing == PROTO_FRAME_SSE) : end;
+        while (p < end) { /* one line (NDJSON) or event (SSE) per chunk */
+            const char *next = proto_frame_next(p, end, op->framing);
             srv_stream_write(op->conn, p, (size_t)(next - p));
             p = next;
         }

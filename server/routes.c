@@ -12,6 +12,7 @@
 
 #include "app.h"
 #include "auth.h"
+#include "accept.h"
 #include "buf.h"
 #include "log.h"
 #include "metrics.h"
@@ -72,24 +73,6 @@ static proto_limits limits_of(const srv_app *app)
 {
     proto_limits l = {app->info->vocab_size, app->cfg.max_tokens_per_request};
     return l;
-}
-
-static int wants_sse(const char *accept)
-{
-    if (!accept)
-        return 0;
-    /* Any listed media range text/event-stream selects SSE. */
-    const char *p = accept;
-    while (*p) {
-        while (*p == ' ' || *p == ',')
-            p++;
-        if (media_is(p, "text/event-stream"))
-            return 1;
-        p = strchr(p, ',');
-        if (!p)
-            break;
-    }
-    return 0;
 }
 
 /* No session for the id: 404, or 503 + Retry-After when its snapshot exists but could not be
@@ -228,7 +211,7 @@ static void handle_tokens(srv_app *app, srv_conn *c, const srv_request *req, srv
     op->tokens = tr.tokens;
     op->n = tr.n;
     op->top_k = tr.top_k;
-    op->framing = wants_sse(req->accept) ? PROTO_FRAME_SSE : PROTO_FRAME_NDJSON;
+    op->framing = proto_negotiate_framing(req->accept);
     srv_ops_enqueue(op);
 }
 
@@ -245,7 +228,7 @@ static void handle_generate(srv_app *app, srv_conn *c, const srv_request *req, s
     if (!op)
         return;
     op->gen = g;
-    op->framing = wants_sse(req->accept) ? PROTO_FRAME_SSE : PROTO_FRAME_NDJSON;
+    op->framing = proto_negotiate_framing(req->accept);
     srv_ops_enqueue(op);
 }
 
@@ -287,6 +270,7 @@ enum {
     R_JSON = 1,    /* the body is JSON: Content-Type absent, application/json or curl's default */
     R_BLOB = 2,    /* the body is a state blob: application/octet-stream or curl's default */
     R_SESSION = 4, /* the path's {id} names a session: looked up (404 / 503) before the handler */
+    R_STREAM = 8,  /* a stream: an SSE reconnect (Last-Event-ID) is answered 204, never run again */
 };
 
 typedef struct {
@@ -304,8 +288,8 @@ static const route routes[] = {
     {"POST", "/v1/sessions/?", R_JSON, handle_create},
     {"GET", "/v1/sessions/{id}/?", R_SESSION, handle_get_session},
     {"DELETE", "/v1/sessions/{id}/?", R_SESSION, handle_delete},
-    {"POST", "/v1/sessions/{id}/tokens", R_JSON | R_SESSION, handle_tokens},
-    {"POST", "/v1/sessions/{id}/generate", R_JSON | R_SESSION, handle_generate},
+    {"POST", "/v1/sessions/{id}/tokens", R_JSON | R_SESSION | R_STREAM, handle_tokens},
+    {"POST", "/v1/sessions/{id}/generate", R_JSON | R_SESSION | R_STREAM, handle_generate},
     {"POST", "/v1/sessions/{id}/fork", R_JSON | R_SESSION, handle_fork},
     {"GET", "/v1/sessions/{id}/state", R_SESSION, handle_get_state},
     {"PUT", "/v1/sessions/{id}/state", R_BLOB | R_SESSION, handle_put_state},
@@ -365,6 +349,12 @@ static int checks_pass(srv_app *app, srv_conn *c, const srv_request *req, const 
             session_missing(app, c); /* 404 before 422: the resource comes first */
             return 0;
         }
+    }
+    if ((r->checks & R_STREAM) && req->last_event_id) {
+        /* an EventSource reconnecting after its stream ended (or broke): a stream is never
+         * resumed or run twice (it would fold again), and 204 is what stops the reconnecting */
+        srv_respond(c, 204, NULL, NULL, 0, NULL);
+        return 0;
     }
     return 1;
 }

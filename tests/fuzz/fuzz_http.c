@@ -45,6 +45,19 @@ static void on_request(srv_conn *c, const srv_request *r, void *app)
     }
 }
 
+/* A request with a body to /locked is refused from its head (as a wrong API key is): 401 before
+ * any 100 Continue or body byte, then the connection closes. */
+static int on_head(const srv_request *head, srv_refusal *r, void *app)
+{
+    if (strcmp(head->path, "/locked"))
+        return 0;
+    r->status = 401;
+    r->code = "unauthorized";
+    r->message = "locked";
+    r->extra_headers = "WWW-Authenticate: Bearer\r\n";
+    return 1;
+}
+
 static void on_close(srv_conn *c, void *app) {}
 static void on_drain(srv_conn *c, void *app) {}
 
@@ -63,7 +76,8 @@ static void init(void)
     l.keepalive_idle = 600000;
     l.send_stall_timeout = 600000;
     l.max_requests_per_conn = 50;
-    srv_http_callbacks cb = {.on_request = on_request, .on_close = on_close, .on_drain = on_drain};
+    srv_http_callbacks cb = {.on_request = on_request, .on_close = on_close, .on_drain = on_drain,
+                             .on_head = on_head};
     if (srv_server_start(&loop, "127.0.0.1", 0, &l, &cb, NULL, &server)) {
         fprintf(stderr, "fuzz_http: cannot listen\n");
         abort();

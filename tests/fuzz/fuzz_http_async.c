@@ -93,6 +93,19 @@ static void on_request(srv_conn *c, const srv_request *req, void *app)
     }
 }
 
+/* A request with a body to /locked is refused from its head (as a wrong API key is): 401 before
+ * any 100 Continue or body byte, then the connection closes. */
+static int on_head(const srv_request *head, srv_refusal *r, void *app)
+{
+    if (strcmp(head->path, "/locked"))
+        return 0;
+    r->status = 401;
+    r->code = "unauthorized";
+    r->message = "locked";
+    r->extra_headers = "WWW-Authenticate: Bearer\r\n";
+    return 1;
+}
+
 static void on_close(srv_conn *c, void *app) {}
 static void on_drain(srv_conn *c, void *app) {}
 
@@ -115,7 +128,7 @@ static void setup(void)
     l.write_high_watermark = 8192;
     l.write_low_watermark = 2048;
     l.max_connections = 4;
-    srv_http_callbacks cb = {on_request, on_close, on_drain};
+    srv_http_callbacks cb = {on_request, on_close, on_drain, on_head};
     if (srv_server_start(&g_loop, "127.0.0.1", 0, &l, &cb, NULL, &g_srv)) abort();
 }
 

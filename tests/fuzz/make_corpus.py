@@ -353,6 +353,19 @@ def seeds_http():
     add("upgrade", 0, "GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
     add("connect", 0, "CONNECT x:80 HTTP/1.1\r\nHost: x:80\r\n\r\n")
     add("trailer-bare-lf", 0, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX: y\n\r\n")
+    # issue 10: several chunk extensions (item 14), a refusal from the head before 100 Continue
+    # (item 11), Last-Event-ID (item 17)
+    multi_ext = ("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                 "3;a=1;b=2\r\nabc\r\n2;a;b;c=\"q; x\";d=4\r\nde\r\n0;last=1;more\r\nT: 1\r\n\r\n")
+    for mode, name in ((0, "whole"), (0 << 2 | 1, "by1"), (1 << 2 | 1, "by2"), (0x53, "random")):
+        add("chunk-exts-" + name, mode, multi_ext)
+    add("chunk-ext-bad-value", 0, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1;a=@\r\na\r\n0\r\n\r\n")
+    add("chunk-ext-quoted-pair", 0, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1;a=\"\\\"\"\r\na\r\n0\r\n\r\n")
+    add("chunk-exts-many", 0, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1" + ";n=v" * 20 + "\r\na\r\n0\r\n\r\n")
+    add("locked-expect-100", 2, "POST /locked HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n{}")
+    add("locked-chunked", 0, "POST /locked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n" + get)
+    add("locked-bodiless", 0, "GET /locked HTTP/1.1\r\nHost: x\r\n\r\n" + get)
+    add("last-event-id", 0, "GET /stream HTTP/1.1\r\nHost: x\r\nLast-Event-ID: 7\r\nAccept: text/event-stream, */*\r\n\r\n")
     add("garbage", 0, b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03")
     add("empty", 0, b"")
     return s
@@ -415,6 +428,20 @@ def seeds_server():
     add("v1-not-found", 0, req("GET", "/v1/nope"))
     add("queue-flood", 0, *[req("POST", "/v1/sessions/@S/tokens", '{"tokens":[2]}') for _ in range(6)])
     add("early-close", 0, "POST /v1/sessions/@S/generate HTTP/1.1\r\nHost: x\r\nContent-Length: 20\r\n\r\n{\"max")
+    # issue 10 item 17: SSE reconnects and Accept negotiation; item 14 on a real route
+    sse = "Accept: text/event-stream\r\n"
+    add("generate-reconnect", 0, req("POST", "/v1/sessions/@S/generate", '{"max_tokens":2}', sse),
+        req("POST", "/v1/sessions/@S/generate", '{"max_tokens":2}', sse + "Last-Event-ID: done\r\n"),
+        req("GET", "/v1/sessions/@S"))
+    add("tokens-reconnect", 0, req("POST", "/v1/sessions/@S/tokens", '{"tokens":[1]}', "Last-Event-ID: 3\r\n"))
+    add("accept-q-values", 0,
+        req("POST", "/v1/sessions/@S/tokens", '{"tokens":[1]}', "Accept: text/event-stream;q=0, */*\r\n"),
+        req("POST", "/v1/sessions/@S/tokens", '{"tokens":[2]}', "Accept: text/event-stream, */*;q=0.5\r\n"),
+        req("POST", "/v1/sessions/@S/generate", '{"max_tokens":1}', 'Accept: text/*;a="x,y";q=0.9, application/x-ndjson;q=0.8\r\n'))
+    add("chunked-exts", 1 << 2 | 1, "POST /v1/sessions/@S/tokens HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "6;a=1;b=2\r\n{\"text\r\n8;c;d=\"e\"\r\n\":\"abc\"}\r\n0;z=9\r\n\r\n")
+    add("expect-100-create", 2, "POST /v1/sessions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+        "Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
     return s
 
 
@@ -477,6 +504,7 @@ def main(argv):
     targets = {
         "safetensors": lambda: seeds_safetensors(configs),
         "snapshot": lambda: seeds_snapshot(configs),
+        "http": seeds_http,
         "http_async": seeds_http,
         "server": lambda: seeds_server() + state_put_seeds(),
     }

@@ -645,9 +645,10 @@ def test_generate_sse(d):
     assert r.status_code == 200
     assert r.headers["Content-Type"].startswith("text/event-stream")
     events = [e for e in r.text.split("\n\n") if e]
-    assert all(e.startswith("data: ") for e in events)
+    # "id: <pos>" / "id: done" then "data: {...}" (issue 10 item 17); [DONE] has no id of its own
+    assert all(e.startswith("id: ") and "\ndata: " in e for e in events[:-1])
     assert events[-1] == "data: [DONE]"
-    objs = [json.loads(e[6:]) for e in events[:-1]]
+    objs = [json.loads(e.split("\ndata: ", 1)[1]) for e in events[:-1]]
     assert len(objs) == 5 and objs[-1]["reason"] == "length" and objs[-1]["tokens_seen"] == 7
     # identical objects to the NDJSON stream with the same seed
     t = create(d, text="sse")

@@ -201,3 +201,103 @@ def test_non_loopback_host_still_needs_a_key():
     code, err = run_recurd(["--host", "0.0.0.0"], timeout=10.0)
     assert code == 2, (code, err)
     assert "refusing_insecure_bind" in err, err
+
+
+# ---------------------------------------------------------------------------- item 17
+
+def sse_events(text):
+    """[(id or None, data)] of an event stream (the fields recurd writes: id and data)."""
+    out = []
+    for block in text.split("\n\n"):
+        if not block:
+            continue
+        eid, data = None, None
+        for line in block.split("\n"):
+            field, _, value = line.partition(": ")
+            if field == "id":
+                eid = value
+            elif field == "data":
+                data = value
+        out.append((eid, data))
+    return out
+
+
+def tokens_seen(d, sid):
+    r = requests.get(d.url("/v1/sessions/%s" % sid), timeout=30)
+    assert r.status_code == 200, r.text
+    return r.json()["tokens_seen"]
+
+
+def test_sse_events_have_ids_and_no_cache():
+    with Daemon() as d:
+        sid = create(d, text="sse ids")["id"]
+        n0 = tokens_seen(d, sid)
+        r = requests.post(d.url("/v1/sessions/%s/generate" % sid), json={"max_tokens": 3, "seed": 1},
+                          headers={"Accept": "text/event-stream"}, timeout=30)
+        assert r.status_code == 200
+        assert r.headers["Content-Type"].startswith("text/event-stream")
+        assert r.headers.get("Cache-Control") == "no-cache", r.headers
+        ev = sse_events(r.text)
+        assert ev[-1] == ("done", "[DONE]") or ev[-1][1] == "[DONE]"
+        tokens = [(i, json.loads(data)) for i, data in ev[:-2]]
+        assert len(tokens) == 3
+        for i, obj in tokens:
+            assert i == str(obj["pos"]), (i, obj)
+        assert [obj["pos"] for _, obj in tokens] == [n0, n0 + 1, n0 + 2]
+        assert ev[-2][0] == "done" and json.loads(ev[-2][1])["done"] is True
+        # /tokens too
+        r = requests.post(d.url("/v1/sessions/%s/tokens" % sid), json={"tokens": [5, 6]},
+                          headers={"Accept": "text/event-stream"}, timeout=30)
+        ev = sse_events(r.text)
+        assert [e[0] for e in ev[:-1]] == [str(n0 + 3), str(n0 + 4), "done"], ev
+        assert r.headers.get("Cache-Control") == "no-cache"
+        # NDJSON streams carry no ids
+        r = requests.post(d.url("/v1/sessions/%s/tokens" % sid), json={"tokens": [7]}, timeout=30)
+        assert r.headers["Content-Type"].startswith("application/x-ndjson")
+        assert "id:" not in r.text
+
+
+def test_eventsource_reconnect_gets_204_and_does_not_fold_again():
+    """What an EventSource does when a stream ends: reconnect with Last-Event-ID (here the same
+    POST, as EventSource polyfills that POST do). recurd answers 204, which stops the
+    reconnecting, and folds nothing."""
+    with Daemon() as d:
+        sid = create(d, text="reconnect")["id"]
+        hdr = {"Accept": "text/event-stream"}
+        r = requests.post(d.url("/v1/sessions/%s/generate" % sid), json={"max_tokens": 4}, headers=hdr,
+                          timeout=30)
+        ids = [e[0] for e in sse_events(r.text) if e[0]]
+        last_id = ids[-1]
+        assert last_id == "done"
+        seen = tokens_seen(d, sid)
+        for path, body in (("generate", {"max_tokens": 4}), ("tokens", {"tokens": [1, 2, 3]})):
+            for lei in (last_id, ids[0], "x"):
+                rr = requests.post(d.url("/v1/sessions/%s/%s" % (sid, path)), json=body,
+                                   headers=dict(hdr, **{"Last-Event-ID": lei}), timeout=30)
+                assert rr.status_code == 204, (path, lei, rr.status_code, rr.text[:200])
+                assert rr.content == b""
+        assert tokens_seen(d, sid) == seen, "a reconnect folded again"
+        # a reconnect for a session that is gone: 404 (also stops an EventSource)
+        rr = requests.post(d.url("/v1/sessions/%s/generate" % ("0" * 32)), json={},
+                           headers={"Last-Event-ID": "done"}, timeout=30)
+        assert rr.status_code == 404
+
+
+def test_accept_media_ranges_and_q_values_choose_the_framing():
+    cases = [
+        ("text/event-stream, */*", "text/event-stream"),
+        ("*/*;q=0.8, text/event-stream", "text/event-stream"),
+        ("text/event-stream;q=0, */*", "application/x-ndjson"),
+        ("text/event-stream;q=0.5, application/x-ndjson", "application/x-ndjson"),
+        ("application/x-ndjson;q=0, */*", "text/event-stream"),
+        ("text/*", "text/event-stream"),
+        (None, "application/x-ndjson"),
+    ]
+    with Daemon() as d:
+        sid = create(d)["id"]
+        for accept, want in cases:
+            headers = {"Accept": accept} if accept else {}
+            r = requests.post(d.url("/v1/sessions/%s/tokens" % sid), json={"tokens": [1]},
+                              headers=headers, timeout=30)
+            assert r.status_code == 200, r.text
+            assert r.headers["Content-Type"].startswith(want), (accept, r.headers["Content-Type"])
