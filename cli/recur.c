@@ -179,8 +179,7 @@ static int cmd_info(const opts *o)
     for (int l = 0; l < i->n_layers; l++) printf(" %s", recur_mixer_name(i->mixers[l]));
     printf("\n");
     printf("tied_embeddings %s\n", i->tied_embeddings ? "yes" : "no");
-    int soft = 0;
-    for (int l = 0; l < i->n_layers; l++) soft |= i->mixers[l] == RECUR_MIXER_SOFTMAX;
+    int soft = i->softmax_layers > 0;
     if (soft) printf("max_context     %lld tokens\n", (long long)i->max_context);
     printf("parameters      %lld (%.2f M)\n", (long long)i->n_params, i->n_params / 1e6);
     printf("state_bytes     %zu per session (%.1f KiB)%s\n", i->state_bytes, i->state_bytes / 1024.0,
@@ -265,8 +264,7 @@ static int cmd_score(const opts *o)
     recur_model *m = open_model(o, dir);
     if (!m) { free(text); return 1; }
     const recur_model_info *info = recur_model_get_info(m);
-    int vocab = info->vocab_size, rc = 0, ret = 1, soft = 0;
-    for (int l = 0; l < info->n_layers; l++) soft |= info->mixers[l] == RECUR_MIXER_SOFTMAX;
+    int vocab = info->vocab_size, rc = 0, ret = 1, soft = info->softmax_layers > 0;
     /* a softmax layer bounds the context: the text is then scored in windows of max_context */
     int64_t window = soft ? info->max_context : INT64_MAX;
     int64_t piece_max = SCORE_PIECE < window ? SCORE_PIECE : window;
@@ -335,8 +333,7 @@ static int cmd_bench(const opts *o)
     const char *list = o->batches ? o->batches : "1,8,64";
     long steps = o->steps > 0 ? o->steps : 64;
     long P = o->prefill > 0 ? o->prefill : 4096;
-    int soft = 0;
-    for (int l = 0; l < info->n_layers; l++) soft |= info->mixers[l] == RECUR_MIXER_SOFTMAX;
+    int soft = info->softmax_layers > 0;
     if (soft && steps + 4 > info->max_context) {
         steps = info->max_context > 5 ? (long)info->max_context - 4 : 1;
         fprintf(stderr, "%s: bench: decode steps capped at %ld by max_context\n", prog, steps);

@@ -81,7 +81,7 @@ static int dr_check(const recur_dims *d, const float *q, const float *k, const f
 
 /* ---------------------------------------------------------------- recurrent */
 
-/* One token of one head (mixer.h):
+/* One token of one head:
  *   S' = eg S ;  u = b (v - S'^T k) ;  S = S' + k u^T ;  o = scale S^T q
  * in two passes over S (the first only reads it: u = b (v - eg (S^T k))). Columns go in blocks of
  * NZ <= DR_ZB vectors of 16 (GCC/clang vector extensions: one zmm each with AVX-512), the block's
@@ -127,7 +127,7 @@ static inline __attribute__((always_inline)) void dr_step_block(const int NZ, fl
         recur__v16_store(o + 16 * z, acc[z]);
 }
 
-void recur__delta_step(float *restrict S, const float *restrict q, const float *restrict k,
+static void dr_step(float *restrict S, const float *restrict q, const float *restrict k,
                        const float *restrict v, float b, float eg, float scale, int K, int V,
                        float *restrict o)
 {
@@ -170,7 +170,7 @@ static void dr_recurrent(const recur_dims *d, const float *q, const float *k, co
         for (int h = 0; h < H; h++) {
             const size_t row = (size_t)t * H + h;
             const float eg = g ? expf(g[row]) : 1.0f; /* g <= 0 */
-            recur__delta_step(S + (size_t)h * K * V, q + row * K, k + row * K, v + row * V,
+            dr_step(S + (size_t)h * K * V, q + row * K, k + row * K, v + row * V,
                               beta[row], eg, scale, K, V, o + row * V);
         }
 }

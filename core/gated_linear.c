@@ -152,7 +152,7 @@ static void load_row(float *restrict dst, const float *restrict src, int n, recu
 
 /* ---------------------------------------------------------------- recurrent form */
 
-/* One token of one head (mixer.h), decay a[i] = exp(g_t[i]) of key row i:
+/* One token of one head, decay a[i] = exp(g_t[i]) of key row i:
  *   S[i,:] = a_i S[i,:] + k_i v^T ;  o = sum_i q_i S[i,:]     (q already carries scale and phi)
  *   z[i]   = a_i z[i] + k_i       ;  den = sum_i q_i z[i]
  * Columns go in blocks of NZ <= 4 vectors of 16 (GL_ZB: 64 columns), the block's v and o held in
@@ -188,7 +188,7 @@ static inline __attribute__((always_inline)) void gl_step_block(const int NZ, fl
         recur__v16_store(o + 16 * z, acc[z]);
 }
 
-void recur__gl_step(float *restrict S, float *restrict z, float *restrict o, float *den,
+static void gl_step(float *restrict S, float *restrict z, float *restrict o, float *den,
                     const float *restrict q, const float *restrict k, const float *restrict v,
                     const float *restrict a, int K, int V)
 {
@@ -251,7 +251,7 @@ static void run_recurrent(const gl_problem *p)
                 break;
             }
             float den = 0.0f;
-            recur__gl_step(S, z, o, &den, qf, kf, p->v + row * V, af, K, V);
+            gl_step(S, z, o, &den, qf, kf, p->v + row * V, af, K, V);
             /* o_t = o_t / (scale phi(q_t)^T z_t + eps) */
             if (p->normalize) {
                 const float inv = 1.0f / (den + RECUR_LINEAR_EPS);

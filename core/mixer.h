@@ -4,9 +4,11 @@
  * Argument checks (mixer_check.c): every public mixer entry point validates its dimensions,
  * form and scale with these, so one rule holds for all of them.
  *
- * Per-head decode steps: each is defined in its mixer's own file, is that mixer's recurrent form
- * (the recurrent entry point loops it over tokens and heads), and is what the model's decode
- * calls (model_forward.c) — one home per recurrence. No validation, no allocation.
+ * Decode steps: each mixer's per-head step lives in its own file (gated_linear.c gl_step for
+ * linear attention, retention and GLA; delta_rule.c dr_step for DeltaNet and gated DeltaNet;
+ * softmax_attention.c recur__softmax_step below) and is that mixer's recurrent form, which is
+ * what the model's decode calls (model_forward.c) — one home per recurrence. The softmax steps
+ * are declared here because the model keeps the KV cache itself; no validation, no allocation.
  */
 #ifndef RECUR_MIXER_H
 #define RECUR_MIXER_H
@@ -47,19 +49,6 @@ static inline void recur__v16_store(float *p, recur__v16 x)
 }
 
 /* ---------------------------------------------------------------- decode steps */
-
-/* gated_linear.c — one token of one head of the gated-linear family (linear attention,
- * retention, GLA), S [K][V], decay a[i] of key row i, q already scaled and feature-mapped:
- *   S[i,:] = a_i S[i,:] + k_i v^T ;  o = S^T q
- *   z[i]   = a_i z[i] + k_i       ;  *den = q.z          (only when z != NULL)      */
-void recur__gl_step(float *S, float *z, float *o, float *den, const float *q, const float *k,
-                    const float *v, const float *a, int K, int V);
-
-/* delta_rule.c — one token of one head of (gated) DeltaNet, S [K][V], eg = exp(g) (1 for
- * DeltaNet), b = beta:
- *   S' = eg S ;  u = b (v - S'^T k) ;  S = S' + k u^T ;  o = scale S^T q      */
-void recur__delta_step(float *S, const float *q, const float *k, const float *v, float b,
-                       float eg, float scale, int K, int V, float *o);
 
 /* softmax_attention.c — one query row per head against keys [0, pos] of a KV cache
  * k_cache [..][H][K], v_cache [..][H][V] (row pos already written), q, o [H][V]:

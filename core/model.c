@@ -159,6 +159,8 @@ void recur__big_free(void *p, size_t bytes)
 }
 
 #define ALIGN_FLOATS 16 /* 64-byte alignment for every tensor group */
+#define ARENA_MAX_FLOATS ((size_t)1 << 31) /* 8 GiB of weights */
+#define CANON_MAX 2048 /* recur__config_canonical's text: 64 layers of mixer names fit */
 static size_t round_up(size_t n) { return (n + ALIGN_FLOATS - 1) / ALIGN_FLOATS * ALIGN_FLOATS; }
 
 int recur__model_alloc(const recur_config *c, recur_wtype wt, recur_model **out)
@@ -216,7 +218,7 @@ int recur__model_alloc(const recur_config *c, recur_wtype wt, recur_model **out)
 #undef TAKE_MATRIX
 #undef TAKE
         if (!pass) {
-            if (off > ((size_t)1 << 31)) { free(m); return RECUR_ESHAPE; } /* > 8 GiB */
+            if (off > ARENA_MAX_FLOATS) { free(m); return RECUR_ESHAPE; }
             m->arena_floats = off;
             m->arena = recur__big_alloc(off * sizeof(float));
             if (!m->arena) { free(m); return RECUR_ENOMEM; }
@@ -290,13 +292,14 @@ int recur__model_finish(recur_model *m)
     info->d_ff = c->d_ff;
     info->tied_embeddings = c->tied_embeddings;
     info->max_context = c->max_context;
+    info->softmax_layers = m->n_softmax;
     for (int l = 0; l < c->n_layers; l++) info->mixers[l] = c->mixers[l];
 
     /* fingerprint: FNV-1a 64 over the canonical config text, then every tensor's fp32 data in
      * table order (embed, norm_f, lm_head if untied, then each layer's tensors); a tensor held
      * in halves is hashed as its exact fp32 widening, so the fingerprint does not depend on
      * how the weights are held */
-    char canon[2048];
+    char canon[CANON_MAX];
     int n = recur__config_canonical(c, canon, sizeof canon);
     uint64_t h = recur__fnv1a(RECUR_FNV_OFFSET, canon, n > 0 ? (size_t)n : 0);
     int64_t params = 0;

@@ -17,6 +17,13 @@ static const char *const mixer_names[] = {
 };
 #define N_MIXERS ((int)(sizeof mixer_names / sizeof mixer_names[0]))
 
+/* bounds of docs/MODEL.md "Config" beyond recur.h's RECUR_MAX_* */
+#define MAX_D_MODEL 16384
+#define MAX_HEADS 1024
+#define MAX_D_FF 65536
+#define MAX_HEADS_DIM 65536 /* n_heads * head_k and n_heads * head_v */
+#define DEFAULT_MAX_CONTEXT 4096
+
 const char *recur_mixer_name(recur_mixer_kind kind)
 {
     if ((int)kind < 0 || (int)kind >= N_MIXERS) return "unknown";
@@ -55,13 +62,13 @@ static int parse_root(const cJSON *root, recur_config *c)
     memset(c, 0, sizeof *c);
     snprintf(c->name, sizeof c->name, "recur");
     c->tied_embeddings = 1;
-    c->max_context = 4096;
+    c->max_context = DEFAULT_MAX_CONTEXT;
     c->norm_eps = 1e-5;
 
     /* required integers: vocab_size, d_model, n_layers, n_heads, head_k, head_v, d_ff */
     static const struct { int key; int64_t lo, hi; } ints[] = {
-        {1, 2, RECUR_MAX_VOCAB}, {2, 1, 16384}, {3, 1, RECUR_MAX_LAYERS}, {4, 1, 1024},
-        {5, 1, RECUR_MAX_DIM}, {6, 1, RECUR_MAX_DIM}, {7, 1, 65536},
+        {1, 2, RECUR_MAX_VOCAB}, {2, 1, MAX_D_MODEL}, {3, 1, RECUR_MAX_LAYERS}, {4, 1, MAX_HEADS},
+        {5, 1, RECUR_MAX_DIM}, {6, 1, RECUR_MAX_DIM}, {7, 1, MAX_D_FF},
     };
     int *dst[] = {&c->vocab_size, &c->d_model, &c->n_layers, &c->n_heads, &c->head_k, &c->head_v, &c->d_ff};
     for (int i = 0; i < 7; i++) {
@@ -71,7 +78,7 @@ static int parse_root(const cJSON *root, recur_config *c)
         if (rc) return rc;
         *dst[i] = (int)v;
     }
-    if ((int64_t)c->n_heads * c->head_k > 65536 || (int64_t)c->n_heads * c->head_v > 65536)
+    if ((int64_t)c->n_heads * c->head_k > MAX_HEADS_DIM || (int64_t)c->n_heads * c->head_v > MAX_HEADS_DIM)
         return RECUR_ESHAPE;
 
     if (seen[0]) {

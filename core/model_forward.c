@@ -21,6 +21,7 @@
 
 #define PREFILL_PIECE 256 /* tokens per prefill piece (a multiple of the chunk) */
 #define PREFILL_CHUNK 64
+#define WS_MAX_BATCH 4096 /* sessions per batched step, at most */
 
 struct recur_workspace {
     const recur_model *m;
@@ -47,7 +48,7 @@ struct recur_workspace {
 int recur_workspace_create(const recur_model *m, int max_batch, recur_workspace **out)
 {
     if (!m || !out) return RECUR_EINVAL;
-    if (max_batch < 1 || max_batch > 4096) return RECUR_ESHAPE;
+    if (max_batch < 1 || max_batch > WS_MAX_BATCH) return RECUR_ESHAPE;
     const recur_config *c = &m->cfg;
     size_t R = (size_t)(max_batch > PREFILL_PIECE ? max_batch : PREFILL_PIECE);
     size_t d = (size_t)c->d_model, H = (size_t)c->n_heads, K = (size_t)c->head_k, V = (size_t)c->head_v;

@@ -153,6 +153,8 @@ typedef struct {
     size_t weight_bytes;                  /* bytes of weights held in memory (packed, padded) */
     char weights_dtype[8];                /* how the GEMM matrices are held: "F32", "F16" or "BF16"
                                            * (a half weights file stays half; results as fp32) */
+    int softmax_layers;                   /* layers with a KV cache; when > 0, max_context bounds
+                                           * a session (RECUR_ECONTEXT) and its state grows with it */
 } recur_model_info;
 
 typedef struct recur_model recur_model;         /* immutable after load; shareable across threads */

@@ -40,14 +40,6 @@ void srv_op_free(srv_op *op)
     free(op);
 }
 
-static int has_softmax(const recur_model_info *info)
-{
-    for (int i = 0; i < info->n_layers; i++)
-        if (info->mixers[i] == RECUR_MIXER_SOFTMAX)
-            return 1;
-    return 0;
-}
-
 static void op_error(srv_op *op, int status, const char *code, const char *message)
 {
     if (!op->cancelled)
@@ -224,7 +216,7 @@ static void stream_error_end(srv_op *op, int rc)
 /* Context still available for a session of a model with softmax layers. */
 static int64_t context_left(srv_app *app, srv_session *s)
 {
-    if (!has_softmax(app->info))
+    if (!app->info->softmax_layers)
         return INT64_MAX;
     return app->info->max_context - (int64_t)s->tokens_seen;
 }
