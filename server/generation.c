@@ -16,6 +16,7 @@ void srv_gen_init(srv_gen *g, const proto_generate_req *req, proto_framing frami
     g->rng = rng;
     atomic_init(&g->stop, 0);
     atomic_init(&g->hold, 0);
+    atomic_init(&g->yield, 0);
     proto_buf_init(&g->lines);
     proto_buf_init(&g->taken);
 }

@@ -8,7 +8,8 @@
  * token: after each step the worker appends the token's line to the stream's pending output
  * (under the scheduler's lock), and puts the item back on the ready queue, where it is batched
  * with whatever else is ready. It comes back to the loop (srv_sched's done callback) when it may
- * not continue (max_tokens, max_context, a stop string), when the loop raised `stop` or `hold`,
+ * not continue (max_tokens, max_context, a stop string), when the loop raised `stop`, `hold` or
+ * `yield`,
  * or when the loop has not taken its pending lines for SRV_GEN_BACKLOG bytes.
  */
 #ifndef SRV_GENERATION_H
@@ -44,6 +45,8 @@ typedef struct srv_gen {
     /* Raised by the loop at any time, read by the worker after each step. */
     atomic_int stop;         /* the client left, or the drain timed out: come back now */
     atomic_int hold;         /* the connection is above its high watermark: come back now */
+    atomic_int yield;        /* a snapshot round wants the state between two steps: come
+                              * back once (ops.c copies it and submits the generation again) */
 
     /* Under the scheduler's lock: lines produced and not yet taken by the loop. */
     proto_buf lines;

@@ -6,6 +6,7 @@
 #include <sys/random.h>
 
 #include "log.h"
+#include "residency.h"
 #include "responses.h"
 #include "state_blob.h"
 
@@ -130,6 +131,8 @@ static void submit_fold_slice(srv_op *op)
 {
     srv_app *app = op->app;
     srv_session *s = op->sess;
+    if (s->snap_wanted) /* a snapshot round is waiting for this boundary */
+        srv_residency_capture(app, s);
     srv_work *w = &op->work;
     memset(w, 0, sizeof *w);
     w->state = s->state;
@@ -160,6 +163,8 @@ static void submit_fold_slice(srv_op *op)
 static void submit_generation(srv_op *op)
 {
     srv_session *s = op->sess;
+    if (s->snap_wanted) /* the generation came back for this (generation.h, yield) */
+        srv_residency_capture(op->app, s);
     srv_work *w = &op->work;
     memset(w, 0, sizeof *w);
     w->kind = SRV_WORK_STEP;
@@ -176,6 +181,7 @@ static void submit_generation(srv_op *op)
     w->gen = &op->run;
     w->pos0 = s->tokens_seen;
     atomic_store(&op->run.hold, 0); /* continue_op submits only while the stream is writable */
+    atomic_store(&op->run.yield, 0);
     op->in_flight = 1;
     srv_sched_submit(op->app->sched, w);
 }

@@ -82,6 +82,7 @@ struct srv_residency {
     qitem *q;         /* ids waiting for a write slot (FIFO ring) */
     size_t q_head, q_len, q_cap;
     int inflight, evict_inflight;
+    int reserved;     /* write slots held for busy sessions until their next boundary */
 
     rmitem *rm;       /* removals pending */
     size_t n_rm, rm_cap;
@@ -100,6 +101,7 @@ struct srv_residency {
         quarantined, over_budget, deleted_files, expired_on_disk;
     uint64_t sync_evict_writes, sync_evict_us_total, sync_evict_us_max;
     uint64_t unlink_failures;
+    uint64_t busy_captures, capture_us_max; /* copies taken at a busy session's boundary */
     int degraded;
     char last_error[96];
     int load_error; /* the last hook_load failed transiently (srv_residency_take_load_error) */
@@ -370,8 +372,11 @@ static void write_ok(srv_residency *r, size_t len)
 }
 
 /* Drop an idle, clean session from memory; it stays on disk. */
+static void want_clear(srv_residency *r, srv_session *s);
+
 static void drop_clean(srv_residency *r, srv_session *s)
 {
+    want_clear(r, s);
     idx_put(r, s->id, 0, s->last_used_ms); /* idle_ttl still counts from the last use */
     srv_table_drop(r->app->table, s);
     r->evictions++;
@@ -430,6 +435,7 @@ static void work_cb(uv_work_t *req)
 /* Serialize s (no worker may be touching it) and hand the bytes to the threadpool. */
 static wjob *start_job(srv_residency *r, srv_session *s, wkind kind)
 {
+    want_clear(r, s); /* whatever wanted a copy of s gets this one */
     wjob *j = calloc(1, sizeof *j);
     if (!j)
         abort();
@@ -674,18 +680,69 @@ static void after_cb(uv_work_t *req, int status)
 }
 
 /* Hand one queued session to the threadpool (or drop it when it is clean and idle-due). */
+/* ---------------------------------------------------------------- busy sessions */
+
+/* A worker is computing on s: its state may be read only between two work items. */
+static int computing(const srv_session *s)
+{
+    return s->q_head && s->q_head->in_flight;
+}
+
+static void want_clear(srv_residency *r, srv_session *s)
+{
+    if (s->snap_wanted) {
+        s->snap_wanted = 0;
+        r->reserved--;
+    }
+}
+
+/* s is computing: hold a write slot for it and take its state at its next boundary (ops.c
+ * calls srv_residency_capture before it submits the next item). A generation steps on the
+ * workers without such boundaries: it is asked to come back once (yield). Under steady load a
+ * session is thus written every round instead of never. */
+static void want(srv_residency *r, srv_session *s, wkind kind)
+{
+    if (!s->snap_wanted) {
+        s->snap_wanted = 1 + (int)kind;
+        r->reserved++;
+    }
+    if (s->q_head->kind == SRV_OP_GENERATE)
+        atomic_store(&s->q_head->run.yield, 1);
+}
+
+void srv_residency_capture(srv_app *app, srv_session *s)
+{
+    srv_residency *r = app->res;
+    if (!s->snap_wanted)
+        return;
+    wkind kind = (wkind)(s->snap_wanted - 1);
+    want_clear(r, s);
+    if (s->pjob || is_clean(r, s))
+        return;
+    uint64_t t0 = uv_hrtime();
+    if (start_job(r, s, kind)) {
+        uint64_t us = (uv_hrtime() - t0) / 1000;
+        r->busy_captures++;
+        if (us > r->capture_us_max)
+            r->capture_us_max = us;
+    }
+}
+
+/* Hand one queued session to the threadpool (or drop it when it is clean and idle-due). */
 static void dispatch(srv_residency *r, const qitem *it)
 {
     srv_session *s = srv_table_peek(r->app->table, it->id);
-    if (!s || s->pjob)
-        return;
-    /* A worker may be writing the state: only between compute items (after SIGTERM the
-     * workers are joined, so everything is safe then). */
-    if (!r->shutting_down && s->q_head && s->q_head->in_flight)
+    if (!s || s->pjob || s->snap_wanted)
         return;
     if (is_clean(r, s)) {
         if (it->kind == W_IDLE && is_idle(s))
             drop_clean(r, s);
+        return;
+    }
+    /* A worker may be writing the state: only between two work items (after SIGTERM the
+     * workers are joined, so everything is safe then). */
+    if (!r->shutting_down && computing(s)) {
+        want(r, s, it->kind);
         return;
     }
     start_job(r, s, it->kind);
@@ -693,7 +750,7 @@ static void dispatch(srv_residency *r, const qitem *it)
 
 static void pump(srv_residency *r)
 {
-    while (r->inflight < MAX_INFLIGHT && r->q_len > 0) {
+    while (r->inflight + r->reserved < MAX_INFLIGHT && r->q_len > 0) {
         qitem it = r->q[r->q_head];
         r->q_head = (r->q_head + 1) % r->q_cap;
         r->q_len--;
@@ -807,6 +864,7 @@ static int hook_make_room(void *ctx)
 static void hook_removed(void *ctx, srv_session *s)
 {
     srv_residency *r = ctx;
+    want_clear(r, s);
     int in_flight = 0;
     if (s->pjob) {
         wjob *j = s->pjob;
@@ -838,6 +896,14 @@ static void tick_one(srv_session *s, void *arg)
 {
     tick_ctx *c = arg;
     srv_residency *r = c->r;
+    if (s->snap_wanted) {
+        /* Still waiting for a boundary: the stream paused (backpressure) or ended since. */
+        if (!computing(s))
+            srv_residency_capture(r->app, s);
+        else if (s->q_head->kind == SRV_OP_GENERATE)
+            atomic_store(&s->q_head->run.yield, 1); /* on_drain may have raced it */
+        return;
+    }
     if (s->pjob)
         return;
     uint64_t idle_for = c->now - s->last_used_ms;
@@ -894,7 +960,7 @@ static void on_tick(uv_timer_t *t)
     int periodic = every && now - r->last_periodic_ms >= every && r->q_len == 0;
     if (periodic)
         r->last_periodic_ms = now;
-    if (periodic || r->app->cfg.evict_idle_ms) {
+    if (periodic || r->app->cfg.evict_idle_ms || r->reserved) {
         tick_ctx c = {r, now, periodic};
         srv_table_foreach(r->app->table, tick_one, &c);
     }
@@ -966,6 +1032,7 @@ int srv_residency_start(srv_app *app)
 static void shutdown_one(srv_session *s, void *arg)
 {
     srv_residency *r = arg;
+    want_clear(r, s); /* the workers are joined: nothing computes any more */
     if (!is_clean(r, s) && !s->pjob)
         enqueue(r, s->id, W_SHUTDOWN);
 }
@@ -1073,6 +1140,12 @@ void srv_residency_metrics(srv_app *app, proto_buf *b)
                r->n_rm);
     srv_metric(b, "recurd_snapshot_unlink_failures_total", "counter",
                "Snapshot removals (DELETE, idle_ttl) whose first unlink failed.", r->unlink_failures);
+    srv_metric(b, "recurd_snapshot_busy_captures_total", "counter",
+               "Snapshots of a computing session, copied between two of its work items.",
+               r->busy_captures);
+    srv_metric(b, "recurd_snapshot_capture_us_max", "gauge",
+               "Longest such copy (microseconds): what the session's stream waited.",
+               r->capture_us_max);
     srv_metric(b, "recurd_eviction_sync_writes_total", "counter",
                "Eviction writes done on the loop thread.", r->sync_evict_writes);
     srv_metric(b, "recurd_eviction_sync_write_us_total", "counter",

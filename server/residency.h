@@ -38,6 +38,12 @@ void srv_residency_shutdown(srv_app *app);
 /* After uv_run returned. */
 void srv_residency_free(srv_app *app);
 
+/* Between two work items of s (nothing of s in flight: ops.c calls it right before it
+ * submits the next slice, step or generation, when s->snap_wanted is set): copy the state for
+ * the snapshot round that found s computing, and hand the write to the threadpool. The stream
+ * waits for that one copy only. */
+void srv_residency_capture(srv_app *app, srv_session *s);
+
 /* 1 when the last lookup found the session's snapshot but could not read it (an I/O error
  * or no memory: the file is kept, a retry may succeed); clears the flag. */
 int srv_residency_take_load_error(srv_app *app);

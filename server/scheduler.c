@@ -197,7 +197,7 @@ static void settle_batch(srv_sched *s, worker *wk, srv_work **batch, int B)
             s->out_tail = w;
         }
         if (srv_gen_may_continue(g, w->tokens_seen) && !atomic_load(&g->stop) &&
-            !atomic_load(&g->hold) && g->lines.len < SRV_GEN_BACKLOG) {
+            !atomic_load(&g->hold) && !atomic_load(&g->yield) && g->lines.len < SRV_GEN_BACKLOG) {
             w->pos0 = w->tokens_seen; /* the next token's position */
             push(&s->step_head, &s->step_tail, w);
             s->n_steps++;

@@ -31,6 +31,9 @@ typedef struct srv_session {
     uint64_t mut_gen;       /* bumped by every queued request: the state may have changed */
     uint64_t saved_gen;     /* mut_gen of the state on disk (persistence, residency.c) */
     void *pjob;             /* snapshot write in flight (residency.c), or NULL */
+    int snap_wanted;        /* residency.c: a snapshot round found the session computing; its
+                             * state is copied at the next boundary between two work items
+                             * (srv_residency_capture), 1 + the kind of write */
     struct srv_session *hnext; /* hash chain */
 } srv_session;
 
