@@ -8,7 +8,10 @@
  *   - max_resident_sessions: a session that must become resident (create, fork, lazy load)
  *     when the budget is full first evicts the least recently used idle session (no queued or
  *     running request, no write in flight): written to disk if it changed, then dropped;
- *   - every snapshot_interval_ms, sessions changed since their last snapshot are written;
+ *   - every snapshot_interval_ms, sessions changed since their last snapshot are written; a
+ *     session computing at that moment is copied at its next boundary between two work items
+ *     (srv_residency_capture; a generation is asked to come back once), so steady load never
+ *     keeps a session off the disk;
  *   - every session idle for evict_idle_ms is written and dropped from memory;
  *   - idle_ttl_ms deletes resident and disk-only sessions alike (the file too);
  *   - a deleted session's file is unlinked at once (the directory fsynced within a tick); an
