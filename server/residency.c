@@ -371,9 +371,9 @@ static void write_ok(srv_residency *r, size_t len)
     r->degraded = 0;
 }
 
-/* Drop an idle, clean session from memory; it stays on disk. */
 static void want_clear(srv_residency *r, srv_session *s);
 
+/* Drop an idle, clean session from memory; it stays on disk. */
 static void drop_clean(srv_residency *r, srv_session *s)
 {
     want_clear(r, s);
@@ -679,7 +679,6 @@ static void after_cb(uv_work_t *req, int status)
     shutdown_check_done(r);
 }
 
-/* Hand one queued session to the threadpool (or drop it when it is clean and idle-due). */
 /* ---------------------------------------------------------------- busy sessions */
 
 /* A worker is computing on s: its state may be read only between two work items. */
