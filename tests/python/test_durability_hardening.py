@@ -245,8 +245,9 @@ def test_delete_whose_unlink_fails_leaves_a_durable_tombstone_across_kill9(tmp_p
 INTERVAL_MS = 300
 # What a round may add to the interval (docs/OPERATIONS.md, "The durability contract"): the
 # tick that starts it (snapshot_interval_ms/2 apart, so a round is due at most that late), the
-# wait for the session's next boundary and the write with its two fsyncs.
-ROUND_SLACK_MS = INTERVAL_MS // 2 + 250
+# wait for the session's next boundary and the write with its two fsyncs -- 400 ms for those two
+# on a loaded 2-core CI machine (the most seen: 546 ms in all at load average 14).
+ROUND_SLACK_MS = INTERVAL_MS // 2 + 400
 
 
 class _Reader:
