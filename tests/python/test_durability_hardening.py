@@ -518,3 +518,45 @@ def test_generations_under_snapshot_rounds_are_bit_identical(tmp_path):
             assert info(d, sid)["tokens_seen"] == 6003
     assert [len(o) for o in got] == [6000] * 4
     assert got == alone
+
+
+def test_deleted_while_its_eviction_write_runs_never_comes_back(tmp_path):
+    """Item 2, the write-in-flight case: with a budget of one resident session, creating a
+    session evicts the previous one (its write runs on the threadpool) and a DELETE of it
+    pipelined right behind finds that write in flight; its rename could bring the file back.
+    After kill -9 and a restart, no deleted session is there and every kept one is."""
+    sd = tmp_path / "state"
+    deleted, kept = [], []
+    with pd(sd, "--max-resident-sessions", "1", "--snapshot-interval-ms", "50") as d:
+        prev = create(d, [1, 2, 3])
+        for i in range(40):
+            sock = socket.create_connection(("127.0.0.1", d.port), timeout=30)
+            body = json.dumps({"tokens": [i % VOCAB, 7, 8]}).encode()
+            sock.sendall(b"POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                         b"application/json\r\nContent-Length: %d\r\n\r\n%s"
+                         b"DELETE /v1/sessions/%s HTTP/1.1\r\nHost: x\r\n\r\n"
+                         % (len(body), body, prev.encode()))
+            rd = _Reader(sock)
+            status, _, created = rd.response()
+            assert status == 201, created
+            status, _, _ = rd.response()
+            assert status == 204
+            sock.close()
+            deleted.append(prev)
+            prev = json.loads(created)["id"]
+            if i % 4 == 3:  # some survive
+                kept.append(prev)
+                prev = create(d, [9, i % VOCAB])
+        wait_for(lambda: metrics(d)["recurd_session_removals_pending"] == 0, what="removals")
+        for sid in deleted:
+            assert info(d, sid) == 404
+        d.proc.send_signal(signal.SIGKILL)
+        d.proc.wait(10)
+    with pd(sd) as d:
+        for sid in deleted:
+            assert info(d, sid) == 404, sid
+        for sid in kept:
+            assert info(d, sid)["tokens_seen"] == 3
+        assert metrics(d)["recurd_snapshots_quarantined_total"] == 0
+    assert not [f for f in os.listdir(sd) if f.endswith(".deleted")]
+    assert not [f for f in os.listdir(sd) if f[:32] in set(deleted)]
