@@ -45,9 +45,9 @@ static void header_done(lg_conn *c)
 {
     if (c->hfield.len == 0)
         return;
-    if (c->hfield.len == 12 && strncasecmp(c->hfield.p, "Content-Type", 12) == 0) {
+    if (c->hfield.len == 12 && strncasecmp(c->hfield.data, "Content-Type", 12) == 0) {
         size_t n = c->hvalue.len < sizeof c->content_type - 1 ? c->hvalue.len : sizeof c->content_type - 1;
-        memcpy(c->content_type, c->hvalue.p ? c->hvalue.p : "", n);
+        memcpy(c->content_type, c->hvalue.data ? c->hvalue.data : "", n);
         c->content_type[n] = '\0';
     }
     c->hfield.len = c->hvalue.len = 0;
@@ -61,7 +61,7 @@ static int on_header_field(llhttp_t *p, const char *at, size_t len)
         c->in_header_value = 0;
     }
     if (c->hfield.len + len < 4096)
-        lg_buf_append(&c->hfield, at, len);
+        proto_buf_append(&c->hfield, at, len);
     return 0;
 }
 
@@ -70,7 +70,7 @@ static int on_header_value(llhttp_t *p, const char *at, size_t len)
     lg_conn *c = p->data;
     c->in_header_value = 1;
     if (c->hvalue.len + len < 4096)
-        lg_buf_append(&c->hvalue, at, len);
+        proto_buf_append(&c->hvalue, at, len);
     return 0;
 }
 
@@ -102,24 +102,24 @@ static int on_body(llhttp_t *p, const char *at, size_t len)
 {
     lg_conn *c = p->data;
     if (!c->stream) {
-        lg_buf_append(&c->body, at, len);
+        proto_buf_append(&c->body, at, len);
         return 0;
     }
     while (len) {
         const char *nl = memchr(at, '\n', len);
         if (!nl) {
-            lg_buf_append(&c->body, at, len);
+            proto_buf_append(&c->body, at, len);
             return 0;
         }
         size_t n = (size_t)(nl - at);
         if (c->body.len) {
-            lg_buf_append(&c->body, at, n);
-            emit_line(c, c->body.p, c->body.len);
+            proto_buf_append(&c->body, at, n);
+            emit_line(c, c->body.data, c->body.len);
             c->body.len = 0;
         } else {
             /* the line is whole inside the read buffer: copy it to have a writable, NUL-ended string */
-            lg_buf_append(&c->body, at, n);
-            emit_line(c, c->body.p, c->body.len);
+            proto_buf_append(&c->body, at, n);
+            emit_line(c, c->body.data, c->body.len);
             c->body.len = 0;
         }
         at += n + 1;
@@ -217,7 +217,7 @@ static void finish_response(lg_conn *c)
     if (c->stream && c->body.len) {
         /* a last line without '\n' is still handed over (the checker reports the framing) */
         c->chunk_split_lines++;
-        emit_line(c, c->body.p, c->body.len);
+        emit_line(c, c->body.data, c->body.len);
         c->body.len = 0;
     }
     if (c->keep_alive)
@@ -289,7 +289,7 @@ static void send_pending(lg_conn *c)
         fprintf(stderr, "recur-load: out of memory\n");
         abort();
     }
-    memcpy(w->data, c->pending.p, c->pending.len);
+    memcpy(w->data, c->pending.data, c->pending.len);
     w->len = c->pending.len;
     c->pending.len = 0;
     uv_buf_t b = uv_buf_init(w->data, (unsigned)w->len);
@@ -379,7 +379,7 @@ void lg_conn_request(lg_conn *c, const char *req, size_t len, int stream, const 
                      void *user, uint64_t timeout_ms)
 {
     c->pending.len = 0;
-    lg_buf_append(&c->pending, req, len);
+    proto_buf_append(&c->pending, req, len);
     c->stream = stream;
     c->cb = cb;
     c->user = user;

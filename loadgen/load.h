@@ -20,16 +20,11 @@
 #include <llhttp.h>
 #include <cJSON.h>
 
+#include "buf.h"
+
 /* ---------------------------------------------------------------- buffers and samples (stats.c) */
 
-typedef struct {
-    char *p;
-    size_t len, cap;
-} lg_buf;
-
-void lg_buf_append(lg_buf *b, const void *data, size_t n);
-void lg_buf_printf(lg_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void lg_buf_free(lg_buf *b);
+/* Byte buffers are proto_buf (proto/buf.h; recur-load links libproto). */
 
 /* A growable vector of doubles; percentiles sort it in place. */
 typedef struct {
@@ -41,7 +36,6 @@ typedef struct {
 void lg_samples_add(lg_samples *s, double x);
 double lg_samples_pct(lg_samples *s, double p); /* p in [0,100]; nearest-rank; 0 when empty */
 double lg_samples_mean(const lg_samples *s);
-void lg_samples_free(lg_samples *s);
 
 double lg_now_s(void); /* monotonic seconds (uv_hrtime) */
 
@@ -71,7 +65,7 @@ struct lg_conn {
     int index;
 
     /* the request in flight */
-    lg_buf pending;          /* request bytes waiting for the connection */
+    proto_buf pending;          /* request bytes waiting for the connection */
     int stream;              /* split the body into lines */
     const lg_conn_cb *cb;
     void *user;
@@ -85,10 +79,10 @@ struct lg_conn {
     int complete;
     int chunk_split_lines;   /* chunks that ended in the middle of a line */
     int in_header_value;
-    lg_buf hfield;
-    lg_buf hvalue;
+    proto_buf hfield;
+    proto_buf hvalue;
     char content_type[96];
-    lg_buf body;             /* non-stream: the whole body; stream: the current partial line */
+    proto_buf body;             /* non-stream: the whole body; stream: the current partial line */
     uint64_t lines;
     uint64_t reconnects;
     int closing_handles;     /* shutdown: tcp and timer close */

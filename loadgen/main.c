@@ -94,24 +94,24 @@ static int ring_pop(lg_run *r)
     return i;
 }
 
-static void issue(lg_run *r, int ci, lg_buf *req, int stream, const lg_conn_cb *cb)
+static void issue(lg_run *r, int ci, proto_buf *req, int stream, const lg_conn_cb *cb)
 {
     r->in_flight++;
-    lg_conn_request(&r->conns[ci], req->p, req->len, stream, cb, &r->reqs[ci],
+    lg_conn_request(&r->conns[ci], req->data, req->len, stream, cb, &r->reqs[ci],
                     (uint64_t)(r->o.request_timeout * 1000.0));
 }
 
-static void request_head(lg_run *r, lg_buf *b, const char *method, const char *path, size_t body_len,
+static void request_head(lg_run *r, proto_buf *b, const char *method, const char *path, size_t body_len,
                          int with_body)
 {
     b->len = 0;
-    lg_buf_printf(b, "%s %s HTTP/1.1\r\nHost: %s:%d\r\n", method, path, r->o.host, r->o.port);
+    proto_buf_printf(b, "%s %s HTTP/1.1\r\nHost: %s:%d\r\n", method, path, r->o.host, r->o.port);
     if (with_body)
-        lg_buf_printf(b, "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n", body_len);
+        proto_buf_printf(b, "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n", body_len);
     else if (strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0)
-        lg_buf_printf(b, "Content-Length: 0\r\n\r\n");
+        proto_buf_printf(b, "Content-Length: 0\r\n\r\n");
     else
-        lg_buf_printf(b, "\r\n");
+        proto_buf_printf(b, "\r\n");
 }
 
 /* ---------------------------------------------------------------- info: GET /v1/model */
@@ -124,7 +124,7 @@ static void info_complete(lg_conn *c)
     if (r->teardown)
         return;
     count_status(r, c->status);
-    cJSON *j = c->status == 200 ? cJSON_ParseWithLength(c->body.p ? c->body.p : "", c->body.len) : NULL;
+    cJSON *j = c->status == 200 ? cJSON_ParseWithLength(c->body.data ? c->body.data : "", c->body.len) : NULL;
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "vocab_size");
     const cJSON *sb = cJSON_GetObjectItemCaseSensitive(j, "state_bytes");
     const cJSON *nm = cJSON_GetObjectItemCaseSensitive(j, "name");
@@ -183,13 +183,13 @@ static void create_complete(lg_conn *c)
     count_status(r, c->status);
     lg_session *s = &r->sessions[q->sess];
     int want = q->kind == REQ_CREATE ? 201 : 200;
-    cJSON *j = cJSON_ParseWithLength(c->body.p ? c->body.p : "", c->body.len);
+    cJSON *j = cJSON_ParseWithLength(c->body.data ? c->body.data : "", c->body.len);
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "id");
     const cJSON *seen = cJSON_GetObjectItemCaseSensitive(j, "tokens_seen");
     char why[200] = "";
     int kind = LG_CHK_JSON;
     if (c->status != want) {
-        snprintf(why, sizeof why, "status %d, expected %d: %.100s", c->status, want, c->body.p ? c->body.p : "");
+        snprintf(why, sizeof why, "status %d, expected %d: %.100s", c->status, want, c->body.data ? c->body.data : "");
         kind = LG_CHK_STATUS;
     } else if (!cJSON_IsString(id) || strlen(id->valuestring) == 0 || strlen(id->valuestring) >= sizeof s->id) {
         snprintf(why, sizeof why, "no session id in the answer");
@@ -224,7 +224,7 @@ static const lg_conn_cb create_cb = {.on_complete = create_complete, .on_fail = 
 static void send_create(lg_run *r, int ci, int si)
 {
     lg_req *q = &r->reqs[ci];
-    lg_buf body = {0}, req = {0};
+    proto_buf body = {0}, req = {0};
     char path[128];
     q->kind = r->o.n_reuse ? REQ_GET : REQ_CREATE;
     q->sess = si;
@@ -233,19 +233,19 @@ static void send_create(lg_run *r, int ci, int si)
         snprintf(path, sizeof path, "/v1/sessions/%s", r->sessions[si].id);
         request_head(r, &req, "GET", path, 0, 0);
     } else if (r->o.prefill > 0) {
-        lg_buf_printf(&body, "{\"tokens\":[");
+        proto_buf_printf(&body, "{\"tokens\":[");
         for (int i = 0; i < r->o.prefill; i++)
-            lg_buf_printf(&body, "%s%d", i ? "," : "", rand_token(r));
-        lg_buf_printf(&body, "]}");
+            proto_buf_printf(&body, "%s%d", i ? "," : "", rand_token(r));
+        proto_buf_printf(&body, "]}");
         q->n = r->o.prefill;
         request_head(r, &req, "POST", "/v1/sessions", body.len, 1);
-        lg_buf_append(&req, body.p, body.len);
+        proto_buf_append(&req, body.data, body.len);
     } else {
         request_head(r, &req, "POST", "/v1/sessions", 0, 0);
     }
     issue(r, ci, &req, 0, &create_cb);
-    lg_buf_free(&body);
-    lg_buf_free(&req);
+    proto_buf_free(&body);
+    proto_buf_free(&req);
 }
 
 /* ---------------------------------------------------------------- drive: tokens / generate */
@@ -388,7 +388,7 @@ static int send_drive(lg_run *r, int ci)
         return 0;
     lg_session *s = &r->sessions[si];
     lg_req *q = &r->reqs[ci];
-    lg_buf body = {0}, req = {0};
+    proto_buf body = {0}, req = {0};
     char path[160];
     q->kind = REQ_DRIVE;
     q->sess = si;
@@ -399,26 +399,26 @@ static int send_drive(lg_run *r, int ci)
     uint64_t remaining = r->o.total_tokens ? r->o.total_tokens - r->tokens_issued : UINT64_MAX;
     if (r->o.mode == LG_MODE_TOKENS) {
         q->n = (uint64_t)r->o.batch < remaining ? r->o.batch : (int)remaining;
-        lg_buf_printf(&body, "{\"tokens\":[");
+        proto_buf_printf(&body, "{\"tokens\":[");
         for (int i = 0; i < q->n; i++) {
             q->tokens[i] = rand_token(r);
-            lg_buf_printf(&body, "%s%d", i ? "," : "", q->tokens[i]);
+            proto_buf_printf(&body, "%s%d", i ? "," : "", q->tokens[i]);
         }
-        lg_buf_printf(&body, "]");
+        proto_buf_printf(&body, "]");
         if (r->o.top_k >= 0)
-            lg_buf_printf(&body, ",\"top_k\":%d", r->o.top_k);
-        lg_buf_printf(&body, "}");
+            proto_buf_printf(&body, ",\"top_k\":%d", r->o.top_k);
+        proto_buf_printf(&body, "}");
         snprintf(path, sizeof path, "/v1/sessions/%s/tokens", s->id);
         lg_check_begin(&q->chk, LG_MODE_TOKENS, r->o.vocab, r->o.top_k, s, q->tokens, q->n, 0,
                        &r->pos_base_tokens);
         r->tokens_issued += (uint64_t)q->n;
     } else {
         q->max_tokens = (uint64_t)r->o.max_tokens < remaining ? r->o.max_tokens : (int)remaining;
-        lg_buf_printf(&body, "{\"max_tokens\":%d,\"temperature\":%g,\"seed\":%llu", q->max_tokens,
+        proto_buf_printf(&body, "{\"max_tokens\":%d,\"temperature\":%g,\"seed\":%llu", q->max_tokens,
                       r->o.temperature, (unsigned long long)(rng_next(&r->rng) >> 12));
         if (r->o.top_k >= 0)
-            lg_buf_printf(&body, ",\"top_k\":%d", r->o.top_k);
-        lg_buf_printf(&body, "}");
+            proto_buf_printf(&body, ",\"top_k\":%d", r->o.top_k);
+        proto_buf_printf(&body, "}");
         snprintf(path, sizeof path, "/v1/sessions/%s/generate", s->id);
         lg_check_begin(&q->chk, LG_MODE_GENERATE, r->vocab_size, -1, s, NULL, 0, q->max_tokens,
                        &r->pos_base_generate);
@@ -428,13 +428,13 @@ static int send_drive(lg_run *r, int ci)
     if (r->o.sse) {
         /* insert the Accept header before the blank line that ends the head */
         req.len -= 2;
-        lg_buf_printf(&req, "Accept: text/event-stream\r\n\r\n");
+        proto_buf_printf(&req, "Accept: text/event-stream\r\n\r\n");
     }
-    lg_buf_append(&req, body.p, body.len);
+    proto_buf_append(&req, body.data, body.len);
     r->requests_sent++;
     issue(r, ci, &req, 1, &drive_cb);
-    lg_buf_free(&body);
-    lg_buf_free(&req);
+    proto_buf_free(&body);
+    proto_buf_free(&req);
     return 1;
 }
 
@@ -470,14 +470,14 @@ static int send_delete(lg_run *r, int ci)
         return 0;
     int si = r->next_delete++;
     lg_req *q = &r->reqs[ci];
-    lg_buf req = {0};
+    proto_buf req = {0};
     char path[128];
     q->kind = REQ_DELETE;
     q->sess = si;
     snprintf(path, sizeof path, "/v1/sessions/%s", r->sessions[si].id);
     request_head(r, &req, "DELETE", path, 0, 0);
     issue(r, ci, &req, 0, &delete_cb);
-    lg_buf_free(&req);
+    proto_buf_free(&req);
     return 1;
 }
 
@@ -504,11 +504,11 @@ static int assign(lg_run *r, int ci)
             return 0;
         r->info_sent = 1;
         {
-            lg_buf req = {0};
+            proto_buf req = {0};
             r->reqs[ci].kind = REQ_INFO;
             request_head(r, &req, "GET", "/v1/model", 0, 0);
             issue(r, ci, &req, 0, &info_cb);
-            lg_buf_free(&req);
+            proto_buf_free(&req);
         }
         return 1;
     case LG_PH_CREATE:
@@ -614,7 +614,7 @@ static void scrape_complete(lg_conn *c)
     }
     if (c->status == 200) {
         r->scrapes_ok++;
-        add_mem_sample(r, c->body.p ? c->body.p : "");
+        add_mem_sample(r, c->body.data ? c->body.data : "");
     } else {
         r->scrape_errors++;
         add_mem_sample(r, NULL);
@@ -647,11 +647,11 @@ static void scrape(lg_run *r)
     }
     if (!lg_conn_available(&r->mconn) || r->mconn.cb)
         return;
-    lg_buf req = {0};
+    proto_buf req = {0};
     request_head(r, &req, "GET", "/metrics", 0, 0);
     r->scrape_inflight = 1;
-    lg_conn_request(&r->mconn, req.p, req.len, 0, &scrape_cb, r, (uint64_t)(r->o.request_timeout * 1000.0));
-    lg_buf_free(&req);
+    lg_conn_request(&r->mconn, req.data, req.len, 0, &scrape_cb, r, (uint64_t)(r->o.request_timeout * 1000.0));
+    proto_buf_free(&req);
 }
 
 static void on_mtimer(uv_timer_t *t)

@@ -1,5 +1,5 @@
 /*
- * stats.c — growable byte buffers, latency samples and their percentiles, the monotonic clock.
+ * stats.c — latency samples and their percentiles, the monotonic clock.
  */
 #include "load.h"
 
@@ -16,49 +16,6 @@ static void *xrealloc(void *p, size_t n)
         abort();
     }
     return q;
-}
-
-/* Keeps p NUL-terminated after len so that lines can be handed to cJSON as C strings. */
-void lg_buf_append(lg_buf *b, const void *data, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        b->p = xrealloc(b->p, cap);
-        b->cap = cap;
-    }
-    if (n)
-        memcpy(b->p + b->len, data, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-void lg_buf_printf(lg_buf *b, const char *fmt, ...)
-{
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return;
-    if ((size_t)n < sizeof tmp) {
-        lg_buf_append(b, tmp, (size_t)n);
-        return;
-    }
-    char *big = xrealloc(NULL, (size_t)n + 1);
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    lg_buf_append(b, big, (size_t)n);
-    free(big);
-}
-
-void lg_buf_free(lg_buf *b)
-{
-    free(b->p);
-    memset(b, 0, sizeof *b);
 }
 
 void lg_samples_add(lg_samples *s, double x)
@@ -105,12 +62,6 @@ double lg_samples_mean(const lg_samples *s)
     for (size_t i = 0; i < s->n; i++)
         sum += s->v[i];
     return sum / (double)s->n;
-}
-
-void lg_samples_free(lg_samples *s)
-{
-    free(s->v);
-    memset(s, 0, sizeof *s);
 }
 
 double lg_now_s(void)

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "utf8.h"
+
 void proto_buf_init(proto_buf *b)
 {
     b->data = NULL;
@@ -26,28 +28,45 @@ void proto_buf_clear(proto_buf *b)
         b->data[0] = '\0';
 }
 
-void proto_buf_reserve(proto_buf *b, size_t extra)
+int proto_buf_try_reserve(proto_buf *b, size_t extra)
 {
+    if (extra > SIZE_MAX / 2 - b->len)
+        return -1;
     size_t need = b->len + extra + 1; /* + NUL */
     if (need <= b->cap)
-        return;
+        return 0;
     size_t cap = b->cap ? b->cap : 256;
     while (cap < need)
         cap *= 2;
     char *p = realloc(b->data, cap);
     if (!p)
-        abort();
+        return -1;
     b->data = p;
     b->cap = cap;
+    return 0;
 }
 
-void proto_buf_append(proto_buf *b, const void *p, size_t n)
+int proto_buf_try_append(proto_buf *b, const void *p, size_t n)
 {
-    proto_buf_reserve(b, n);
+    if (proto_buf_try_reserve(b, n))
+        return -1;
     if (n)
         memcpy(b->data + b->len, p, n);
     b->len += n;
     b->data[b->len] = '\0';
+    return 0;
+}
+
+void proto_buf_reserve(proto_buf *b, size_t extra)
+{
+    if (proto_buf_try_reserve(b, extra))
+        abort();
+}
+
+void proto_buf_append(proto_buf *b, const void *p, size_t n)
+{
+    if (proto_buf_try_append(b, p, n))
+        abort();
 }
 
 void proto_buf_puts(proto_buf *b, const char *s)
@@ -144,63 +163,43 @@ void proto_buf_float(proto_buf *b, float v)
     proto_buf_append(b, tmp, (size_t)n);
 }
 
-/* Length of the valid UTF-8 sequence starting at s (at most n bytes), or 0 if invalid. */
-static size_t utf8_seq_len(const unsigned char *s, size_t n)
+int proto_buf_try_json_str(proto_buf *b, const char *s, size_t n)
 {
-    unsigned c = s[0];
-    size_t len;
-    unsigned min;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xC2 && c <= 0xDF) { len = 2; min = 0x80; }
-    else if (c >= 0xE0 && c <= 0xEF) { len = 3; min = 0x800; }
-    else if (c >= 0xF0 && c <= 0xF4) { len = 4; min = 0x10000; }
-    else return 0;
-    if (n < len)
-        return 0;
-    unsigned cp = c & (0x7F >> len);
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (s[i] & 0x3F);
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *u = (const unsigned char *)s;
+    int r = proto_buf_try_reserve(b, n + 2) || proto_buf_try_append(b, "\"", 1);
+    size_t i = 0;
+    while (!r && i < n) {
+        unsigned c = u[i];
+        if (c >= 0x80) {
+            size_t l = proto_utf8_seq(u + i, n - i);
+            r = l ? proto_buf_try_append(b, u + i, l) : proto_buf_try_append(b, "\xEF\xBF\xBD", 3);
+            i += l ? l : 1;
+            continue;
+        }
+        char esc[6] = {'\\', (char)c};
+        switch (c) {
+        case '"': case '\\': r = proto_buf_try_append(b, esc, 2); break;
+        case '\n': esc[1] = 'n'; r = proto_buf_try_append(b, esc, 2); break;
+        case '\r': esc[1] = 'r'; r = proto_buf_try_append(b, esc, 2); break;
+        case '\t': esc[1] = 't'; r = proto_buf_try_append(b, esc, 2); break;
+        default:
+            if (c < 0x20 || c == 0x7F) {
+                memcpy(esc, "\\u00", 4);
+                esc[4] = hex[c >> 4];
+                esc[5] = hex[c & 15];
+                r = proto_buf_try_append(b, esc, 6);
+            } else {
+                r = proto_buf_try_append(b, &u[i], 1);
+            }
+        }
+        i++;
     }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0;
-    return len;
+    return r || proto_buf_try_append(b, "\"", 1) ? -1 : 0;
 }
 
 void proto_buf_json_str(proto_buf *b, const char *s, size_t n)
 {
-    const unsigned char *u = (const unsigned char *)s;
-    proto_buf_reserve(b, n + 2);
-    proto_buf_append(b, "\"", 1);
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = u[i];
-        if (c >= 0x80) {
-            size_t l = utf8_seq_len(u + i, n - i);
-            if (l == 0) {
-                proto_buf_append(b, "\xEF\xBF\xBD", 3);
-                i++;
-            } else {
-                proto_buf_append(b, u + i, l);
-                i += l;
-            }
-            continue;
-        }
-        switch (c) {
-        case '"': proto_buf_append(b, "\\\"", 2); break;
-        case '\\': proto_buf_append(b, "\\\\", 2); break;
-        case '\n': proto_buf_append(b, "\\n", 2); break;
-        case '\r': proto_buf_append(b, "\\r", 2); break;
-        case '\t': proto_buf_append(b, "\\t", 2); break;
-        default:
-            if (c < 0x20 || c == 0x7F)
-                proto_buf_printf(b, "\\u%04x", c);
-            else
-                proto_buf_append(b, &u[i], 1);
-        }
-        i++;
-    }
-    proto_buf_append(b, "\"", 1);
+    if (proto_buf_try_json_str(b, s, n))
+        abort();
 }

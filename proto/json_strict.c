@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "utf8.h"
+
 /* ---------------------------------------------------------------- bytes */
 
 static int is_ws(uint8_t c)
@@ -53,36 +55,6 @@ static const uint8_t PLAIN[256] = {
     R16(0), R16(0), R16(0), R16(0), R16(0), R16(0), R16(0), R16(0), /* 0x80-0xff: UTF-8 */
 #undef R16
 };
-
-/* Length of the well-formed UTF-8 sequence at p (RFC 3629), or 0. */
-static size_t utf8_seq(const uint8_t *p, const uint8_t *end)
-{
-    unsigned c = p[0];
-    size_t len;
-    unsigned lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF)
-        len = 2;
-    else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        if (c == 0xE0)
-            lo = 0xA0;
-        if (c == 0xED)
-            hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        if (c == 0xF0)
-            lo = 0x90;
-        if (c == 0xF4)
-            hi = 0x8F;
-    } else
-        return 0;
-    if ((size_t)(end - p) < len || p[1] < lo || p[1] > hi)
-        return 0;
-    for (size_t k = 2; k < len; k++)
-        if ((p[k] & 0xC0) != 0x80)
-            return 0;
-    return len;
-}
 
 /* ---------------------------------------------------------------- validation */
 
@@ -176,7 +148,7 @@ static int scan_string(vstate *v, const uint8_t **pp, int *escaped)
         }
         if (c < 0x20)
             return bad(v, p, "control byte in string (must be escaped)");
-        size_t len = utf8_seq(p, end);
+        size_t len = proto_utf8_seq(p, (size_t)(end - p));
         if (!len)
             return bad(v, p, "invalid UTF-8 in string");
         p += len;

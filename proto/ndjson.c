@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include "utf8.h"
+
 const char *proto_frame_content_type(proto_framing f)
 {
     return f == PROTO_FRAME_SSE ? "text/event-stream" : "application/x-ndjson";
@@ -144,30 +146,6 @@ void proto_stream_error(proto_buf *b, proto_framing f, const char *code, const c
     end(b, f);
 }
 
-/* Expected length of a UTF-8 sequence from its lead byte, 0 if it cannot start one. */
-static int lead_len(unsigned c)
-{
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) return 2;
-    if (c >= 0xE0 && c <= 0xEF) return 3;
-    if (c >= 0xF0 && c <= 0xF4) return 4;
-    return 0;
-}
-
-/* 1 if continuation byte c is allowed at index i of a sequence starting with lead. */
-static int cont_ok(unsigned lead, int i, unsigned c)
-{
-    if ((c & 0xC0) != 0x80)
-        return 0;
-    if (i == 1) { /* exclude overlongs, surrogates and > U+10FFFF */
-        if (lead == 0xE0 && c < 0xA0) return 0;
-        if (lead == 0xED && c > 0x9F) return 0;
-        if (lead == 0xF0 && c < 0x90) return 0;
-        if (lead == 0xF4 && c > 0x8F) return 0;
-    }
-    return 1;
-}
-
 size_t proto_utf8_feed(proto_utf8_stream *u, int32_t token, char *out)
 {
     size_t n = 0;
@@ -175,9 +153,9 @@ size_t proto_utf8_feed(proto_utf8_stream *u, int32_t token, char *out)
         return 0;
     unsigned c = (unsigned)token;
     if (u->n_pending > 0) {
-        if (cont_ok(u->pending[0], u->n_pending, c)) {
+        if (proto_utf8_cont_ok(u->pending[0], u->n_pending, c)) {
             u->pending[u->n_pending++] = (unsigned char)c;
-            if (u->n_pending == lead_len(u->pending[0])) {
+            if (u->n_pending == proto_utf8_lead_len(u->pending[0])) {
                 memcpy(out, u->pending, (size_t)u->n_pending);
                 n = (size_t)u->n_pending;
                 u->n_pending = 0;
@@ -189,7 +167,7 @@ size_t proto_utf8_feed(proto_utf8_stream *u, int32_t token, char *out)
         n = 3;
         u->n_pending = 0;
     }
-    int l = lead_len(c);
+    int l = proto_utf8_lead_len(c);
     if (l == 1) {
         out[n++] = (char)c;
     } else if (l == 0) {

@@ -1,6 +1,6 @@
 /*
  * http_checks.c — pure helpers of the HTTP layer: the C1/C6 header-section scanner, RFC 9110 token
- * and Transfer-Encoding checks (C3, C4), JSON string escaping and reason phrases. No libuv, no
+ * and Transfer-Encoding checks (C3, C4) and reason phrases. No libuv, no
  * llhttp state: everything here is testable on byte strings.
  */
 #include <stdlib.h>
@@ -8,53 +8,6 @@
 #include <strings.h>
 
 #include "http_internal.h"
-
-/* ------------------------------------------------------------------ srv_buf */
-
-int srv_buf_reserve(srv_buf *b, size_t total)
-{
-    if (total + 1 <= b->cap)
-        return 0;
-    char *p = realloc(b->p, total + 1);
-    if (!p)
-        return UV_ENOMEM;
-    b->p = p;
-    b->cap = total + 1;
-    return 0;
-}
-
-int srv_buf_append(srv_buf *b, const void *data, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p)
-            return UV_ENOMEM;
-        b->p = p;
-        b->cap = cap;
-    }
-    if (n)
-        memcpy(b->p + b->len, data, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-    return 0;
-}
-
-void srv_buf_reset(srv_buf *b)
-{
-    b->len = 0;
-    if (b->p)
-        b->p[0] = '\0';
-}
-
-void srv_buf_free(srv_buf *b)
-{
-    free(b->p);
-    b->p = NULL;
-    b->len = b->cap = 0;
-}
 
 /* ------------------------------------------------------------------ C1 / C6 scanner */
 
@@ -174,73 +127,6 @@ int srv_te_is_chunked(const char *v, size_t n)
 {
     v = srv_trim_ows(v, &n);
     return n == 7 && strncasecmp(v, "chunked", 7) == 0;
-}
-
-/* ------------------------------------------------------------------ JSON escaping */
-
-/* Length of a valid UTF-8 sequence starting at s (at most n bytes), or 0 when invalid. */
-static size_t utf8_seq(const unsigned char *s, size_t n)
-{
-    unsigned char c = s[0];
-    size_t len;
-    uint32_t cp;
-    if (c < 0x80)
-        return 1;
-    else if (c >= 0xC2 && c <= 0xDF)
-        len = 2, cp = c & 0x1F;
-    else if (c >= 0xE0 && c <= 0xEF)
-        len = 3, cp = c & 0x0F;
-    else if (c >= 0xF0 && c <= 0xF4)
-        len = 4, cp = c & 0x07;
-    else
-        return 0;
-    if (n < len)
-        return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (s[i] & 0x3F);
-    }
-    if ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
-        (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
-        return 0;
-    return len;
-}
-
-int srv_json_escape(srv_buf *out, const char *str)
-{
-    const unsigned char *s = (const unsigned char *)(str ? str : "");
-    size_t n = strlen((const char *)s);
-    for (size_t i = 0; i < n;) {
-        unsigned char c = s[i];
-        char esc[8];
-        int r;
-        if (c == '"' || c == '\\') {
-            esc[0] = '\\';
-            esc[1] = (char)c;
-            r = srv_buf_append(out, esc, 2);
-            i++;
-        } else if (c < 0x20 || c == 0x7F) {
-            static const char hex[] = "0123456789abcdef";
-            memcpy(esc, "\\u00", 4);
-            esc[4] = hex[c >> 4];
-            esc[5] = hex[c & 15];
-            r = srv_buf_append(out, esc, 6);
-            i++;
-        } else {
-            size_t k = utf8_seq(s + i, n - i);
-            if (k == 0) {
-                r = srv_buf_append(out, "\xEF\xBF\xBD", 3); /* U+FFFD */
-                k = 1;
-            } else {
-                r = srv_buf_append(out, s + i, k);
-            }
-            i += k;
-        }
-        if (r)
-            return r;
-    }
-    return 0;
 }
 
 /* ------------------------------------------------------------------ reason phrases */

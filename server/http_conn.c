@@ -67,16 +67,16 @@ static int cb_fail(srv_conn *c, int status, const char *code, const char *messag
 static int on_message_begin(llhttp_t *p)
 {
     srv_conn *c = conn_of(p);
-    srv_buf_reset(&c->url);
+    proto_buf_clear(&c->url);
     c->target_path = c->target_query = NULL;
     for (int i = 0; i < HDR_COUNT; i++) {
         c->hdr_count[i] = 0;
-        srv_buf_reset(&c->hdr[i]);
+        proto_buf_clear(&c->hdr[i]);
     }
     c->field_len = 0;
     c->field_slot = HDR_OTHER;
     c->in_trailers = 0;
-    srv_buf_reset(&c->body);
+    proto_buf_clear(&c->body);
     c->chunk_left = 0;
     c->crlf_expect = 0;
     c->chunk_ext_bytes = 0;
@@ -88,7 +88,7 @@ static int on_url(llhttp_t *p, const char *at, size_t len)
 {
     srv_conn *c = conn_of(p);
     /* bounded by max_request_line: the scanner has already validated these bytes */
-    if (srv_buf_append(&c->url, at, len))
+    if (proto_buf_try_append(&c->url, at, len))
         return cb_fail(c, 500, "out_of_memory", "out of memory");
     return 0;
 }
@@ -166,7 +166,7 @@ static int on_header_field_complete(llhttp_t *p)
                             "more than one Authorization header");
                     return -1;
                 default: /* Accept is a list: join the lines */
-                    if (srv_buf_append(&c->hdr[slot], ", ", 2)) {
+                    if (proto_buf_try_append(&c->hdr[slot], ", ", 2)) {
                         cb_fail(c, 500, "out_of_memory", "out of memory");
                         return -1;
                     }
@@ -181,7 +181,7 @@ static int on_header_field_complete(llhttp_t *p)
 static int on_header_value(llhttp_t *p, const char *at, size_t len)
 {
     srv_conn *c = conn_of(p);
-    if (c->field_slot != HDR_OTHER && srv_buf_append(&c->hdr[c->field_slot], at, len))
+    if (c->field_slot != HDR_OTHER && proto_buf_try_append(&c->hdr[c->field_slot], at, len))
         return cb_fail(c, 500, "out_of_memory", "out of memory");
     return 0;
 }
@@ -193,20 +193,20 @@ static int on_header_value_complete(llhttp_t *p)
     c->field_slot = HDR_OTHER;
     if (slot == HDR_OTHER)
         return 0;
-    srv_buf *b = &c->hdr[slot];
+    proto_buf *b = &c->hdr[slot];
     if (b->len) { /* llhttp strips leading OWS but keeps trailing OWS (B.1): trim both */
         size_t n = b->len;
-        const char *v = srv_trim_ows(b->p, &n);
-        memmove(b->p, v, n);
+        const char *v = srv_trim_ows(b->data, &n);
+        memmove(b->data, v, n);
         b->len = n;
-        b->p[n] = '\0';
+        b->data[n] = '\0';
     }
     if (slot == HDR_TE) { /* C4: a single "chunked", on HTTP/1.1 only */
         if (p->http_major == 1 && p->http_minor == 0) {
             cb_fail(c, 400, "transfer_encoding_http10", "Transfer-Encoding is not allowed in HTTP/1.0");
             return -1;
         }
-        if (!srv_te_is_chunked(b->p ? b->p : "", b->len)) {
+        if (!srv_te_is_chunked(b->data ? b->data : "", b->len)) {
             cb_fail(c, 501, "unsupported_transfer_encoding",
                     "only Transfer-Encoding: chunked is supported");
             return -1;
@@ -219,12 +219,12 @@ static int on_header_value_complete(llhttp_t *p)
  * absolute-form (RFC 9112 §3.2.2, which servers must accept): the path and query are kept. */
 static void split_target(srv_conn *c)
 {
-    if (!c->url.p && srv_buf_append(&c->url, "/", 1)) {
+    if (!c->url.data && proto_buf_try_append(&c->url, "/", 1)) {
         c->target_path = (char *)"/";
         c->target_query = (char *)"";
         return;
     }
-    char *url = c->url.p;
+    char *url = c->url.data;
     if (!strncasecmp(url, "http://", 7) || !strncasecmp(url, "https://", 8)) {
         char *rest = strpbrk(url + (url[4] == ':' ? 7 : 8), "/?");
         if (!rest)
@@ -244,7 +244,7 @@ static void split_target(srv_conn *c)
 
 static const char *hdr_value(const srv_conn *c, int slot)
 {
-    return c->hdr_count[slot] ? (c->hdr[slot].p ? c->hdr[slot].p : "") : NULL;
+    return c->hdr_count[slot] ? (c->hdr[slot].data ? c->hdr[slot].data : "") : NULL;
 }
 
 /* The request as the application sees it; the body only once it is complete. */
@@ -257,9 +257,9 @@ static void fill_request(srv_conn *c, srv_request *req, int with_body)
     req->accept = hdr_value(c, HDR_ACCEPT);
     req->authorization = hdr_value(c, HDR_AUTHORIZATION);
     req->last_event_id = hdr_value(c, HDR_LAST_EVENT_ID);
-    if (with_body && c->body.p)
-        c->body.p[c->body.len] = '\0';
-    req->body = (const uint8_t *)(with_body && c->body.p ? c->body.p : "");
+    if (with_body && c->body.data)
+        c->body.data[c->body.len] = '\0';
+    req->body = (const uint8_t *)(with_body && c->body.data ? c->body.data : "");
     req->body_len = with_body ? c->body.len : 0;
 }
 
@@ -296,27 +296,27 @@ static int on_headers_complete(llhttp_t *p)
         /* exact allocation, bounded by max_body, checked above */
         size_t want = (size_t)p->content_length + 1;
         if (c->body.cap < want) {
-            char *nb = realloc(c->body.p, want);
+            char *nb = realloc(c->body.data, want);
             if (!nb) {
                 cb_fail(c, 500, "out_of_memory", "out of memory");
                 return -1;
             }
-            c->body.p = nb;
+            c->body.data = nb;
             c->body.cap = want;
         }
         c->phase = PH_BODY;
     }
     if (c->hdr_count[HDR_EXPECT] && p->http_minor == 1) { /* RFC 9110 §10.1.1; ignored in 1.0 */
-        const srv_buf *e = &c->hdr[HDR_EXPECT];
-        if (!e->p || strcasecmp(e->p, "100-continue") != 0) {
+        const proto_buf *e = &c->hdr[HDR_EXPECT];
+        if (!e->data || strcasecmp(e->data, "100-continue") != 0) {
             cb_fail(c, 417, "expectation_failed", "only Expect: 100-continue is supported");
             return -1;
         }
         if (c->phase == PH_BODY) { /* curl waits up to 1 s for this before sending a body */
-            srv_buf b = {0};
-            if (srv_buf_append(&b, "HTTP/1.1 100 Continue\r\n\r\n", 25) == 0)
+            proto_buf b = {0};
+            if (proto_buf_try_append(&b, "HTTP/1.1 100 Continue\r\n\r\n", 25) == 0)
                 srv_write(c, &b);
-            srv_buf_free(&b);
+            proto_buf_free(&b);
         }
     }
     return 0;
@@ -342,7 +342,7 @@ static int on_body(llhttp_t *p, const char *at, size_t len)
     srv_conn *c = conn_of(p);
     if (len > lim(c)->max_body || c->body.len > lim(c)->max_body - len)
         return cb_fail(c, 413, "body_too_large", "request body exceeds max_body");
-    if (srv_buf_append(&c->body, at, len))
+    if (proto_buf_try_append(&c->body, at, len))
         return cb_fail(c, 500, "out_of_memory", "out of memory");
     if (p->flags & F_CHUNKED) {
         c->chunk_left = len >= c->chunk_left ? 0 : c->chunk_left - len;
@@ -706,9 +706,9 @@ static void conn_dispatch(srv_conn *c)
         srv_respond_error(c, 404, "not_found", "no handler");
     /* the request is valid only during on_request: give back large bodies */
     if (c->body.cap > 65536)
-        srv_buf_free(&c->body);
+        proto_buf_free(&c->body);
     else
-        srv_buf_reset(&c->body);
+        proto_buf_clear(&c->body);
     srv_conn_unref(c);
 }
 
@@ -905,7 +905,7 @@ static void close_handles(srv_conn *c, int reset)
     if (!reset && c->out.len && c->pending_writes == 0) {
         /* this turn's output: one non-blocking attempt, as uv_write made at once before the
          * output was coalesced; what the kernel does not take is dropped, like libuv's queue */
-        uv_buf_t b = uv_buf_init(c->out.p, (unsigned int)c->out.len);
+        uv_buf_t b = uv_buf_init(c->out.data, (unsigned int)c->out.len);
         int r = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
         if (r > 0)
             c->srv->stats.bytes_written += (uint64_t)r;
@@ -1077,11 +1077,11 @@ void srv_conn_unref(srv_conn *c)
 {
     if (--c->refs > 0)
         return;
-    srv_buf_free(&c->url);
-    srv_buf_free(&c->body);
-    srv_buf_free(&c->out);
+    proto_buf_free(&c->url);
+    proto_buf_free(&c->body);
+    proto_buf_free(&c->out);
     for (int i = 0; i < HDR_COUNT; i++)
-        srv_buf_free(&c->hdr[i]);
+        proto_buf_free(&c->hdr[i]);
     free(c->tail);
     free(c);
 }

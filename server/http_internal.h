@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "buf.h"
 #include "http.h"
 
 /* After an error response the write side is shut down and the read side drained (discarded) for
@@ -29,16 +30,8 @@
  * request is in flight, so this is at most one read's worth. */
 #define SRV_READ_BUF_SIZE 65536
 
-/* ------------------------------------------------------------------ growable byte buffer */
-typedef struct {
-    char *p;
-    size_t len, cap;
-} srv_buf;
-
-int srv_buf_append(srv_buf *b, const void *data, size_t n); /* 0 or UV_ENOMEM; keeps a NUL after len */
-int srv_buf_reserve(srv_buf *b, size_t total);              /* cap >= total + 1; 0 or UV_ENOMEM */
-void srv_buf_reset(srv_buf *b);                             /* len = 0, memory kept */
-void srv_buf_free(srv_buf *b);
+/* Byte buffers are proto_buf (proto/buf.h), through its non-aborting proto_buf_try_* calls:
+ * what a peer sends must not abort the daemon when memory runs out. */
 
 /* ------------------------------------------------------------------ C1/C6 scanner (http_checks.c) */
 /* Scans the header section (request line .. blank line) or the trailer section byte by byte,
@@ -83,7 +76,6 @@ int srv_te_is_chunked(const char *v, size_t n);
 const char *srv_trim_ows(const char *v, size_t *n);
 /* Appends s as the inside of a JSON string (quotes not included): escapes ", \, control bytes,
  * and replaces bytes that are not valid UTF-8 by U+FFFD. 0 or UV_ENOMEM. */
-int srv_json_escape(srv_buf *out, const char *s);
 const char *srv_reason_phrase(int status);
 
 /* ------------------------------------------------------------------ server and connection */
@@ -136,16 +128,16 @@ struct srv_conn {
     size_t tail_len;
 
     /* ---- per-request state, reset in on_message_begin */
-    srv_buf url;
+    proto_buf url;
     char *target_path;       /* in url: the path of the request target (split at headers complete) */
     char *target_query;      /* in url: after '?', or "" */
     char field[24];          /* current header name (lowercased prefix) */
     size_t field_len;
     int field_slot;          /* HDR_* of the current header */
     int hdr_count[HDR_COUNT];
-    srv_buf hdr[HDR_COUNT];  /* values of the named headers (OWS trimmed at complete) */
+    proto_buf hdr[HDR_COUNT];  /* values of the named headers (OWS trimmed at complete) */
     int in_trailers;
-    srv_buf body;
+    proto_buf body;
     uint64_t chunk_left;     /* bytes of the current chunk's data still expected */
     int crlf_expect;         /* C8: bytes of CRLF still to check after a chunk's data (0..2) */
     size_t chunk_ext_bytes;  /* C7 */
@@ -174,7 +166,7 @@ struct srv_conn {
     /* ---- output coalescing: bytes produced during one loop turn, written with one syscall at
      * the end of the turn (srv_flush_all from the server's prepare/check handles). Each chunk is
      * still framed on its own; only the syscalls are merged. */
-    srv_buf out;
+    proto_buf out;
     srv_conn *flush_next;    /* srv->flush_list */
     int in_flush_list;
 };
@@ -224,9 +216,9 @@ void srv_send_response(srv_conn *c, int status, const char *content_type, const 
                        size_t len, const char *extra_headers);
 void srv_send_error_json(srv_conn *c, int status, const char *code, const char *message,
                          const char *extra_headers);
-int srv_write(srv_conn *c, srv_buf *owned);    /* queue bytes (ownership taken); 0 or uv error */
+int srv_write(srv_conn *c, proto_buf *owned);    /* queue bytes (ownership taken); 0 or uv error */
 /* The connection's output buffer, to append to directly (then srv_out_queued). NULL if closing. */
-srv_buf *srv_out(srv_conn *c);
+proto_buf *srv_out(srv_conn *c);
 void srv_out_queued(srv_conn *c);               /* bytes were appended to srv_out(c) */
 void srv_flush_conn(srv_conn *c, int notify);   /* write c->out now (notify: on_drained allowed) */
 void srv_flush_all(srv_server *s);              /* every connection of the flush list */

@@ -129,7 +129,7 @@ static void on_write(uv_write_t *req, int status)
     }
 }
 
-srv_buf *srv_out(srv_conn *c)
+proto_buf *srv_out(srv_conn *c)
 {
     return c->closing ? NULL : &c->out;
 }
@@ -150,29 +150,29 @@ void srv_out_queued(srv_conn *c)
         c->above_high = 1;
 }
 
-int srv_write(srv_conn *c, srv_buf *owned)
+int srv_write(srv_conn *c, proto_buf *owned)
 {
     if (c->closing) {
-        srv_buf_free(owned);
+        proto_buf_free(owned);
         return UV_ECANCELED;
     }
     if (c->out.len == 0 && owned->cap >= c->out.cap) { /* take the block: no copy */
-        srv_buf t = c->out;
+        proto_buf t = c->out;
         c->out = *owned;
         *owned = t;
-    } else if (srv_buf_append(&c->out, owned->p, owned->len)) {
-        srv_buf_free(owned);
+    } else if (proto_buf_try_append(&c->out, owned->data, owned->len)) {
+        proto_buf_free(owned);
         srv_conn_close_now(c);
         return UV_ENOMEM;
     }
-    srv_buf_free(owned);
+    proto_buf_free(owned);
     srv_out_queued(c);
     return 0;
 }
 
 void srv_out_discard(srv_conn *c)
 {
-    srv_buf_free(&c->out);
+    proto_buf_free(&c->out);
 }
 
 /* Writes c->out: directly (uv_try_write) when libuv's queue is empty, the rest through uv_write
@@ -184,7 +184,7 @@ void srv_flush_conn(srv_conn *c, int notify)
     size_t len = c->out.len, done = 0;
     c->bytes_queued += len;
     if (c->pending_writes == 0) {
-        uv_buf_t b = uv_buf_init(c->out.p, (unsigned int)len);
+        uv_buf_t b = uv_buf_init(c->out.data, (unsigned int)len);
         int r = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
         if (r >= 0) {
             done = (size_t)r;
@@ -196,7 +196,7 @@ void srv_flush_conn(srv_conn *c, int notify)
     }
     c->srv->stats.bytes_written += done;
     if (done == len) {
-        srv_buf_reset(&c->out); /* the block is kept for the next turn */
+        proto_buf_clear(&c->out); /* the block is kept for the next turn */
     } else {
         srv_write_req *w = malloc(sizeof *w);
         if (!w)
@@ -204,15 +204,15 @@ void srv_flush_conn(srv_conn *c, int notify)
         w->c = c;
         w->len = len - done;
         if (done == 0) { /* hand the block over */
-            w->data = c->out.p;
-            c->out.p = NULL;
+            w->data = c->out.data;
+            c->out.data = NULL;
             c->out.len = c->out.cap = 0;
         } else {
             w->data = malloc(w->len);
             if (!w->data)
                 abort();
-            memcpy(w->data, c->out.p + done, w->len);
-            srv_buf_reset(&c->out);
+            memcpy(w->data, c->out.data + done, w->len);
+            proto_buf_clear(&c->out);
         }
         uv_buf_t b = uv_buf_init(w->data, (unsigned int)w->len);
         int r = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write);
@@ -254,9 +254,9 @@ static int has_no_body(int status)
     return (status >= 100 && status < 200) || status == 204 || status == 304;
 }
 
-static int append_str(srv_buf *b, const char *str)
+static int append_str(proto_buf *b, const char *str)
 {
-    return srv_buf_append(b, str, strlen(str));
+    return proto_buf_try_append(b, str, strlen(str));
 }
 
 /* Decimal / hex of v into tmp (returns the start; tmp has room for 24 bytes). */
@@ -270,16 +270,16 @@ static char *fmt_u64(char *tmp, uint64_t v, int hex)
     return p;
 }
 
-static int append_u64(srv_buf *b, uint64_t v, int hex)
+static int append_u64(proto_buf *b, uint64_t v, int hex)
 {
     char tmp[24];
     char *p = fmt_u64(tmp, v, hex);
-    return srv_buf_append(b, p, (size_t)(tmp + 24 - p));
+    return proto_buf_try_append(b, p, (size_t)(tmp + 24 - p));
 }
 
 /* Decides keep-alive for the response being started and writes the common head. framing:
  * 0 = Content-Length len, 1 = chunked, 2 = none (HTTP/1.0 stream, ends by close). */
-static int build_head(srv_conn *c, srv_buf *b, int status, const char *content_type, int framing,
+static int build_head(srv_conn *c, proto_buf *b, int status, const char *content_type, int framing,
                       size_t len, const char *extra)
 {
     srv_server *s = c->srv;
@@ -290,38 +290,38 @@ static int build_head(srv_conn *c, srv_buf *b, int status, const char *content_t
     c->resp_started = 1;
     s->stats.responses_by_class[status / 100]++;
     char st[4] = {(char)('0' + status / 100), (char)('0' + status / 10 % 10), (char)('0' + status % 10), ' '};
-    int r = srv_buf_append(b, "HTTP/1.1 ", 9) || srv_buf_append(b, st, 4) ||
-            append_str(b, srv_reason_phrase(status)) || srv_buf_append(b, "\r\n", 2);
+    int r = proto_buf_try_append(b, "HTTP/1.1 ", 9) || proto_buf_try_append(b, st, 4) ||
+            append_str(b, srv_reason_phrase(status)) || proto_buf_try_append(b, "\r\n", 2);
     if (!r && content_type && !has_no_body(status))
-        r = srv_buf_append(b, "Content-Type: ", 14) || append_str(b, content_type) ||
-            srv_buf_append(b, "\r\n", 2);
+        r = proto_buf_try_append(b, "Content-Type: ", 14) || append_str(b, content_type) ||
+            proto_buf_try_append(b, "\r\n", 2);
     if (!r && !has_no_body(status)) {
         if (framing == 0)
-            r = srv_buf_append(b, "Content-Length: ", 16) || append_u64(b, len, 0) ||
-                srv_buf_append(b, "\r\n", 2);
+            r = proto_buf_try_append(b, "Content-Length: ", 16) || append_u64(b, len, 0) ||
+                proto_buf_try_append(b, "\r\n", 2);
         else if (framing == 1)
-            r = srv_buf_append(b, "Transfer-Encoding: chunked\r\n", 28);
+            r = proto_buf_try_append(b, "Transfer-Encoding: chunked\r\n", 28);
     }
     if (!r && extra)
         r = append_str(b, extra);
     if (!r)
-        r = c->keep_alive ? srv_buf_append(b, "Connection: keep-alive\r\n\r\n", 26)
-                          : srv_buf_append(b, "Connection: close\r\n\r\n", 21);
+        r = c->keep_alive ? proto_buf_try_append(b, "Connection: keep-alive\r\n\r\n", 26)
+                          : proto_buf_try_append(b, "Connection: close\r\n\r\n", 21);
     return r;
 }
 
 void srv_send_response(srv_conn *c, int status, const char *content_type, const void *body,
                        size_t len, const char *extra_headers)
 {
-    srv_buf *b = srv_out(c);
+    proto_buf *b = srv_out(c);
     if (!b)
         return;
     if (has_no_body(status))
         len = 0;
-    if (srv_buf_reserve(b, b->len + 160 + (content_type ? strlen(content_type) : 0) +
+    if (proto_buf_try_reserve(b, 160 + (content_type ? strlen(content_type) : 0) +
                                (extra_headers ? strlen(extra_headers) : 0) + (c->is_head ? 0 : len)) ||
         build_head(c, b, status, content_type, 0, len, extra_headers) ||
-        (len && !c->is_head && srv_buf_append(b, body, len))) {
+        (len && !c->is_head && proto_buf_try_append(b, body, len))) {
         srv_conn_close_now(c);
         return;
     }
@@ -331,17 +331,20 @@ void srv_send_response(srv_conn *c, int status, const char *content_type, const 
 void srv_send_error_json(srv_conn *c, int status, const char *code, const char *message,
                          const char *extra_headers)
 {
-    srv_buf b = {0};
-    int r = srv_buf_append(&b, "{\"error\":{\"code\":\"", 18) || srv_json_escape(&b, code) ||
-            srv_buf_append(&b, "\",\"message\":\"", 13) || srv_json_escape(&b, message) ||
-            srv_buf_append(&b, "\"}}\n", 4);
+    proto_buf b = {0};
+    code = code ? code : "";
+    message = message ? message : "";
+    int r = proto_buf_try_append(&b, "{\"error\":{\"code\":", 17) ||
+            proto_buf_try_json_str(&b, code, strlen(code)) ||
+            proto_buf_try_append(&b, ",\"message\":", 11) ||
+            proto_buf_try_json_str(&b, message, strlen(message)) || proto_buf_try_append(&b, "}}\n", 3);
     if (r) {
-        srv_buf_free(&b);
+        proto_buf_free(&b);
         srv_conn_close_now(c);
         return;
     }
-    srv_send_response(c, status, "application/json", b.p, b.len, extra_headers);
-    srv_buf_free(&b);
+    srv_send_response(c, status, "application/json", b.data, b.len, extra_headers);
+    proto_buf_free(&b);
 }
 
 /* ------------------------------------------------------------------ public API */
@@ -378,7 +381,7 @@ void srv_stream_begin(srv_conn *c, int status, const char *content_type)
 {
     if (!can_respond(c))
         return;
-    srv_buf *b = srv_out(c);
+    proto_buf *b = srv_out(c);
     if (c->http10) { /* HTTP/1.0 has no chunked coding: the body ends when the connection does */
         c->keep_alive = 0;
         c->stream_raw = 1;
@@ -406,14 +409,14 @@ void srv_stream_write(srv_conn *c, const void *data, size_t len)
 {
     if (!c || !c->streaming || c->closing || c->shutting || len == 0 || c->is_head)
         return;
-    srv_buf *b = &c->out;
-    int r = srv_buf_reserve(b, b->len + len + 24);
+    proto_buf *b = &c->out;
+    int r = proto_buf_try_reserve(b, len + 24);
     if (!r && !c->stream_raw) {
-        r = append_u64(b, len, 1) || srv_buf_append(b, "\r\n", 2);
+        r = append_u64(b, len, 1) || proto_buf_try_append(b, "\r\n", 2);
     }
-    r = r || srv_buf_append(b, data, len);
+    r = r || proto_buf_try_append(b, data, len);
     if (!r && !c->stream_raw)
-        r = srv_buf_append(b, "\r\n", 2);
+        r = proto_buf_try_append(b, "\r\n", 2);
     if (r) {
         srv_conn_close_now(c);
         return;
@@ -436,7 +439,7 @@ void srv_stream_end(srv_conn *c)
     if (c->closing || c->shutting)
         return;
     if (!c->stream_raw && !c->is_head) {
-        if (srv_buf_append(&c->out, "0\r\n\r\n", 5)) {
+        if (proto_buf_try_append(&c->out, "0\r\n\r\n", 5)) {
             srv_conn_close_now(c);
             return;
         }

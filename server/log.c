@@ -6,6 +6,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "buf.h"
+#include "utf8.h"
+
 static srv_log_level g_level = SRV_LOG_INFO;
 
 void srv_log_set_level(const char *name)
@@ -16,28 +19,25 @@ void srv_log_set_level(const char *name)
     else g_level = SRV_LOG_INFO;
 }
 
-int srv_log_enabled(srv_log_level lvl)
-{
-    return lvl >= g_level;
-}
-
 const char *srv_log_str(const char *s, char *out, unsigned cap)
 {
-    unsigned n = 0;
     if (cap == 0)
         return out;
-    for (; s && *s && n + 7 < cap; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') {
-            out[n++] = '\\';
-            out[n++] = (char)c;
-        } else if (c < 0x20 || c == 0x7F) {
-            n += (unsigned)snprintf(out + n, cap - n, "\\u%04x", c);
-        } else {
-            out[n++] = (char)c;
-        }
+    proto_buf b; /* the one escaper (proto/buf.c), then cut at a whole escape or character */
+    proto_buf_init(&b);
+    proto_buf_json_str(&b, s ? s : "", s ? strlen(s) : 0);
+    const char *p = b.data + 1;
+    size_t len = b.len - 2, n = 0; /* without the quotes */
+    while (n < len) {
+        size_t u = p[n] == '\\' ? (p[n + 1] == 'u' ? 6 : 2)
+                                 : (size_t)proto_utf8_lead_len((unsigned char)p[n]);
+        if (n + u > cap - 1)
+            break;
+        n += u;
     }
+    memcpy(out, p, n);
     out[n] = '\0';
+    proto_buf_free(&b);
     return out;
 }
 

@@ -11,10 +11,10 @@
 typedef enum { SRV_LOG_DEBUG = 0, SRV_LOG_INFO = 1, SRV_LOG_WARN = 2, SRV_LOG_ERROR = 3 } srv_log_level;
 
 void srv_log_set_level(const char *name);
-int srv_log_enabled(srv_log_level lvl);
 void srv_log(srv_log_level lvl, const char *event, const char *fields_fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* Escape s as a JSON string body (no quotes) into out (cap bytes, always terminated). */
+/* s as a JSON string body (no quotes; proto_buf_json_str: invalid UTF-8 becomes U+FFFD) into out
+ * (cap bytes, always terminated, cut at a whole escape or character). */
 const char *srv_log_str(const char *s, char *out, unsigned cap);
 
 #endif /* SRV_LOG_H */

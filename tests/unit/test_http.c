@@ -460,7 +460,7 @@ Test(http, error_ex_escapes_message_and_adds_headers)
     cr_expect_eq(r.status, 503);
     cr_expect(has_header(&r, "\r\nRetry-After: 1\r\n"));
     cr_expect_str_eq(r.body,
-                     "{\"error\":{\"code\":\"busy\",\"message\":\"max_sessions reached \\\"quoted\\\"\\u000a\"}}\n");
+                     "{\"error\":{\"code\":\"busy\",\"message\":\"max_sessions reached \\\"quoted\\\"\\n\"}}\n");
     cl_close(c);
 }
 
@@ -1234,10 +1234,12 @@ Test(http_scan, cr_at_buffer_end_then_non_lf)
 
 Test(http_scan, json_escape)
 {
-    srv_buf b = {0};
-    cr_assert_eq(srv_json_escape(&b, "a\"b\\c\x01\n\xff\xc3\xa9"), 0);
-    cr_expect_str_eq(b.p, "a\\\"b\\\\c\\u0001\\u000a\xEF\xBF\xBD\xc3\xa9");
-    srv_buf_free(&b);
+    proto_buf b = {0};
+    const char *s = "a\"b\\c\x01\n\x7f\xff\xc3\xa9\xed\xa0\x80";
+    cr_assert_eq(proto_buf_try_json_str(&b, s, strlen(s)), 0); /* the one escaper (proto/buf.c) */
+    cr_expect_str_eq(b.data,
+                     "\"a\\\"b\\\\c\\u0001\\n\\u007f\xEF\xBF\xBD\xc3\xa9\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\"");
+    proto_buf_free(&b);
 }
 
 Test(http_scan, tchar_and_te)
