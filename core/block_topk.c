@@ -51,6 +51,13 @@ static int bt_rank_cmp(const void *pa, const void *pb)
     return 0;
 }
 
+/* One past the last key of block b [b*block, ...) that query t counts (causal: keys j <= t). */
+static int64_t bt_block_end(int64_t b, int64_t block, int64_t T, int causal, int64_t t)
+{
+    const int64_t j0 = b * block, j1 = T - j0 < block ? T : j0 + block;
+    return causal && j1 > t + 1 ? t + 1 : j1;
+}
+
 /* Mark the top nkeep of the first ncand blocks (scores sc) in sel[]; sel is cleared first. */
 static void bt_select(const float *sc, int64_t ncand, int64_t nkeep, uint8_t *sel, bt_rank *rank)
 {
@@ -138,7 +145,7 @@ int recur_block_topk_attention(const recur_dims *d, const float *q, const float 
 
     /* kbar_b = mean of block b's real keys (the causal mask only matters for the current block) */
     for (int64_t b = 0; b < nblk; b++) {
-        const int64_t j0 = b * block, j1 = T - j0 < block ? T : j0 + block;
+        const int64_t j0 = b * block, j1 = bt_block_end(b, block, T, 0, 0);
         for (int h = 0; h < H; h++)
             bt_mean_key(k + h * K, ldk, j0, j1, K, sum, kbar + (size_t)h * K * nblk + b,
                         (size_t)nblk);
@@ -200,10 +207,7 @@ int recur_block_topk_attention(const recur_dims *d, const float *q, const float 
             for (int64_t b = 0; b < ncand; b++) {
                 if (!sel[b])
                     continue;
-                const int64_t j0 = b * block;
-                int64_t j1 = T - j0 < block ? T : j0 + block;
-                if (causal && j1 > t + 1)
-                    j1 = t + 1;
+                const int64_t j0 = b * block, j1 = bt_block_end(b, block, T, causal, t);
                 memset(w + n, 0, (size_t)(j1 - j0) * sizeof(float)); /* sgemv beta = 0 */
                 cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)(j1 - j0), K, scale,
                             k + (size_t)j0 * ldk + (size_t)h * K, (int)ldk, qt, 1, 0.0f, w + n, 1);
@@ -225,10 +229,7 @@ int recur_block_topk_attention(const recur_dims *d, const float *q, const float 
             for (int64_t b = 0; b < ncand; b++) {
                 if (!sel[b])
                     continue;
-                const int64_t j0 = b * block;
-                int64_t j1 = T - j0 < block ? T : j0 + block;
-                if (causal && j1 > t + 1)
-                    j1 = t + 1;
+                const int64_t j0 = b * block, j1 = bt_block_end(b, block, T, causal, t);
                 cblas_sgemv(CblasRowMajor, CblasTrans, (int)(j1 - j0), V, inv,
                             v + (size_t)j0 * ldv + (size_t)h * V, (int)ldv, w + n, 1, 1.0f, ot, 1);
                 n += j1 - j0;

@@ -8,8 +8,9 @@
  * where g_t is 0 (GL_GATE_NONE), log gamma_h (GL_GATE_HEAD), g[t][h] (GL_GATE_SCALAR) or
  * g[t][h][:] (GL_GATE_KEY), and the feature map phi is applied to q and k as they are read.
  *
- * The public wrappers validate everything first (gl_check_*), then call gl_run, which writes
- * S, z and o only after every allocation has succeeded: on any error nothing is written.
+ * The public wrappers validate everything first (recur__check_dims of mixer.h, gl_check_*), then
+ * call gl_run, which writes S, z and o only after every allocation has succeeded: on any error
+ * nothing is written.
  */
 #ifndef RECUR_GATED_LINEAR_H
 #define RECUR_GATED_LINEAR_H

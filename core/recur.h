@@ -226,6 +226,10 @@ typedef struct {
 int recur_sample(const float *logits, int vocab, const recur_sampler_params *p, uint64_t *rng,
                  float *scratch);
 
+/* A state for recur_sample's *rng from any 64-bit seed (a request's seed, or entropy): one
+ * splitmix64 draw, never zero (valid for xorshift as well as splitmix). */
+uint64_t recur_sampler_seed(uint64_t seed);
+
 /* log-softmax of logits [vocab] into out [vocab] (may alias). */
 void recur_log_softmax(const float *logits, int vocab, float *out);
 /* The same, keeping its two constants: out[i] = (logits[i] - c[0]) - c[1], c[0] = max logits,

@@ -14,6 +14,11 @@
 /* ids are held in float scratch (see cmp_desc): exact for integers up to 2^24 */
 #define SAMPLE_MAX_VOCAB (1 << 24)
 
+uint64_t recur_sampler_seed(uint64_t seed)
+{
+    return recur__splitmix64(&seed) | 1;
+}
+
 void recur_log_softmax(const float *logits, int vocab, float *out)
 {
     if (!logits || !out || vocab <= 0) return;

@@ -437,14 +437,6 @@ static void start_fork(srv_op *op)
     respond_session(op, 201, dst);
 }
 
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
 static void start_generate(srv_op *op)
 {
     srv_app *app = op->app;
@@ -460,7 +452,7 @@ static void start_generate(srv_op *op)
         seed = uv_hrtime();
     int64_t left = context_left(app, s);
     srv_gen_init(&op->run, &op->gen, op->framing,
-                 splitmix64(&seed) | 1, /* never zero: valid for xorshift as well as splitmix */
+                 recur_sampler_seed(seed),
                  left == INT64_MAX ? UINT64_MAX : s->tokens_seen + (uint64_t)(left > 0 ? left : 0));
     op->streaming = 1;
     srv_stream_begin(op->conn, 200, proto_frame_content_type(op->framing));

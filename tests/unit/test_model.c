@@ -716,6 +716,16 @@ Test(sampling, greedy_ties_and_errors)
     cr_assert_eq(recur_sample(NULL, 5, &p, &rng, scratch), RECUR_EINVAL);
 }
 
+Test(sampling, sampler_seed_is_one_splitmix64_draw_never_zero)
+{
+    /* splitmix64's first output from state 0 (Vigna's reference), already odd */
+    cr_assert_eq(recur_sampler_seed(0), 0xe220a8397b1dcdafULL);
+    for (uint64_t s = 0; s < 1000; s++) {
+        uint64_t x = s * 0x9e3779b97f4a7c15ULL; /* about half of the raw draws are even */
+        cr_assert_eq(recur_sampler_seed(x) & 1u, 1u);
+    }
+}
+
 Test(sampling, seeded_top_k_top_p)
 {
     enum { NV = 8, DRAWS = 4000 };
