@@ -113,11 +113,13 @@ static int cmp_id(const void *a, const void *b)
     return memcmp(a, b, 32);
 }
 
+typedef char id_buf[33];
+
 /* Tombstones: "<id>.deleted" says that id was deleted and its files must go. Every one is
  * completed here (its snapshot and temp file removed, the directory fsynced, then the
- * tombstone removed). Ids whose snapshot could not be removed stay pending: reported through
- * pending() and returned (sorted, malloc'd, *n) so the listing never loads them. */
-typedef char id_buf[33];
+ * tombstone removed). Ids whose removal could not be completed stay pending: reported through
+ * pending() and returned in *out (sorted, malloc'd, *n_pend of them) so the listing never
+ * loads them. Returns 0 or -errno of the listing. */
 
 static int complete_tombstones(srv_persist *p, DIR *d, void (*pending)(const char *, void *),
                                void *ctx, id_buf **out, size_t *n_tomb, size_t *n_pend)
