@@ -63,8 +63,14 @@ typedef struct wjob {
     srv_session *s;   /* J_ATTACHED only */
     char id[33];
     wkind kind;
-    uint8_t *buf;     /* serialized on the loop thread; owned */
+    uint8_t *buf;     /* serialized on the loop thread (or, with cstate, by the worker); owned */
     size_t len;
+    /* A computing session's snapshot (srv_residency_capture): only the state and logits are
+     * copied at its boundary, and the worker serializes the copy. Never an eviction's bytes. */
+    recur_state *cstate;
+    float *clogits;
+    int chas_logits;
+    int vocab;
     uint64_t gen;     /* the session's mut_gen when serialized */
     int gen_valid;    /* no request was pending: the file holds everything up to gen */
     int err;          /* 0 or -errno, set by the worker */
@@ -101,7 +107,11 @@ struct srv_residency {
         quarantined, over_budget, deleted_files, expired_on_disk;
     uint64_t sync_evict_writes, sync_evict_us_total, sync_evict_us_max;
     uint64_t unlink_failures;
-    uint64_t busy_captures, capture_us_max; /* copies taken at a busy session's boundary */
+    recur_state *cpool[MAX_INFLIGHT]; /* spare copies for captures (wjob.cstate) */
+    float *cpool_logits[MAX_INFLIGHT];
+    int n_cpool;
+    uint64_t busy_captures, capture_us_total, capture_us_max; /* copies taken at a busy
+                                                                * session's boundary */
     int degraded;
     char last_error[96];
     int load_error; /* the last hook_load failed transiently (srv_residency_take_load_error) */
@@ -319,27 +329,33 @@ static void dirsync_start(srv_residency *r)
 
 /* The session's snapshot file bytes: exactly the body of GET /v1/sessions/{id}/state.
  * Only while no worker touches s. Returns 0 or a RECUR_E* code. */
-static int serialize(srv_residency *r, srv_session *s, uint8_t **out, size_t *out_len)
+static int serialize_state(int vocab, const recur_state *st, const float *logits, int has_logits,
+                           uint8_t **out, size_t *out_len)
 {
-    int vocab = r->app->info->vocab_size;
-    size_t core = recur_snapshot_size(s->state);
-    size_t extra = s->has_logits ? proto_state_trailer_size(vocab) : 0;
+    size_t core = recur_snapshot_size(st);
+    size_t extra = has_logits ? proto_state_trailer_size(vocab) : 0;
     uint8_t *buf = malloc(core + extra);
     if (!buf)
         return RECUR_ENOMEM;
     size_t written = 0;
-    int rc = recur_snapshot_write(s->state, buf, core, &written);
+    int rc = recur_snapshot_write(st, buf, core, &written);
     if (rc != 0) {
         free(buf);
         return rc;
     }
     if (extra) {
-        proto_state_trailer_write(buf + written, buf, written, s->logits, vocab);
+        proto_state_trailer_write(buf + written, buf, written, logits, vocab);
         written += extra;
     }
     *out = buf;
     *out_len = written;
     return 0;
+}
+
+static int serialize(srv_residency *r, srv_session *s, uint8_t **out, size_t *out_len)
+{
+    return serialize_state(r->app->info->vocab_size, s->state, s->logits, s->has_logits, out,
+                           out_len);
 }
 
 static int is_clean(srv_residency *r, srv_session *s)
@@ -429,21 +445,69 @@ static void after_cb(uv_work_t *req, int status);
 static void work_cb(uv_work_t *req)
 {
     wjob *j = req->data;
+    if (j->cstate &&
+        serialize_state(j->vocab, j->cstate, j->clogits, j->chas_logits, &j->buf, &j->len) != 0) {
+        j->err = -ENOMEM;
+        return;
+    }
     j->err = srv_persist_write(j->r->p, j->id, j->buf, j->len);
 }
 
-/* Serialize s (no worker may be touching it) and hand the bytes to the threadpool. */
-static wjob *start_job(srv_residency *r, srv_session *s, wkind kind)
+static void copy_put(srv_residency *r, recur_state *st, float *lg)
+{
+    if (r->n_cpool < MAX_INFLIGHT) {
+        r->cpool[r->n_cpool] = st;
+        r->cpool_logits[r->n_cpool++] = lg;
+        return;
+    }
+    recur_state_destroy(st);
+    free(lg);
+}
+
+/* s's state and logits into a spare copy (the one copy a computing session waits for). */
+static int copy_take(srv_residency *r, srv_session *s, recur_state **st, float **lg)
+{
+    size_t vocab = (size_t)r->app->info->vocab_size;
+    if (r->n_cpool) {
+        r->n_cpool--;
+        *st = r->cpool[r->n_cpool];
+        *lg = r->cpool_logits[r->n_cpool];
+    } else {
+        *lg = malloc(vocab * sizeof(float));
+        if (!*lg || recur_state_create(r->app->model, st) != 0) {
+            free(*lg);
+            return -1;
+        }
+    }
+    if (recur_state_copy(*st, s->state) != 0) {
+        copy_put(r, *st, *lg);
+        return -1;
+    }
+    if (s->has_logits)
+        memcpy(*lg, s->logits, vocab * sizeof(float));
+    return 0;
+}
+
+/* Serialize s (no worker may be touching it) and hand the bytes to the threadpool. copy: only
+ * copy the state and logits here, the worker serializes them (a computing session's stream
+ * waits for this call). */
+static wjob *start_job_ex(srv_residency *r, srv_session *s, wkind kind, int copy)
 {
     want_clear(r, s); /* whatever wanted a copy of s gets this one */
     wjob *j = calloc(1, sizeof *j);
     if (!j)
         abort();
-    int rc = serialize(r, s, &j->buf, &j->len);
-    if (rc != 0) {
-        srv_log(SRV_LOG_ERROR, "snapshot_serialize_failed", "\"error\":\"%s\"", recur_strerror(rc));
-        free(j);
-        return NULL;
+    if (copy && copy_take(r, s, &j->cstate, &j->clogits) == 0) {
+        j->chas_logits = s->has_logits;
+        j->vocab = r->app->info->vocab_size;
+    } else {
+        int rc = serialize(r, s, &j->buf, &j->len);
+        if (rc != 0) {
+            srv_log(SRV_LOG_ERROR, "snapshot_serialize_failed", "\"error\":\"%s\"",
+                    recur_strerror(rc));
+            free(j);
+            return NULL;
+        }
     }
     j->r = r;
     j->st = J_ATTACHED;
@@ -453,9 +517,11 @@ static wjob *start_job(srv_residency *r, srv_session *s, wkind kind)
     j->gen = s->mut_gen;
     j->gen_valid = r->shutting_down || s->q_len == 0;
     j->req.data = j;
-    rc = uv_queue_work(r->app->loop, &j->req, work_cb, after_cb);
+    int rc = uv_queue_work(r->app->loop, &j->req, work_cb, after_cb);
     if (rc != 0) {
         srv_log(SRV_LOG_ERROR, "snapshot_queue_failed", "\"error\":\"%s\"", uv_strerror(rc));
+        if (j->cstate)
+            copy_put(r, j->cstate, j->clogits);
         free(j->buf);
         free(j);
         return NULL;
@@ -467,6 +533,11 @@ static wjob *start_job(srv_residency *r, srv_session *s, wkind kind)
     return j;
 }
 
+static wjob *start_job(srv_residency *r, srv_session *s, wkind kind)
+{
+    return start_job_ex(r, s, kind, 0);
+}
+
 /* ---------------------------------------------------------------- eviction */
 
 /* No request queued or running, and either no write in flight or one whose bytes are exactly
@@ -476,7 +547,7 @@ static int evictable(const srv_session *s)
     if (s->q_len || s->running)
         return 0;
     const wjob *j = s->pjob;
-    return !j || (j->st == J_ATTACHED && j->gen_valid && j->gen == s->mut_gen);
+    return !j || (j->st == J_ATTACHED && !j->cstate && j->gen_valid && j->gen == s->mut_gen);
 }
 
 /* Evict s with write j in flight (holding exactly its state): the session leaves the table, its
@@ -673,6 +744,8 @@ static void after_cb(uv_work_t *req, int status)
             enqueue(r, s->id, W_SHUTDOWN); /* a round's write failed: one more try before exit */
         }
     }
+    if (j->cstate)
+        copy_put(r, j->cstate, j->clogits);
     free(j->buf);
     free(j);
     pump(r);
@@ -719,9 +792,10 @@ void srv_residency_capture(srv_app *app, srv_session *s)
     if (s->pjob || is_clean(r, s))
         return;
     uint64_t t0 = uv_hrtime();
-    if (start_job(r, s, kind)) {
+    if (start_job_ex(r, s, kind, 1)) {
         uint64_t us = (uv_hrtime() - t0) / 1000;
         r->busy_captures++;
+        r->capture_us_total += us;
         if (us > r->capture_us_max)
             r->capture_us_max = us;
     }
@@ -1072,6 +1146,10 @@ void srv_residency_free(srv_app *app)
     free(r->buckets);
     free(r->q);
     free(r->rm);
+    for (int i = 0; i < r->n_cpool; i++) {
+        recur_state_destroy(r->cpool[i]);
+        free(r->cpool_logits[i]);
+    }
     srv_persist_close(r->p);
     free(r);
     app->res = NULL;
@@ -1142,6 +1220,8 @@ void srv_residency_metrics(srv_app *app, proto_buf *b)
     srv_metric(b, "recurd_snapshot_busy_captures_total", "counter",
                "Snapshots of a computing session, copied between two of its work items.",
                r->busy_captures);
+    srv_metric(b, "recurd_snapshot_capture_us_total", "counter",
+               "Microseconds the loop spent in those copies.", r->capture_us_total);
     srv_metric(b, "recurd_snapshot_capture_us_max", "gauge",
                "Longest such copy (microseconds): what the session's stream waited.",
                r->capture_us_max);

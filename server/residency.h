@@ -19,7 +19,9 @@
  *     a deleted id is never loaded again (not even after a restart: the tombstone);
  *   - SIGTERM (srv_residency_shutdown) writes every changed session before exit.
  * Periodic, idle and shutdown writes run on libuv's threadpool; the state is serialized on the
- * loop thread first (a copy, no disk I/O), so a worker never reads a live session. Budget
+ * loop thread first (a copy, no disk I/O), so a worker never reads a live session; a computing
+ * session's state is only copied (recur_state_copy into a pooled spare) at its boundary, and
+ * the threadpool serializes that copy. Budget
  * evictions write on the loop thread (they must finish before the new session gets its slot).
  *
  * Everything here runs on the loop thread.
