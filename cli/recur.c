@@ -4,6 +4,7 @@
  *   recur generate [MODEL] --prompt TEXT -n N [--temperature T] [--top-k K] [--top-p P] [--seed S]
  *   recur score    [MODEL] FILE                bits per byte of FILE (chunkwise prefill, in pieces)
  *   recur bench    [MODEL] [--batch B,...] [--steps N] [--prefill N]   decode and prefill tokens/s
+ *   recur tokenize DIR_OR_FILE [--decode] [--special]   stdin text -> ids (or ids -> text): tokenize.c
  *
  * MODEL is a directory holding config.json and model.safetensors (default models/default), or
  * `--config CFG.json --seed N` for a seeded model of any size (tests, benchmarks).
@@ -47,10 +48,11 @@ static void usage(FILE *f)
             "       %s generate [MODEL] --prompt TEXT -n N [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
             "       %s score    [MODEL] FILE\n"
             "       %s bench    [MODEL] [--batch 1,8,64] [--steps N] [--prefill N]\n"
+            "       %s tokenize DIR_OR_FILE [--decode] [--special]   (stdin -> stdout)\n"
             "MODEL: a directory with config.json + model.safetensors (default %s),\n"
             "       or --config CFG.json --init-seed N for seeded random weights\n"
             "       (outside generate, --seed N is the init seed).\n",
-            prog, prog, prog, prog, DEFAULT_MODEL);
+            prog, prog, prog, prog, prog, DEFAULT_MODEL);
 }
 
 static double now(void)
@@ -401,12 +403,15 @@ out:
     return ret;
 }
 
+int cmd_tokenize(int argc, char **argv); /* tokenize.c */
+
 int main(int argc, char **argv)
 {
     openblas_set_num_threads(1); /* parallelism, if any, belongs to the caller (LIBRARIES.md B.4) */
     if (argc < 2) { usage(stderr); return 2; }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) { usage(stdout); return 0; }
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc, argv);
     opts o = {.n = -1, .temperature = 0.0f, .top_k = 0, .top_p = 1.0f};
     if (parse_args(argc, argv, &o)) { usage(stderr); return 2; }
     /* outside generate there is nothing to sample: --seed then names the model's init seed */

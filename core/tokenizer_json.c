@@ -75,6 +75,13 @@ static const char *jtype(const cJSON *o)
     return cJSON_IsString(t) && t->valuestring ? t->valuestring : NULL;
 }
 
+/* an id: an integer in [0, MAX_ID) (range first: a cast of 1e300 to int is undefined) */
+static int jid(const cJSON *v)
+{
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble < MAX_ID)) return 0;
+    return v->valuedouble == (double)(int32_t)v->valuedouble;
+}
+
 static char *dup(const char *s, size_t *n)
 {
     size_t l = strlen(s);
@@ -393,7 +400,7 @@ static int model(tk_hf *h, const cJSON *root, const cJSON *m, int byte_level, ec
     int32_t max_id = -1;
     const cJSON *v;
     cJSON_ArrayForEach(v, vocab) {
-        if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int32_t)v->valuedouble || v->valuedouble < 0 || v->valuedouble >= MAX_ID)
+        if (!jid(v))
             FAIL("model BPE: vocab ids must be integers in [0, %d)", MAX_ID);
         if (!v->string || !valid_str(v->string)) FAIL("model BPE: vocab key is not valid UTF-8");
         if ((int32_t)v->valuedouble > max_id) max_id = (int32_t)v->valuedouble;
@@ -403,7 +410,7 @@ static int model(tk_hf *h, const cJSON *root, const cJSON *m, int byte_level, ec
     cJSON_ArrayForEach(v, added) {
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(v, "id");
         const cJSON *c = cJSON_GetObjectItemCaseSensitive(v, "content");
-        if (!cJSON_IsNumber(id) || id->valuedouble != (double)(int32_t)id->valuedouble || id->valuedouble < 0 || id->valuedouble >= MAX_ID)
+        if (!jid(id))
             FAIL("added_tokens: id must be an integer in [0, %d)", MAX_ID);
         if (!cJSON_IsString(c) || !c->valuestring || !valid_str(c->valuestring)) FAIL("added_tokens: content must be a string");
         if ((int32_t)id->valuedouble > max_id) max_id = (int32_t)id->valuedouble;
