@@ -1,0 +1,107 @@
+"""Benchmark section "tokenizer" (issue 12): librecur's tokenizer beside @huggingface/tokenizers.
+
+Per vocabulary (Mistral/Llama-2 32k, Llama-3 128k, Qwen3 151k, GPT-NeoX 50k, RWKV World 65k), one
+thread, the same 1 MB seeded corpus (tests/python/tokenizer_corpus.py), the same run: encode MB/s
+and tokens/s of tools/bench/bench_tokenizer.c (built here against build/librecur.a) and of the
+reference (tests/js/reference.mjs --bench, Debian's node), both as CPU time of the encoding thread
+/ process (the machine is shared; wall time is listed too); load time and the RSS of the loaded
+tokenizer. Targets (issue 12): >= 3x the reference and >= 20 MB/s for the byte-level BPEs, load of
+the 128k/151k vocabularies <= 100 ms, a loaded 151k tokenizer <= 30 MB RSS.
+Run alone:  /usr/bin/python3 tools/bench/section_tokenizer.py > /tmp/tok.md
+Needs tests/js/node_modules (`make test-js-deps`).
+"""
+import json
+import os
+import subprocess
+import sys
+
+TITLE = "Tokenizer: encode throughput, load time, memory (issue 12)"
+ORDER = 60
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BUILD = os.environ.get("RECUR_BUILD", os.path.join(ROOT, "build"))
+JS = os.path.join(ROOT, "tests", "js")
+SHARED = os.path.join(ROOT, "..", "shared", "tokenizers")
+NM = os.path.join(JS, "node_modules", "@lenml")
+VOCABS = [
+    ("llama2 (Mistral 32k, byte fallback)", os.path.join(NM, "tokenizer-llama2", "models", "tokenizer.json"), False),
+    ("llama3 (byte-level 128k)", os.path.join(NM, "tokenizer-llama3", "models", "tokenizer.json"), True),
+    ("qwen3 (byte-level 151k, NFC)", os.path.join(NM, "tokenizer-qwen3", "models", "tokenizer.json"), True),
+    ("gpt-neox-20b (byte-level 50k, NFC)", os.path.join(SHARED, "gpt-neox-20b_tokenizer.json"), True),
+    ("RWKV World (65k, greedy)", os.path.join(SHARED, "rwkv_vocab_v20230424.txt"), None),
+]
+
+
+def _run(ctx, argv, timeout=1800):
+    if ctx is not None:
+        return ctx.run(argv, timeout=timeout)
+    return subprocess.run(argv, cwd=ROOT, check=True, stdout=subprocess.PIPE, text=True, timeout=timeout).stdout
+
+
+def run(ctx=None):
+    sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+    import tokenizer_corpus
+    out_dir = os.path.join(BUILD, "bench", "tokenizer")
+    os.makedirs(out_dir, exist_ok=True)
+    specials = set()
+    for _, path, _ in VOCABS:
+        if path.endswith(".json"):
+            with open(path, encoding="utf-8") as f:
+                specials.update(t["content"] for t in json.load(f)["added_tokens"])
+    items = tokenizer_corpus.corpus(sorted(specials))
+    nul = os.path.join(out_dir, "corpus.bin")
+    with open(nul, "wb") as f:
+        f.write(b"\0".join(x.encode() for x in items))
+    jsonl = os.path.join(out_dir, "corpus.jsonl")
+    with open(jsonl, "w", encoding="utf-8") as f:
+        f.write("".join(json.dumps(x) + "\n" for x in items))
+    exe = os.path.join(out_dir, "bench_tokenizer")
+    _run(ctx, ["cc", "-O2", "-std=c11", "-D_GNU_SOURCE", "-Icore", "tools/bench/bench_tokenizer.c",
+               os.path.join(BUILD, "librecur.a"), "-lcjson", "-lpcre2-8", "-lutf8proc", "-lopenblas", "-lm",
+               "-lpthread", "-o", exe])
+    rows = []
+    for name, path, byte_level in VOCABS:
+        ours = json.loads(_run(ctx, [exe, path, nul, "3"]))
+        ref = None
+        if path.endswith(".json"):
+            ref = json.loads(_run(ctx, ["/usr/bin/node", os.path.join(JS, "reference.mjs"), path, jsonl, "--bench"]))
+        rows.append((name, byte_level, ours, ref))
+    lines = [
+        f"Corpus: {len(items)} items, {rows[0][2]['bytes'] / 1e6:.2f} MB (tests/python/tokenizer_corpus.py, seed 12), "
+        "each item encoded on its own, no special tokens added; best of 3 passes after a warm-up. "
+        "Throughput is per CPU second of the one encoding thread (C) or of the node process (reference); "
+        "wall-clock MB/s in brackets.",
+        "",
+        "| vocabulary | librecur MB/s | librecur tokens/s | reference MB/s | reference tokens/s | ratio | load | RSS of the tokenizer | targets |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, byte_level, o, r in rows:
+        mbs = o["bytes"] / o["encode_cpu_s"] / 1e6
+        tps = o["tokens"] / o["encode_cpu_s"]
+        wall = o["bytes"] / o["encode_wall_s"] / 1e6
+        if r:
+            rmbs = r["bytes"] / r["cpu_seconds"] / 1e6
+            rtps = r["tokens"] / r["cpu_seconds"]
+            ratio = mbs / rmbs
+            ref_cells = f"{rmbs:.2f} ({r['bytes'] / r['seconds'] / 1e6:.2f})", f"{rtps / 1e6:.2f} M", f"{ratio:.1f}×"
+        else:
+            ratio = None
+            ref_cells = "–", "–", "–"
+        checks = []
+        if byte_level:
+            checks.append(("≥ 3× reference", ratio is not None and ratio >= 3))
+            checks.append(("≥ 20 MB/s", mbs >= 20))
+        if "128k" in name or "151k" in name:
+            checks.append(("load ≤ 100 ms", o["load_ms"] <= 100))
+        if "151k" in name:
+            checks.append(("≤ 30 MB RSS", o["rss_mb"] <= 30))
+        target = "; ".join(f"{c}: {'met' if ok else 'NOT met'}" for c, ok in checks) or "–"
+        lines.append(f"| {name} | {mbs:.2f} ({wall:.2f}) | {tps / 1e6:.2f} M | {ref_cells[0]} | {ref_cells[1]} | {ref_cells[2]} | "
+                     f"{o['load_ms']:.0f} ms | {o['rss_mb']:.1f} MB | {target} |")
+    lines.append("")
+    lines.append(f"Load average during the run: {open('/proc/loadavg').read().split()[:3]} (1/5/15 min).")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(run())
