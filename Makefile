@@ -15,6 +15,13 @@
 #   loadgen/*.c     -> build/recur-load          (libuv, llhttp in response mode)
 #   tests/unit/test_*.c -> build/tests/test_*    (Criterion; each links everything but mains)
 #   tests/fuzz/fuzz_*.c -> build/fuzz/fuzz_*     (clang libFuzzer; `make fuzz`)
+#   tools/bench/*.c -> build/bench/...           (`make bench-tools`; `make bench` builds them)
+#
+# The layers (docs/DESIGN.md §2) are enforced by the include paths: core/ sees only itself;
+# proto/, server/ and cli/ see core's public header alone (core/recur.h, copied to
+# build/include/), never a private one; loadgen/ sees proto/ and not core/. Unit tests and the
+# kernel benchmarks see everything. Dependencies come from the compiler (-MMD): an object is
+# rebuilt when a header it includes changes, not when any header does.
 
 PY      := /usr/bin/python3
 CC      ?= cc
@@ -31,8 +38,8 @@ BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
 BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
 LLHTTP_DIR  := /usr/share/llhttp
 LLHTTP_INC  := /usr/share/include/llhttp
-CFLAGS    := -std=c11 -D_GNU_SOURCE -g $(OPT) -fPIC $(WARN) -Icore -Iproto -Iserver \
-             -isystem $(LLHTTP_INC) $(BLAS_CFLAGS) -I/usr/include/cjson -pthread
+CFLAGS    := -std=c11 -D_GNU_SOURCE -g $(OPT) -fPIC $(WARN) -MMD -MP \
+             $(BLAS_CFLAGS) -I/usr/include/cjson -pthread
 LDLIBS    := $(BLAS_LIBS) -lcjson -lpcre2-8 -lutf8proc -luv -lm -lpthread -ldl -lrt
 
 ifeq ($(SANITIZE),1)
@@ -91,7 +98,7 @@ ifneq ($(LOAD_SRC),)
 endif
 
 .SECONDARY:
-.PHONY: all deps test test-unit test-python test-js-deps bench run clean fuzz fuzz-build fuzz-replay
+.PHONY: all deps test test-unit test-python test-js-deps bench bench-tools run clean fuzz fuzz-build fuzz-replay
 all: $(BINS) $(TEST_BIN)
 
 # ---------------------------------------------------------------- deps
@@ -107,9 +114,25 @@ deps:
 	else echo "deps: all Debian packages present"; fi
 
 # ---------------------------------------------------------------- build
-$(BUILD)/obj/%.o: %.c $(wildcard core/*.h proto/*.h server/*.h)
+# What each directory may include (its first path component picks the line).
+PUBLIC_INC   := $(BUILD)/include
+INC_core     := -Icore
+INC_proto    := -Iproto -I$(PUBLIC_INC)
+INC_server   := -Iserver -Iproto -I$(PUBLIC_INC) -isystem $(LLHTTP_INC)
+INC_cli      := -I$(PUBLIC_INC)
+INC_loadgen  := -Iloadgen -Iproto -isystem $(LLHTTP_INC)
+INC_tests    := -Icore -Iproto -Iserver -isystem $(LLHTTP_INC)
+inc_of = $(INC_$(firstword $(subst /, ,$(1))))
+
+$(PUBLIC_INC)/recur.h: core/recur.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	cp $< $@
+
+$(BUILD)/obj/%.o: %.c Makefile | $(PUBLIC_INC)/recur.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(call inc_of,$<) -c $< -o $@
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
 # llhttp is third-party: its own flags, strict mode, no warnings (LIBRARIES.md B.0).
 $(BUILD)/obj/llhttp/%.o: $(LLHTTP_DIR)/%.c
@@ -187,9 +210,11 @@ FUZZ_SECONDS ?= 60
 $(FUZZ_BUILD)/obj/llhttp/%.o: $(LLHTTP_DIR)/%.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -std=c11 -g -O1 -fPIC -w -DLLHTTP_STRICT_MODE=1 -I$(LLHTTP_INC) $(FUZZ_SAN) -fsanitize=fuzzer-no-link -c $< -o $@
-$(FUZZ_BUILD)/obj/%.o: %.c $(wildcard core/*.h proto/*.h server/*.h)
+$(FUZZ_BUILD)/obj/%.o: %.c Makefile
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SAN) -fsanitize=fuzzer-no-link -c $< -o $@
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -MMD -MP $(FUZZ_SAN) -fsanitize=fuzzer-no-link -c $< -o $@
+
+-include $(shell find $(FUZZ_BUILD)/obj -name '*.d' 2>/dev/null)
 $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB_OBJ)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^ $(LDLIBS)
 
@@ -209,7 +234,29 @@ fuzz: $(FUZZ_BIN)
 	  $$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $$d $(FUZZ_BUILD)/corpus/$$n tests/fuzz/corpus/$$n || exit 1; \
 	done
 
-bench: all
+# ---------------------------------------------------------------- benchmarks
+# The C helpers the bench sections run. The kernel and model benchmarks are compiled as they
+# always were (-O2, against librecur.a and its private headers) so figures stay comparable.
+BENCH_DIR   := $(BUILD)/bench
+BENCH_TOOLS := $(BENCH_DIR)/bench_kernels $(BENCH_DIR)/bench_model $(BENCH_DIR)/load/bench_batch \
+               $(BENCH_DIR)/load/hello_server
+BENCH_CORE_FLAGS := -std=c11 -O2 -march=native -Wall -Icore $(BLAS_CFLAGS)
+BENCH_LOAD_FLAGS := -std=c11 -D_GNU_SOURCE -O3 -march=native -Wall -Wextra -Wstrict-prototypes \
+                    -Werror -Icore -isystem $(LLHTTP_INC) $(BLAS_CFLAGS)
+
+$(BENCH_DIR)/bench_%: tools/bench/bench_%.c $(LIBRECUR_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(BENCH_CORE_FLAGS) $^ $(BLAS_LIBS) -lcjson -lpcre2-8 -lutf8proc -lm -lpthread -o $@
+$(BENCH_DIR)/load/bench_batch: tools/bench/bench_batch.c $(LIBRECUR_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(BENCH_LOAD_FLAGS) $^ $(BLAS_LIBS) -lcjson -lpcre2-8 -lutf8proc -luv -lm -lpthread -o $@
+$(BENCH_DIR)/load/hello_server: tools/bench/hello_server.c $(LIBLLHTTP_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(BENCH_LOAD_FLAGS) $^ -luv -lm -lpthread -o $@
+
+bench-tools: $(BENCH_TOOLS)
+
+bench: all bench-tools
 	$(PY) tools/bench/run_all.py
 
 run: deps

@@ -57,7 +57,8 @@ int proto_buf_try_append(proto_buf *b, const void *p, size_t n)
     return 0;
 }
 
-void proto_buf_reserve(proto_buf *b, size_t extra)
+/* Room for extra more bytes + NUL, or abort. */
+static void proto_buf_reserve(proto_buf *b, size_t extra)
 {
     if (proto_buf_try_reserve(b, extra))
         abort();

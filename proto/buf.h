@@ -22,7 +22,6 @@ typedef struct {
 void proto_buf_init(proto_buf *b);
 void proto_buf_free(proto_buf *b);        /* releases memory; b is empty and reusable */
 void proto_buf_clear(proto_buf *b);       /* len = 0, keeps capacity */
-void proto_buf_reserve(proto_buf *b, size_t extra);   /* room for extra more bytes + NUL */
 void proto_buf_append(proto_buf *b, const void *p, size_t n);
 /* The same without aborting, for buffers whose size a peer drives (the HTTP layer): 0, or -1
  * when memory ran out (b is unchanged). */

@@ -245,7 +245,7 @@ static int load_file(srv_config *c, const char *path, char *err, size_t en)
     return rc;
 }
 
-void srv_config_usage(FILE *out)
+static void srv_config_usage(FILE *out)
 {
     srv_config d;
     defaults(&d);

@@ -48,6 +48,5 @@ typedef struct {
 /* Fill defaults, read the config file, apply flags. Returns 0 to run, 1 when --help was
  * printed (exit 0), -1 on an error described in err. */
 int srv_config_load(srv_config *cfg, int argc, char **argv, char *err, size_t errlen);
-void srv_config_usage(FILE *out);
 
 #endif /* SRV_CONFIG_H */

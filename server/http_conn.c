@@ -35,6 +35,8 @@
 
 #include "http_internal.h"
 
+static void srv_conn_send_error(srv_conn *c, const srv_http_error *e); /* respond + close */
+
 enum { FEED_MORE = 0, FEED_DISPATCH, FEED_DONE };
 
 static void on_timer(uv_timer_t *t);
@@ -1007,7 +1009,7 @@ static const char *error_message(srv_conn *c, const srv_http_error *e)
     return c->errmsg;
 }
 
-void srv_conn_send_error(srv_conn *c, const srv_http_error *e)
+static void srv_conn_send_error(srv_conn *c, const srv_http_error *e)
 {
     if (c->closing || c->shutting)
         return;

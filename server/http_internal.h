@@ -204,26 +204,18 @@ void srv_conn_close_reset(srv_conn *c);        /* same with RST */
 void srv_conn_response_done(srv_conn *c);      /* the application finished its response */
 void srv_conn_on_drained(srv_conn *c);         /* write queue fell below low water */
 void srv_conn_drain(srv_conn *c);              /* server drain: close if idle, else close after */
-void srv_conn_send_error(srv_conn *c, const srv_http_error *e); /* layer error: respond + close */
 
 
 /* http_server.c */
 void srv_server_conn_gone(srv_server *s);      /* a connection's handles are all closed */
 
 /* http_response.c */
-/* Status line + headers (+ body) of a response with Content-Length; no phase checks. */
-void srv_send_response(srv_conn *c, int status, const char *content_type, const void *body,
-                       size_t len, const char *extra_headers);
 void srv_send_error_json(srv_conn *c, int status, const char *code, const char *message,
                          const char *extra_headers);
 int srv_write(srv_conn *c, proto_buf *owned);    /* queue bytes (ownership taken); 0 or uv error */
-/* The connection's output buffer, to append to directly (then srv_out_queued). NULL if closing. */
-proto_buf *srv_out(srv_conn *c);
-void srv_out_queued(srv_conn *c);               /* bytes were appended to srv_out(c) */
 void srv_flush_conn(srv_conn *c, int notify);   /* write c->out now (notify: on_drained allowed) */
 void srv_flush_all(srv_server *s);              /* every connection of the flush list */
 void srv_out_discard(srv_conn *c);              /* closing: drop unwritten output */
-void srv_stall_start_or_stop(srv_conn *c);
 size_t srv_write_queue_size(const srv_conn *c);
 
 #endif /* SRV_HTTP_INTERNAL_H */

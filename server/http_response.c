@@ -95,7 +95,7 @@ static void stall_progress(srv_conn *c)
     stall_arm(c);
 }
 
-void srv_stall_start_or_stop(srv_conn *c)
+static void srv_stall_start_or_stop(srv_conn *c)
 {
     if (c->closing)
         return;
@@ -129,13 +129,15 @@ static void on_write(uv_write_t *req, int status)
     }
 }
 
-proto_buf *srv_out(srv_conn *c)
+/* The connection's output buffer, to append to directly (then srv_out_queued). NULL if closing. */
+static proto_buf *srv_out(srv_conn *c)
 {
     return c->closing ? NULL : &c->out;
 }
 
 /* Output was appended: make sure it is written at the end of this loop turn. */
-void srv_out_queued(srv_conn *c)
+/* Bytes were appended to srv_out(c). */
+static void srv_out_queued(srv_conn *c)
 {
     if (c->closing || c->out.len == 0)
         return;
@@ -310,8 +312,9 @@ static int build_head(srv_conn *c, proto_buf *b, int status, const char *content
     return r;
 }
 
-void srv_send_response(srv_conn *c, int status, const char *content_type, const void *body,
-                       size_t len, const char *extra_headers)
+/* Status line + headers (+ body) of a response with Content-Length; no phase checks. */
+static void srv_send_response(srv_conn *c, int status, const char *content_type, const void *body,
+                              size_t len, const char *extra_headers)
 {
     proto_buf *b = srv_out(c);
     if (!b)

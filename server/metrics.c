@@ -5,13 +5,15 @@
 #include "metrics.h"
 #include "residency.h"
 
-void srv_metric_head(proto_buf *b, const char *name, const char *type, const char *help)
+/* "# HELP name help\n# TYPE name type\n": the head of a family whose samples follow. */
+static void srv_metric_head(proto_buf *b, const char *name, const char *type, const char *help)
 {
     proto_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-void srv_metric_sample(proto_buf *b, const char *name, const char *label, const char *value,
-                       unsigned long long v)
+/* One sample of a labelled family: name{label="value"} v. */
+static void srv_metric_sample(proto_buf *b, const char *name, const char *label, const char *value,
+                              unsigned long long v)
 {
     proto_buf_printf(b, "%s{%s=\"%s\"} %llu\n", name, label, value, v);
 }

@@ -9,12 +9,7 @@
 #include "app.h"
 #include "buf.h"
 
-/* "# HELP name help\n# TYPE name type\n": the head of a family whose samples follow. */
-void srv_metric_head(proto_buf *b, const char *name, const char *type, const char *help);
-/* One sample of a labelled family: name{label="value"} v. */
-void srv_metric_sample(proto_buf *b, const char *name, const char *label, const char *value,
-                       unsigned long long v);
-/* A family of one unlabelled sample: the head, then name v. */
+/* A family of one unlabelled sample: "# HELP", "# TYPE", then name v. */
 void srv_metric(proto_buf *b, const char *name, const char *type, const char *help,
                 unsigned long long v);
 

@@ -30,7 +30,7 @@ srv_op *srv_op_new(srv_app *app, srv_op_kind kind, srv_session *sess, srv_conn *
     return op;
 }
 
-void srv_op_free(srv_op *op)
+static void srv_op_free(srv_op *op)
 {
     if (!op)
         return;

@@ -54,7 +54,6 @@ struct srv_op {
 
 /* A new op for conn on sess (fields to be filled by the caller). */
 srv_op *srv_op_new(srv_app *app, srv_op_kind kind, srv_session *sess, srv_conn *conn);
-void srv_op_free(srv_op *op);
 /* Append to the session's FIFO and start it when it is first. The caller has checked
  * max_queued_ops_per_session (routes.c). */
 void srv_ops_enqueue(srv_op *op);

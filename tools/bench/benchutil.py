@@ -1,20 +1,16 @@
-"""Helpers shared by the bench sections (section_kernels.py, section_model.py).
+"""Helpers shared by the bench sections (section_kernels.py, section_model.py, section_load.py).
 
 Imported as a top-level module: run_all.py puts tools/bench on sys.path, and a section run as a
 script has its own folder there already.
 """
 import json
-import subprocess
+import os
 
 
-def pkg(flag):
-    """pkg-config's flag ("--cflags" / "--libs") for OpenBLAS, or a plain -lopenblas."""
-    try:
-        out = subprocess.run(["pkg-config", flag, "openblas"], stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, text=True).stdout.split()
-    except OSError:
-        out = []
-    return out or (["-lopenblas"] if flag == "--libs" else [])
+def make_target(root, build, exe):
+    """argv that builds the bench helper exe with the Makefile (`make bench-tools` builds them all)."""
+    rel = os.path.relpath(exe, root)
+    return ["make", "--no-print-directory", "BUILD=" + os.path.relpath(build, root), rel]
 
 
 def jsonl(text):

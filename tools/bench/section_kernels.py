@@ -50,9 +50,7 @@ def run(ctx):
     def rel(p):  # paths under the repository are shown relative to it
         r = os.path.relpath(p, ctx.root)
         return p if r.startswith("..") else r
-    ctx.run(["cc", "-std=c11", "-O2", "-march=native", "-Wall", "-Icore", *benchutil.pkg("--cflags"),
-             "tools/bench/bench_kernels.c", rel(lib), *benchutil.pkg("--libs"), "-lcjson", "-lm", "-lpthread",
-             "-o", rel(exe)])
+    ctx.run(benchutil.make_target(ctx.root, ctx.build, exe))
     c_out = benchutil.jsonl(ctx.run([rel(exe), "--T", tlist, "--reps", reps, "--budget", "8",
                             "--mem-mb", str(MEM_MB), "--H", str(H), "--K", str(K), "--V", str(V),
                             "--chunk", str(CHUNK)], timeout=7200))

@@ -33,6 +33,8 @@ import threading
 import time
 import urllib.request
 
+import benchutil
+
 TITLE = "Load: throughput, memory, latency, capacity, HTTP overhead (issue 5)"
 ORDER = 50
 
@@ -74,30 +76,17 @@ class BenchError(Exception):
 
 # ---------------------------------------------------------------- processes
 
-def cc(out, sources, libs):
-    """Compile a bench helper with the project's warning flags; returns an error text or None."""
-    blas = subprocess.run(["pkg-config", "--cflags", "--libs", "openblas"], capture_output=True,
-                          text=True).stdout.split() or ["-lopenblas"]
-    cmd = (["cc", "-std=c11", "-D_GNU_SOURCE", "-O3", "-march=native", "-Wall", "-Wextra",
-            "-Wstrict-prototypes", "-Werror", "-I" + os.path.join(ROOT, "core"),
-            "-isystem", "/usr/share/include/llhttp"] + sources + libs + blas +
-           ["-lcjson", "-luv", "-lm", "-lpthread", "-o", out])
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    return None if p.returncode == 0 else (p.stderr or p.stdout)[-600:]
-
-
 def build_helpers():
-    os.makedirs(OUT, exist_ok=True)
-    tools = {}
-    errors = {}
-    bb = os.path.join(OUT, "bench_batch")
-    err = cc(bb, [os.path.join(ROOT, "tools", "bench", "bench_batch.c")],
-             [os.path.join(BUILD, "librecur.a")])
-    (errors if err else tools)["bench_batch"] = err or bb
-    hs = os.path.join(OUT, "hello_server")
-    err = cc(hs, [os.path.join(ROOT, "tools", "bench", "hello_server.c")],
-             [os.path.join(BUILD, "libllhttp.a")])
-    (errors if err else tools)["hello_server"] = err or hs
+    """The helpers, built by the Makefile (bench-tools): {name: path} and {name: error text}."""
+    tools, errors = {}, {}
+    for name in ("bench_batch", "hello_server"):
+        exe = os.path.join(OUT, name)
+        p = subprocess.run(benchutil.make_target(ROOT, BUILD, exe), cwd=ROOT, capture_output=True,
+                           text=True, timeout=300)
+        if p.returncode == 0:
+            tools[name] = exe
+        else:
+            errors[name] = (p.stderr or p.stdout)[-600:]
     return tools, errors
 
 

@@ -145,9 +145,7 @@ def run(ctx):
                 f"last commit touching core/: {core_head or '?'}." +
                 (f" **Warning: {', '.join(newer)} changed after the library was built (run `make`).**"
                  if newer else ""))
-    ctx.run(["cc", "-std=c11", "-O2", "-march=native", "-Wall", "-Icore", *benchutil.pkg("--cflags"),
-             "tools/bench/bench_model.c", rel(lib), *benchutil.pkg("--libs"), "-lcjson", "-lm", "-lpthread",
-             "-o", rel(exe)])
+    ctx.run(benchutil.make_target(ctx.root, ctx.build, exe))
     blist = ",".join(map(str, BATCHES))
     loads = [open("/proc/loadavg").read().split()[:3]]
     results = []
