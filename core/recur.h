@@ -206,12 +206,39 @@ int recur_model_prefill(const recur_model *m, recur_workspace *ws, recur_state *
 int recur_model_step_batch(const recur_model *m, recur_workspace *ws, recur_state *const *states,
                            const int32_t *tokens, int B, float *logits);
 
-/* Snapshot (DESIGN.md §6). recur_snapshot_size is exact for the state as it is now. */
+/* Snapshot (DESIGN.md §6, docs/MODEL.md "Snapshot"). recur_snapshot_size is exact for the state
+ * as it is now. What a state may hold (docs/MODEL.md "State values"): every value finite with
+ * |x| <= RECUR_STATE_MAX_ABS, a linear layer's normaliser z >= 0, and tokens_seen <=
+ * recur_max_tokens_seen. */
+#define RECUR_STATE_MAX_ABS 0x1p40f                      /* 2^40 */
+#define RECUR_MAX_TOKENS_SEEN (((uint64_t)1 << 53) - 1)  /* exact as a JSON number */
+/* The value rule on n fp32 (any alignment): 0, RECUR_ENONFINITE (a NaN or infinity) or
+ * RECUR_ERANGE (|x| > RECUR_STATE_MAX_ABS). Also what a session's logits must satisfy. */
+int recur_values_check(const void *x, size_t n);
+/* max_context for a model with softmax layers, else RECUR_MAX_TOKENS_SEEN. */
+uint64_t recur_max_tokens_seen(const recur_model *m);
 size_t recur_snapshot_size(const recur_state *s);
+/* RECUR_ENONFINITE / RECUR_ERANGE (nothing useful written) for a state recur_snapshot_read
+ * would refuse. */
 int recur_snapshot_write(const recur_state *s, uint8_t *buf, size_t cap, size_t *written);
-/* Validate everything (magic, version, fingerprint, length, checksum) before touching s;
- * on any error s is unchanged. */
+/* Bytes of the snapshot that starts at buf, from its magic and payload length alone (40 + P + 8;
+ * may exceed len). RECUR_ETRUNCATED when len < 40, RECUR_EFORMAT when the magic is not there. */
+int recur_snapshot_length(const uint8_t *buf, size_t len, size_t *out);
+/* Validate a snapshot for model m without applying it, in this order: framing (EFORMAT, or
+ * ETRUNCATED; a too-short buffer whose header names another model is EMISMATCH), checksum
+ * (ECHECKSUM), model (EMISMATCH), tokens_seen (ECONTEXT), values (ENONFINITE, ERANGE). */
+int recur_snapshot_check(const recur_model *m, const uint8_t *buf, size_t len);
+/* recur_snapshot_check, then apply; on any error s is unchanged. */
 int recur_snapshot_read(recur_state *s, const uint8_t *buf, size_t len);
+/* A checkpoint of what a fold or a generation changes in s: tokens_seen and the recurrent
+ * layers' state (softmax KV rows are only appended; rows past the saved tokens_seen are dead).
+ * buf holds recur_state_checkpoint_bytes(s) bytes; rollback puts s back exactly. */
+size_t recur_state_checkpoint_bytes(const recur_state *s);
+void recur_state_checkpoint(const recur_state *s, void *buf);
+void recur_state_rollback(recur_state *s, const void *buf);
+/* The value rule on a live state: the recurrent layers' state, softmax KV rows [from,
+ * tokens_seen), and tokens_seen. 0, RECUR_ENONFINITE, RECUR_ERANGE or RECUR_ECONTEXT. */
+int recur_state_check(const recur_state *s, uint64_t from);
 
 /* ---------------------------------------------------------------- sampling */
 

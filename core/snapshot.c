@@ -5,8 +5,13 @@
  *   (linear: S then z; other recurrent kinds: S; softmax: K rows [n][H][K] then V rows [n][H][V],
  *   n = tokens_seen)   40+P  u64 FNV-1a 64 of bytes [0, 40+P).
  *
- * Reading validates everything (magic, version, layers, fingerprint, length, checksum, finite
- * payload) before the state is touched. */
+ * Reading validates everything before the state is touched, in an order that names the real
+ * fault: framing (magic, version, length), then the checksum (so a flipped bit anywhere is a
+ * checksum error, not "another model" or "bad length"), then the model (n_layers, fingerprint),
+ * then tokens_seen and the values (docs/MODEL.md "State values": finite, |x| <= 2^40, a linear
+ * layer's normaliser z >= 0). A buffer too short for its own length field is "another model"
+ * when its header says so, else truncated: a header alone identifies a snapshot. Writing refuses a
+ * state its reader would refuse, so nothing recur writes is ever rejected by recur. */
 #include <math.h>
 #include <string.h>
 #include "model_internal.h"
@@ -14,18 +19,26 @@
 #define SNAP_MAGIC "RECURST1"
 #define SNAP_VERSION 1u
 #define SNAP_HEADER 40
+#define VALUE_MAX_BITS 0x53800000u /* 2^40 as fp32 bits: |x| <= 2^40 <=> (bits & 0x7fffffff) <= this */
 
 #define put_u32 recur__put_le32 /* util.h */
 #define put_u64 recur__put_le64
 #define get_u32 recur__get_le32
 #define get_u64 recur__get_le64
 
-/* Payload bytes for a state of model m having seen n tokens; 0 on overflow for absurd n. */
+uint64_t recur_max_tokens_seen(const recur_model *m)
+{
+    if (!m) return 0;
+    return m->n_softmax ? (uint64_t)m->cfg.max_context : RECUR_MAX_TOKENS_SEEN;
+}
+
+/* Payload bytes for a state of model m having seen n tokens; RECUR_ECONTEXT when n is beyond
+ * what a session of m may have seen (recur_max_tokens_seen). */
 static int payload_bytes(const recur_model *m, uint64_t n, uint64_t *out)
 {
     const recur_config *c = &m->cfg;
     uint64_t HK = (uint64_t)c->n_heads * c->head_k, HV = (uint64_t)c->n_heads * c->head_v;
-    if (m->n_softmax && n > (uint64_t)c->max_context) return RECUR_EFORMAT;
+    if (n > recur_max_tokens_seen(m)) return RECUR_ECONTEXT;
     uint64_t p = (uint64_t)m->rec_floats * 4;
     if (m->n_softmax) p += (uint64_t)m->n_softmax * n * (HK + HV) * 4;
     *out = p;
@@ -38,6 +51,55 @@ size_t recur_snapshot_size(const recur_state *s)
     uint64_t p;
     if (payload_bytes(s->m, s->tokens_seen, &p)) return 0;
     return SNAP_HEADER + (size_t)p + 8;
+}
+
+/* The values of one layer's state, n little-endian fp32 at p: RECUR_ENONFINITE, RECUR_ERANGE
+ * (|x| > 2^40, or nonneg and a negative value), or 0. One pass of integer compares, which
+ * vectorises (NaN and infinities have the largest magnitude bits). */
+static int check_values(const uint8_t *p, size_t n, int nonneg)
+{
+    uint32_t mag = 0, neg = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, p + 4 * i, 4);
+        uint32_t a = b & 0x7fffffffu;
+        mag = a > mag ? a : mag;
+        neg |= (b >> 31) & (a != 0); /* -0.0 is zero */
+    }
+    if (mag >= 0x7f800000u) return RECUR_ENONFINITE;
+    if (mag > VALUE_MAX_BITS || (nonneg && neg)) return RECUR_ERANGE;
+    return RECUR_OK;
+}
+
+int recur_values_check(const void *x, size_t n)
+{
+    return x || !n ? check_values(x, n, 0) : RECUR_EINVAL;
+}
+
+/* Every value of a payload laid out for model m and n tokens (the order of the header comment). */
+static int check_payload(const recur_model *m, const uint8_t *p, uint64_t n)
+{
+    const recur_config *c = &m->cfg;
+    size_t HK = (size_t)c->n_heads * c->head_k, HV = (size_t)c->n_heads * c->head_v;
+    for (int l = 0; l < c->n_layers; l++) {
+        const recur_layer *L = &m->layers[l];
+        int rc;
+        if (L->kind == RECUR_MIXER_SOFTMAX) {
+            size_t f = (size_t)n * (HK + HV);
+            rc = check_values(p, f, 0);
+            p += f * 4;
+        } else if (L->kind == RECUR_MIXER_LINEAR) { /* S [H][K][V] then z [H][K], z a sum of elu+1 > 0 */
+            size_t fs = L->state_floats - HK;
+            rc = check_values(p, fs, 0);
+            if (!rc) rc = check_values(p + fs * 4, HK, 1);
+            p += L->state_floats * 4;
+        } else {
+            rc = check_values(p, L->state_floats, 0);
+            p += L->state_floats * 4;
+        }
+        if (rc) return rc;
+    }
+    return RECUR_OK;
 }
 
 int recur_snapshot_write(const recur_state *s, uint8_t *buf, size_t cap, size_t *written)
@@ -68,9 +130,48 @@ int recur_snapshot_write(const recur_state *s, uint8_t *buf, size_t cap, size_t 
             p += L->state_floats * 4;
         }
     }
+    /* never write what recur_snapshot_read refuses */
+    int rc = check_payload(m, buf + SNAP_HEADER, s->tokens_seen);
+    if (rc) return rc;
     put_u64(p, recur__fnv1a(RECUR_FNV_OFFSET, buf, (size_t)(p - buf)));
     if (written) *written = need;
     return RECUR_OK;
+}
+
+int recur_snapshot_length(const uint8_t *buf, size_t len, size_t *out)
+{
+    if (!out || (!buf && len)) return RECUR_EINVAL;
+    if (len < SNAP_HEADER) return len >= 8 && memcmp(buf, SNAP_MAGIC, 8) != 0 ? RECUR_EFORMAT : RECUR_ETRUNCATED;
+    if (memcmp(buf, SNAP_MAGIC, 8) != 0) return RECUR_EFORMAT;
+    uint64_t P = get_u64(buf + 32);
+    if (P > (uint64_t)SIZE_MAX - SNAP_HEADER - 8) return RECUR_EFORMAT;
+    *out = SNAP_HEADER + (size_t)P + 8;
+    return RECUR_OK;
+}
+
+static int same_model(const recur_model *m, const uint8_t *buf)
+{
+    return get_u32(buf + 12) == (uint32_t)m->cfg.n_layers && get_u64(buf + 16) == m->info.fingerprint;
+}
+
+int recur_snapshot_check(const recur_model *m, const uint8_t *buf, size_t len)
+{
+    if (!m || (!buf && len)) return RECUR_EINVAL;
+    size_t total;
+    int rc = recur_snapshot_length(buf, len, &total);
+    if (rc) return rc;
+    if (get_u32(buf + 8) != SNAP_VERSION) return RECUR_EFORMAT;
+    if (len < total) return same_model(m, buf) ? RECUR_ETRUNCATED : RECUR_EMISMATCH;
+    if (len > total) return RECUR_EFORMAT; /* trailing bytes */
+    size_t P = total - SNAP_HEADER - 8;
+    if (recur__fnv1a(RECUR_FNV_OFFSET, buf, SNAP_HEADER + P) != get_u64(buf + SNAP_HEADER + P))
+        return RECUR_ECHECKSUM;
+    if (!same_model(m, buf)) return RECUR_EMISMATCH;
+    uint64_t n = get_u64(buf + 24), want;
+    rc = payload_bytes(m, n, &want);
+    if (rc) return rc;
+    if ((uint64_t)P != want) return RECUR_EFORMAT;
+    return check_payload(m, buf + SNAP_HEADER, n);
 }
 
 int recur_snapshot_read(recur_state *s, const uint8_t *buf, size_t len)
@@ -78,28 +179,12 @@ int recur_snapshot_read(recur_state *s, const uint8_t *buf, size_t len)
     if (!s || (!buf && len)) return RECUR_EINVAL;
     const recur_model *m = s->m;
     const recur_config *c = &m->cfg;
-    if (len < SNAP_HEADER + 8) return len >= 8 && memcmp(buf, SNAP_MAGIC, 8) != 0 ? RECUR_EFORMAT : RECUR_ETRUNCATED;
-    if (memcmp(buf, SNAP_MAGIC, 8) != 0) return RECUR_EFORMAT;
-    if (get_u32(buf + 8) != SNAP_VERSION) return RECUR_EFORMAT;
-    if (get_u32(buf + 12) != (uint32_t)c->n_layers) return RECUR_EMISMATCH;
-    if (get_u64(buf + 16) != m->info.fingerprint) return RECUR_EMISMATCH;
-    uint64_t n = get_u64(buf + 24), P = get_u64(buf + 32), want;
-    if (payload_bytes(m, n, &want)) return RECUR_EFORMAT;
-    if (P != want) return RECUR_EFORMAT;
-    if ((uint64_t)len - SNAP_HEADER - 8 < P) return RECUR_ETRUNCATED;
-    if ((uint64_t)len - SNAP_HEADER - 8 > P) return RECUR_EFORMAT; /* trailing bytes */
-    if (recur__fnv1a(RECUR_FNV_OFFSET, buf, SNAP_HEADER + (size_t)P) != get_u64(buf + SNAP_HEADER + P))
-        return RECUR_ECHECKSUM;
-    const uint8_t *p = buf + SNAP_HEADER;
-    float acc = 0.0f;
-    for (uint64_t i = 0; i < P / 4; i++) {
-        float f;
-        memcpy(&f, p + 4 * i, 4);
-        acc += f * 0.0f;
-    }
-    if (!isfinite(acc)) return RECUR_EFORMAT;
+    int rc = recur_snapshot_check(m, buf, len);
+    if (rc) return rc;
 
     /* valid: now, and only now, overwrite the state */
+    uint64_t n = get_u64(buf + 24);
+    const uint8_t *p = buf + SNAP_HEADER;
     size_t HK = (size_t)c->n_heads * c->head_k, HV = (size_t)c->n_heads * c->head_v;
     for (int l = 0; l < c->n_layers; l++) {
         const recur_layer *L = &m->layers[l];
@@ -114,4 +199,31 @@ int recur_snapshot_read(recur_state *s, const uint8_t *buf, size_t len)
     }
     s->tokens_seen = n;
     return RECUR_OK;
+}
+
+int recur_state_check(const recur_state *s, uint64_t from)
+{
+    if (!s) return RECUR_EINVAL;
+    const recur_model *m = s->m;
+    const recur_config *c = &m->cfg;
+    size_t HK = (size_t)c->n_heads * c->head_k, HV = (size_t)c->n_heads * c->head_v;
+    uint64_t n = s->tokens_seen;
+    if (from > n) from = n;
+    for (int l = 0; l < c->n_layers; l++) {
+        const recur_layer *L = &m->layers[l];
+        const uint8_t *S = (const uint8_t *)(s->rec + L->state_off);
+        int rc;
+        if (L->kind == RECUR_MIXER_SOFTMAX) { /* only rows a step may have written: [from, n) */
+            rc = check_values((const uint8_t *)(s->kcache[l] + from * HK), (size_t)(n - from) * HK, 0);
+            if (!rc) rc = check_values((const uint8_t *)(s->vcache[l] + from * HV), (size_t)(n - from) * HV, 0);
+        } else if (L->kind == RECUR_MIXER_LINEAR) {
+            size_t fs = L->state_floats - HK;
+            rc = check_values(S, fs, 0);
+            if (!rc) rc = check_values(S + fs * 4, HK, 1);
+        } else {
+            rc = check_values(S, L->state_floats, 0);
+        }
+        if (rc) return rc;
+    }
+    return n > recur_max_tokens_seen(m) ? RECUR_ECONTEXT : RECUR_OK;
 }

@@ -108,3 +108,20 @@ size_t recur_state_bytes_used(const recur_state *s)
     size_t live = m->n_softmax ? (size_t)s->tokens_seen : 0;
     return m->rec_floats * sizeof(float) + (size_t)m->n_softmax * live * (HK + HV) * sizeof(float);
 }
+
+size_t recur_state_checkpoint_bytes(const recur_state *s)
+{
+    return s ? sizeof(uint64_t) + s->m->rec_floats * sizeof(float) : 0;
+}
+
+void recur_state_checkpoint(const recur_state *s, void *buf)
+{
+    memcpy(buf, &s->tokens_seen, sizeof(uint64_t));
+    memcpy((char *)buf + sizeof(uint64_t), s->rec, s->m->rec_floats * sizeof(float));
+}
+
+void recur_state_rollback(recur_state *s, const void *buf)
+{
+    memcpy(&s->tokens_seen, buf, sizeof(uint64_t));
+    memcpy(s->rec, (const char *)buf + sizeof(uint64_t), s->m->rec_floats * sizeof(float));
+}

@@ -1,8 +1,8 @@
 /* state_blob.c — snapshot body with the logits trailer (state_blob.h). */
 #include "state_blob.h"
 
-#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define TRAILER_MAGIC "RECURLG1"
@@ -42,6 +42,40 @@ static uint64_t get_u64(const uint8_t *p)
     return v;
 }
 
+/* ---------------------------------------------------------------- faults */
+
+typedef struct {
+    int rc;
+    const char *code, *reason, *what;
+} fault_name;
+
+/* One row per check, in the order they run (docs/API.md errors, docs/OPERATIONS.md reasons). */
+static const fault_name FAULTS[] = {
+    {RECUR_EFORMAT, "invalid_snapshot", "format", "not a snapshot of this format"},
+    {RECUR_ETRUNCATED, "snapshot_truncated", "truncated", "shorter than its header says"},
+    {RECUR_ECHECKSUM, "snapshot_checksum", "checksum", "checksum mismatch (a corrupted byte)"},
+    {RECUR_EMISMATCH, "snapshot_mismatch", "othermodel", "a snapshot of another model"},
+    {RECUR_ECONTEXT, "snapshot_tokens_seen", "tokens",
+     "tokens_seen beyond what a session of this model may have seen"},
+    {RECUR_ENONFINITE, "snapshot_nonfinite", "nonfinite", "a state value or logit is NaN or infinite"},
+    {RECUR_ERANGE, "snapshot_range", "range",
+     "a state value is outside +-2^40 (or a linear layer's normaliser is negative)"},
+};
+
+static void set_fault(proto_state_fault *f, int rc, const char *detail)
+{
+    const fault_name *n = &FAULTS[0];
+    for (size_t i = 0; i < sizeof FAULTS / sizeof FAULTS[0]; i++)
+        if (FAULTS[i].rc == rc)
+            n = &FAULTS[i];
+    f->code = n->code;
+    f->reason = n->reason;
+    snprintf(f->message, sizeof f->message, "snapshot rejected: %s; the session is unchanged",
+             detail ? detail : n->what);
+}
+
+/* ---------------------------------------------------------------- trailer */
+
 size_t proto_state_trailer_size(int vocab)
 {
     return 16 + 4 * (size_t)vocab + 8;
@@ -63,50 +97,122 @@ void proto_state_trailer_write(uint8_t *dst, const uint8_t *core, size_t core_le
     put_u64(dst + n, h);
 }
 
-int proto_state_split(const uint8_t *body, size_t len, int vocab, size_t *core_len,
-                      const uint8_t **logits, proto_error *err)
+/* Where the core ends: its own length when the header says one that fits, else the whole body. */
+static size_t core_length(const uint8_t *body, size_t len)
 {
-    *core_len = len;
-    *logits = NULL;
-    if (len < 40)
-        return 0;
-    uint64_t P = get_u64(body + 32);
-    if (P > len || 48 + P > len) /* truncated: the core says so */
-        return 0;
-    size_t clen = (size_t)(48 + P);
-    if (clen == len)
-        return 0;
+    size_t total;
+    if (recur_snapshot_length(body, len, &total) != RECUR_OK || total > len)
+        return len;
+    return total;
+}
+
+/* The trailer after a core of clen bytes: 0 (or none), else a RECUR_E* code and *detail. */
+static int trailer_check(const uint8_t *body, size_t len, size_t clen, int vocab,
+                         const char **detail)
+{
     size_t tlen = proto_state_trailer_size(vocab);
     if (len - clen != tlen || memcmp(body + clen, TRAILER_MAGIC, 8) != 0 ||
         get_u32(body + clen + 8) != (uint32_t)vocab || get_u32(body + clen + 12) != 0) {
-        err->status = 400;
-        snprintf(err->code, sizeof err->code, "invalid_snapshot");
-        snprintf(err->message, sizeof err->message,
-                 "bytes after the snapshot are not a logits trailer for this model");
-        return -1;
+        *detail = "bytes after the snapshot are not a logits trailer for this model";
+        return RECUR_EFORMAT;
     }
-    uint64_t h = fnv1a(FNV_OFFSET, body, clen + tlen - 8);
-    if (h != get_u64(body + clen + tlen - 8)) {
-        err->status = 400;
-        snprintf(err->code, sizeof err->code, "invalid_snapshot");
-        snprintf(err->message, sizeof err->message, "snapshot logits trailer checksum mismatch");
-        return -1;
+    if (fnv1a(FNV_OFFSET, body, clen + tlen - 8) != get_u64(body + clen + tlen - 8)) {
+        *detail = "snapshot logits trailer checksum mismatch";
+        return RECUR_ECHECKSUM;
     }
-    /* The core refuses a non-finite state; refuse non-finite logits too (a NaN would fail every
-     * later sampling step of the session, an infinity would make its logprobs null). */
-    for (size_t i = 0; i < (size_t)vocab; i++) {
-        uint32_t bits = get_u32(body + clen + 16 + 4 * i);
-        float f;
-        memcpy(&f, &bits, 4);
-        if (!isfinite(f)) {
-            err->status = 400;
-            snprintf(err->code, sizeof err->code, "invalid_snapshot");
-            snprintf(err->message, sizeof err->message,
-                     "snapshot logits trailer holds a non-finite value");
-            return -1;
-        }
+    /* The value rule of the state (a NaN would fail every later sampling step of the session,
+     * an infinity would make its logprobs null) */
+    int rc = recur_values_check(body + clen + 16, (size_t)vocab);
+    if (rc)
+        *detail = rc == RECUR_ENONFINITE ? "snapshot logits trailer holds a non-finite value"
+                                         : "snapshot logits trailer holds a value outside +-2^40";
+    return rc;
+}
+
+int proto_state_split(const uint8_t *body, size_t len, int vocab, size_t *core_len,
+                      const uint8_t **logits, proto_error *err)
+{
+    size_t clen = core_length(body, len);
+    *core_len = len;
+    *logits = NULL;
+    if (clen == len)
+        return 0;
+    const char *detail = NULL;
+    int rc = trailer_check(body, len, clen, vocab, &detail);
+    if (rc) {
+        proto_state_fault f;
+        set_fault(&f, rc, detail);
+        err->status = 400;
+        snprintf(err->code, sizeof err->code, "%s", f.code);
+        snprintf(err->message, sizeof err->message, "%s", detail);
+        return -1;
     }
     *core_len = clen;
     *logits = body + clen + 16;
     return 0;
+}
+
+/* ---------------------------------------------------------------- both directions */
+
+int proto_state_write(const recur_state *s, const float *logits, int has_logits, int vocab,
+                      uint8_t **out, size_t *out_len)
+{
+    size_t core = recur_snapshot_size(s);
+    if (core == 0)
+        return RECUR_EINVAL;
+    int rc = has_logits ? recur_values_check(logits, (size_t)vocab) : 0;
+    if (rc)
+        return rc;
+    size_t extra = has_logits ? proto_state_trailer_size(vocab) : 0;
+    uint8_t *buf = malloc(core + extra);
+    if (!buf)
+        return RECUR_ENOMEM;
+    size_t written = 0;
+    rc = recur_snapshot_write(s, buf, core, &written);
+    if (rc != 0) {
+        free(buf);
+        return rc;
+    }
+    if (extra) {
+        proto_state_trailer_write(buf + written, buf, written, logits, vocab);
+        written += extra;
+    }
+    *out = buf;
+    *out_len = written;
+    return 0;
+}
+
+int proto_state_load(const recur_model *m, recur_state *s, int vocab, const uint8_t *body,
+                     size_t len, float *logits, int *has_logits, proto_state_fault *f)
+{
+    size_t clen = core_length(body, len);
+    int rc = recur_snapshot_check(m, body, clen);
+    if (rc) {
+        set_fault(f, rc, NULL);
+        return -1;
+    }
+    const char *detail = NULL;
+    if (clen < len && (rc = trailer_check(body, len, clen, vocab, &detail)) != 0) {
+        set_fault(f, rc, detail);
+        if (rc == RECUR_EFORMAT)
+            f->reason = "trailer";
+        return -1;
+    }
+    rc = recur_snapshot_read(s, body, clen);
+    if (rc) { /* checked above: only a state of another model than m gets here */
+        set_fault(f, rc, NULL);
+        return -1;
+    }
+    if (clen < len) {
+        memcpy(logits, body + clen + 16, (size_t)vocab * sizeof(float));
+        *has_logits = 1;
+    } else {
+        *has_logits = 0;
+    }
+    return 0;
+}
+
+const char *proto_state_toolarge_reason(const recur_model *m, const uint8_t *head, size_t n)
+{
+    return recur_snapshot_check(m, head, n) == RECUR_EMISMATCH ? "othermodel" : "toolarge";
 }

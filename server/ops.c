@@ -14,6 +14,7 @@ enum { REASON_LENGTH = 0, REASON_STOP = 1, REASON_CANCELLED = 2 };
 static const char *const REASONS[] = {"length", "stop", "cancelled"};
 
 static void pump(srv_session *s);
+static void stream_error_end(srv_op *op, int rc);
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -36,6 +37,7 @@ static void srv_op_free(srv_op *op)
         return;
     free(op->tokens);
     free(op->blob);
+    free(op->ckpt);
     proto_buf_free(&op->out);
     srv_gen_free(&op->run);
     free(op);
@@ -45,6 +47,70 @@ static void op_error(srv_op *op, int status, const char *code, const char *messa
 {
     if (!op->cancelled)
         srv_respond_error(op->conn, status, code, message);
+}
+
+/* ---------------------------------------------------------------- checkpoint (docs/API.md non_finite)
+ *
+ * A fold or a generation either completes with a state that keeps the value rule (docs/MODEL.md
+ * "State values") or leaves the session exactly as it found it: the workers refuse a step whose
+ * logits are not finite (scheduler.c), the op then puts the checkpoint back. One copy of the
+ * recurrent state per op, on the loop thread (models/default: 196 KB, a few microseconds), not
+ * per step: batched decode is untouched. */
+
+static void op_checkpoint(srv_op *op)
+{
+    srv_session *s = op->sess;
+    size_t sb = recur_state_checkpoint_bytes(s->state);
+    size_t lb = (size_t)op->app->info->vocab_size * sizeof(float);
+    op->ckpt = malloc(sb + lb);
+    if (!op->ckpt)
+        abort();
+    recur_state_checkpoint(s->state, op->ckpt);
+    memcpy(op->ckpt + sb, s->logits, lb);
+    op->ckpt_has_logits = s->has_logits;
+    memcpy(op->ckpt_lsm, s->lsm_c, sizeof op->ckpt_lsm);
+}
+
+/* Put the session back as the op found it (nothing in flight) and drop the checkpoint. */
+static void op_rollback(srv_op *op)
+{
+    srv_session *s = op->sess;
+    if (!op->ckpt)
+        return;
+    size_t sb = recur_state_checkpoint_bytes(s->state);
+    recur_state_rollback(s->state, op->ckpt);
+    memcpy(s->logits, op->ckpt + sb, (size_t)op->app->info->vocab_size * sizeof(float));
+    s->has_logits = op->ckpt_has_logits;
+    memcpy(s->lsm_c, op->ckpt_lsm, sizeof op->ckpt_lsm);
+    s->tokens_seen = recur_state_tokens_seen(s->state);
+    s->snapshot_bytes = recur_snapshot_size(s->state);
+    s->mut_gen++; /* a snapshot captured mid-op (residency.c) no longer matches: write it again */
+    free(op->ckpt);
+    op->ckpt = NULL;
+}
+
+/* The op is done (nothing in flight): keep what it computed if the state keeps the value rule
+ * (0), else roll back and return the rule's code. */
+static int op_commit(srv_op *op)
+{
+    if (!op->ckpt)
+        return 0;
+    uint64_t seen0;
+    memcpy(&seen0, op->ckpt, sizeof seen0); /* recur_state_checkpoint starts with tokens_seen */
+    int rc = recur_state_check(op->sess->state, seen0);
+    if (rc) {
+        op_rollback(op);
+        return rc;
+    }
+    free(op->ckpt);
+    op->ckpt = NULL;
+    return 0;
+}
+
+/* The error code of a failed compute op. */
+static const char *compute_error_code(int rc)
+{
+    return rc == RECUR_ENONFINITE ? "non_finite" : rc == RECUR_ERANGE ? "state_range" : "model_error";
 }
 
 static void respond_session(srv_op *op, int status, srv_session *s)
@@ -64,6 +130,7 @@ static void respond_session(srv_op *op, int status, srv_session *s)
 static void finish(srv_op *op)
 {
     srv_session *s = op->sess;
+    op_commit(op); /* a cancelled fold or generation keeps what it folded, if that is valid */
     s->last_used_ms = uv_now(op->app->loop); /* idle time counts from the end of the request */
     if (s->q_head == op) {
         s->q_head = op->next;
@@ -189,6 +256,11 @@ static void submit_generation(srv_op *op)
 static void end_generation(srv_op *op, int reason)
 {
     srv_app *app = op->app;
+    int rc = op_commit(op);
+    if (rc) {
+        stream_error_end(op, rc);
+        return;
+    }
     app->counters.generations_by_reason[reason]++;
     if (!op->cancelled) {
         proto_gen_done(&op->out, op->framing, REASONS[reason], op->sess->tokens_seen);
@@ -200,6 +272,11 @@ static void end_generation(srv_op *op, int reason)
 
 static void end_fold(srv_op *op)
 {
+    int rc = op_commit(op);
+    if (rc) {
+        stream_error_end(op, rc);
+        return;
+    }
     if (!op->cancelled) {
         proto_fold_done(&op->out, op->framing, op->sess->tokens_seen);
         write_out(op);
@@ -208,23 +285,31 @@ static void end_fold(srv_op *op)
     finish_and_pump(op);
 }
 
+/* End a stream whose op failed: the session is put back as the op found it. */
 static void stream_error_end(srv_op *op, int rc)
 {
+    op_rollback(op);
+    const char *code = compute_error_code(rc);
     if (!op->cancelled) {
-        proto_stream_error(&op->out, op->framing, "model_error", recur_strerror(rc));
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s; the request was undone, the session is as it was before it",
+                 rc == RECUR_ENONFINITE ? "the computation turned non-finite"
+                 : rc == RECUR_ERANGE   ? "the result is outside the state value bound (2^40)"
+                                        : recur_strerror(rc));
+        proto_stream_error(&op->out, op->framing, code, msg);
         write_out(op);
         srv_stream_end(op->conn);
     }
-    srv_log(SRV_LOG_ERROR, "model_error", "\"code\":%d", rc);
+    srv_log(SRV_LOG_ERROR, code, "\"code\":%d", rc);
     finish_and_pump(op);
 }
 
-/* Context still available for a session of a model with softmax layers. */
+/* Tokens a session may still see: up to max_context with softmax layers, else up to
+ * RECUR_MAX_TOKENS_SEEN (2^53 - 1, exact as a JSON number; the snapshot loader refuses more,
+ * so a session never gets where its own snapshot would be refused). */
 static int64_t context_left(srv_app *app, srv_session *s)
 {
-    if (!app->info->softmax_layers)
-        return INT64_MAX;
-    return app->info->max_context - (int64_t)s->tokens_seen;
+    return (int64_t)(recur_max_tokens_seen(app->model) - s->tokens_seen);
 }
 
 /* Next step of a running FOLD/CREATE/GENERATE op, after a result or a drain. */
@@ -253,6 +338,12 @@ static void continue_op(srv_op *op)
         } else {
             srv_session *s = op->sess;
             if (op->cancelled) { /* nobody will ever know this id */
+                remove_session(app, s);
+                return;
+            }
+            int rc = recur_state_check(s->state, 0);
+            if (rc) { /* no id was given out: the session goes away */
+                op_error(op, 500, compute_error_code(rc), "the prefill left the state outside the value bound");
                 remove_session(app, s);
                 return;
             }
@@ -306,7 +397,7 @@ void srv_ops_work_done(srv_work *w, void *appv)
     app->counters.tokens_folded += s->tokens_seen - before;
     if (w->err) {
         if (op->kind == SRV_OP_CREATE) { /* no id was given out: the session goes away */
-            op_error(op, 500, "model_error", recur_strerror(w->err));
+            op_error(op, 500, compute_error_code(w->err), recur_strerror(w->err));
             remove_session(app, s);
             return;
         }
@@ -347,25 +438,19 @@ static void start_get_state(srv_op *op)
         return;
     srv_app *app = op->app;
     srv_session *s = op->sess;
-    size_t core = recur_snapshot_size(s->state);
-    size_t extra = s->has_logits ? proto_state_trailer_size(app->info->vocab_size) : 0;
-    uint8_t *buf = malloc(core + extra);
-    if (!buf) {
+    uint8_t *buf;
+    size_t len;
+    int rc = proto_state_write(s->state, s->logits, s->has_logits != 0, app->info->vocab_size,
+                               &buf, &len);
+    if (rc == RECUR_ENOMEM) {
         op_error(op, 503, "out_of_memory", "cannot allocate the snapshot");
         return;
     }
-    size_t written = 0;
-    int rc = recur_snapshot_write(s->state, buf, core, &written);
     if (rc != 0) {
-        free(buf);
         op_error(op, 500, "snapshot_failed", recur_strerror(rc));
         return;
     }
-    if (extra) {
-        proto_state_trailer_write(buf + written, buf, written, s->logits, app->info->vocab_size);
-        written += extra;
-    }
-    srv_respond(op->conn, 200, "application/octet-stream", buf, written, NULL);
+    srv_respond(op->conn, 200, "application/octet-stream", buf, len, NULL);
     free(buf);
 }
 
@@ -373,30 +458,11 @@ static void start_put_state(srv_op *op)
 {
     srv_app *app = op->app;
     srv_session *s = op->sess;
-    proto_error err;
-    size_t core_len;
-    const uint8_t *lg;
-    if (proto_state_split(op->blob, op->blob_len, app->info->vocab_size, &core_len, &lg, &err)) {
-        op_error(op, err.status, err.code, err.message);
+    proto_state_fault f;
+    if (proto_state_load(app->model, s->state, app->info->vocab_size, op->blob, op->blob_len,
+                         s->logits, &s->has_logits, &f) != 0) {
+        op_error(op, 400, f.code, f.message);
         return;
-    }
-    int rc = recur_snapshot_read(s->state, op->blob, core_len);
-    if (rc != 0) {
-        const char *code = "invalid_snapshot";
-        if (rc == RECUR_EMISMATCH) code = "snapshot_mismatch";
-        else if (rc == RECUR_ECHECKSUM) code = "snapshot_checksum";
-        else if (rc == RECUR_ETRUNCATED) code = "snapshot_truncated";
-        char msg[160];
-        snprintf(msg, sizeof msg, "snapshot rejected: %s; the session is unchanged",
-                 recur_strerror(rc));
-        op_error(op, 400, code, msg);
-        return;
-    }
-    if (lg) {
-        memcpy(s->logits, lg, (size_t)app->info->vocab_size * sizeof(float));
-        s->has_logits = 1;
-    } else {
-        s->has_logits = 0;
     }
     s->tokens_seen = recur_state_tokens_seen(s->state);
     respond_session(op, 200, s);
@@ -453,7 +519,8 @@ static void start_generate(srv_op *op)
     int64_t left = context_left(app, s);
     srv_gen_init(&op->run, &op->gen, op->framing,
                  recur_sampler_seed(seed),
-                 left == INT64_MAX ? UINT64_MAX : s->tokens_seen + (uint64_t)(left > 0 ? left : 0));
+                 s->tokens_seen + (uint64_t)(left > 0 ? left : 0));
+    op_checkpoint(op);
     op->streaming = 1;
     srv_stream_begin(op->conn, 200, proto_frame_content_type(op->framing));
     if (app->stopping)
@@ -468,8 +535,12 @@ static void start_fold(srv_op *op)
     int64_t left = context_left(app, s);
     if ((int64_t)op->n > left) {
         char msg[160];
-        snprintf(msg, sizeof msg, "%zu tokens would exceed max_context (%lld) of this model's softmax layers",
-                 op->n, (long long)app->info->max_context);
+        if (app->info->softmax_layers)
+            snprintf(msg, sizeof msg, "%zu tokens would exceed max_context (%lld) of this model's softmax layers",
+                     op->n, (long long)app->info->max_context);
+        else
+            snprintf(msg, sizeof msg, "%zu tokens would exceed the %llu tokens a session may see",
+                     op->n, (unsigned long long)RECUR_MAX_TOKENS_SEEN);
         if (op->kind == SRV_OP_CREATE) {
             op_error(op, 422, "max_context", msg);
             remove_session(app, s);
@@ -480,6 +551,7 @@ static void start_fold(srv_op *op)
         return;
     }
     if (op->kind == SRV_OP_FOLD) {
+        op_checkpoint(op);
         op->streaming = 1;
         srv_stream_begin(op->conn, 200, proto_frame_content_type(op->framing));
     }

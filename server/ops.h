@@ -45,6 +45,12 @@ struct srv_op {
     /* GENERATE */
     proto_generate_req gen;
     srv_gen run;        /* the stream as the workers run it (generation.h) */
+    /* FOLD / GENERATE: the session as the op found it (state checkpoint, then the logits), put
+     * back when the op fails: a step turned non-finite or left the state outside the value
+     * rule (docs/API.md non_finite / state_range); freed when the op commits */
+    uint8_t *ckpt;
+    int ckpt_has_logits;
+    float ckpt_lsm[2];
     /* PUT_STATE */
     uint8_t *blob;      /* owned copy of the body */
     size_t blob_len;

@@ -364,11 +364,10 @@ int srv_persist_read(srv_persist *p, const char *id, size_t max_len, uint8_t **b
         close(fd);
         return -EINVAL;
     }
-    if ((uint64_t)st.st_size > max_len) {
-        close(fd);
-        return -EFBIG;
-    }
-    size_t n = (size_t)st.st_size;
+    /* too large: only its head, enough for the caller to tell another model's file (othermodel) */
+    int too_big = (uint64_t)st.st_size > max_len;
+    size_t n = too_big ? (st.st_size < SRV_PERSIST_HEAD ? (size_t)st.st_size : SRV_PERSIST_HEAD)
+                       : (size_t)st.st_size;
     uint8_t *b = malloc(n ? n : 1);
     if (!b)
         abort();
@@ -390,7 +389,7 @@ int srv_persist_read(srv_persist *p, const char *id, size_t max_len, uint8_t **b
     close(fd);
     *buf = b;
     *len = got;
-    return 0;
+    return too_big ? -EFBIG : 0;
 }
 
 int srv_persist_unlink(srv_persist *p, const char *id, int sync)

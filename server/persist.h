@@ -50,7 +50,9 @@ size_t srv_persist_scan_quarantined(const srv_persist *p);
 int srv_persist_write(srv_persist *p, const char *id, const uint8_t *buf, size_t len);
 
 /* Read id's snapshot into a malloc'd buffer (*buf, *len; the caller frees). Returns 0, -errno,
- * or -EFBIG when the file is larger than max_len or not a regular file (-EINVAL). */
+ * -EINVAL when not a regular file, or -EFBIG when the file is larger than max_len: then *buf
+ * holds its first SRV_PERSIST_HEAD bytes (the caller frees it too). */
+#define SRV_PERSIST_HEAD 64
 int srv_persist_read(srv_persist *p, const char *id, size_t max_len, uint8_t **buf, size_t *len);
 
 /* Remove id's snapshot (ENOENT is success). sync: also fsync the directory. Returns 0 or -errno. */

@@ -332,24 +332,7 @@ static void dirsync_start(srv_residency *r)
 static int serialize_state(int vocab, const recur_state *st, const float *logits, int has_logits,
                            uint8_t **out, size_t *out_len)
 {
-    size_t core = recur_snapshot_size(st);
-    size_t extra = has_logits ? proto_state_trailer_size(vocab) : 0;
-    uint8_t *buf = malloc(core + extra);
-    if (!buf)
-        return RECUR_ENOMEM;
-    size_t written = 0;
-    int rc = recur_snapshot_write(st, buf, core, &written);
-    if (rc != 0) {
-        free(buf);
-        return rc;
-    }
-    if (extra) {
-        proto_state_trailer_write(buf + written, buf, written, logits, vocab);
-        written += extra;
-    }
-    *out = buf;
-    *out_len = written;
-    return 0;
+    return proto_state_write(st, logits, has_logits != 0, vocab, out, out_len);
 }
 
 static int serialize(srv_residency *r, srv_session *s, uint8_t **out, size_t *out_len)
@@ -407,29 +390,15 @@ static int restore(srv_residency *r, const char *id, const uint8_t *buf, size_t 
                    srv_session **out, const char **why)
 {
     srv_table *t = r->app->table;
-    int vocab = r->app->info->vocab_size;
-    size_t core_len;
-    const uint8_t *lg = NULL;
-    proto_error perr;
-    if (proto_state_split(buf, len, vocab, &core_len, &lg, &perr) != 0) {
-        *why = "trailer";
-        return -1;
-    }
     srv_session *s;
     if (srv_table_adopt(t, id, uv_now(r->app->loop), &s) != 0)
         return -2;
-    int rc = recur_snapshot_read(s->state, buf, core_len);
-    if (rc != 0) {
-        *why = rc == RECUR_EMISMATCH    ? "othermodel"
-               : rc == RECUR_ECHECKSUM  ? "checksum"
-               : rc == RECUR_ETRUNCATED ? "truncated"
-                                        : "format";
+    proto_state_fault f;
+    if (proto_state_load(r->app->model, s->state, r->app->info->vocab_size, buf, len, s->logits,
+                         &s->has_logits, &f) != 0) {
+        *why = f.reason;
         srv_table_drop(t, s);
         return -1;
-    }
-    if (lg) {
-        memcpy(s->logits, lg, (size_t)vocab * sizeof(float));
-        s->has_logits = 1;
     }
     s->tokens_seen = recur_state_tokens_seen(s->state);
     s->snapshot_bytes = recur_snapshot_size(s->state);
@@ -878,7 +847,9 @@ static srv_session *hook_load(void *ctx, const char *id)
     }
     if (rc == -EFBIG || rc == -EINVAL || rc == -ELOOP) {
         r->quarantined++;
-        srv_persist_quarantine(r->p, id, rc == -EFBIG ? "toolarge" : "notfile");
+        srv_persist_quarantine(r->p, id, rc == -EFBIG ? proto_state_toolarge_reason(r->app->model, buf, len)
+                                                      : "notfile");
+        free(buf);
         idx_del(r, id);
         return NULL;
     }

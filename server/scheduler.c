@@ -147,6 +147,8 @@ static void run_steps(worker *wk, srv_work **items, int B)
         if (w->err)
             continue;
         const float *lg = wk->logits + (size_t)i * V;
+        if ((w->err = recur_values_check(lg, (size_t)V)) != 0)
+            continue; /* turned non-finite: the op puts the session back (ops.c checkpoint) */
         memcpy(w->logits, lg, (size_t)V * sizeof *lg);
         *w->has_logits = 1;
         if (w->on_fold) {
@@ -213,6 +215,8 @@ static void run_prefill(worker *wk, srv_work *w)
     const int V = s->vocab;
     w->err = recur_model_prefill(s->model, wk->ws, w->state, w->tokens, w->n, wk->logits);
     w->tokens_seen = recur_state_tokens_seen(w->state);
+    if (!w->err) /* turned non-finite: the op puts the session back (ops.c checkpoint) */
+        w->err = recur_values_check(wk->logits, (size_t)w->n * V);
     if (w->err)
         return;
     int have_prev = *w->has_logits;

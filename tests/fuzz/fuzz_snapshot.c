@@ -1,17 +1,19 @@
 /*
- * fuzz_snapshot.c — libFuzzer target: recur_snapshot_read (core/snapshot.c), behind
- * proto_state_split (the PUT /v1/sessions/{id}/state body: snapshot + optional logits trailer).
+ * fuzz_snapshot.c — libFuzzer target: recur_snapshot_read (core/snapshot.c), and
+ * proto_state_load (the PUT /v1/sessions/{id}/state body: snapshot + optional logits trailer).
  *
  * Input byte 0 (flags):
  *   bits 0-1  which tiny model of fuzz_configs.h (mod 3) owns the state
  *   bit 2     recompute the snapshot's FNV-1a checksum where the header says it is, so that the
  *             fuzzer gets past the checksum to the payload checks (finite floats, lengths)
- *   bit 3     the rest is a state body: proto_state_split first (vocab of the model)
+ *   bit 3     the rest is a state body: proto_state_split, then proto_state_load (vocab of the model)
  *   bit 4     recompute the trailer's checksum too (with bit 3)
  * The state holds a few folded tokens before every read. Invariants asserted:
  *   - a rejected snapshot leaves the state byte-identical (its snapshot is unchanged);
  *   - an accepted snapshot re-serialises byte-identically, and the model can take a step from it
- *     (RECUR_ECONTEXT allowed when a softmax cache is full).
+ *     (RECUR_ECONTEXT allowed when a softmax cache is full);
+ *   - proto_state_load agrees with split + read, and what it accepts proto_state_write writes
+ *     back byte for byte (nothing recur writes is refused by its own loader).
  */
 #include <assert.h>
 #include <stdint.h>
@@ -105,6 +107,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (logits) {
             assert(logits >= buf && logits + 4 * (size_t)info->vocab_size + 8 == buf + len);
             memcpy(t->logits, logits, 4 * (size_t)info->vocab_size);
+        }
+    }
+
+    if (flags & 8) { /* the PUT path as a whole: the same verdict, the same bytes back */
+        int has = 0;
+        proto_state_fault f;
+        int lrc = proto_state_load(t->m, t->s, info->vocab_size, buf, len, t->logits, &has, &f);
+        int crc = recur_snapshot_check(t->m, buf, core_len);
+        assert((lrc == 0) == (crc == 0) && (lrc != 0 || has == (logits != NULL)));
+        if (lrc == 0) {
+            uint8_t *back;
+            size_t blen;
+            assert(proto_state_write(t->s, t->logits, has, info->vocab_size, &back, &blen) == 0);
+            assert(blen == len && memcmp(back, buf, len) == 0);
+            free(back);
+            if (recur_state_copy(t->s, t->pristine)) abort();
+        } else {
+            assert(f.code && f.reason && state_equals(t->s, t->ref, t->ref_len));
         }
     }
 

@@ -269,12 +269,33 @@ def seeds_snapshot(configs):
     b = snap(c0, 3)
     P = struct.unpack("<Q", b[32:40])[0]
     sel = b"\x00"
+    t0 = trailer(b, c0["vocab_size"])
     nan = bytearray(b)
     nan[40:44] = b"\x00\x00\xc0\x7f"
     s.append(("cfg0-nan-payload-fixsum", b"\x04" + fix_core_checksum(bytes(nan))))
     inf = bytearray(b)
     inf[40:44] = b"\x00\x00\x80\x7f"
     s.append(("cfg0-inf-payload-fixsum", b"\x04" + fix_core_checksum(bytes(inf))))
+    # the value rule (docs/MODEL.md "State values"): past 2^40, the 3e38, a negative z
+    big = bytearray(b)
+    big[40:44] = struct.pack("<f", 2.0 ** 41)
+    s.append(("cfg0-range-payload-fixsum", b"\x04" + fix_core_checksum(bytes(big))))
+    s.append(("cfg0-range-all-3e38-fixsum", b"\x04" + fix_core_checksum(
+        b[:40] + struct.pack("<f", 3e38) * (P // 4) + b[40 + P:])))
+    edge = fix_core_checksum(b[:40] + struct.pack("<f", 2.0 ** 40) * (P // 4) + b[40 + P:])
+    s.append(("cfg0-at-bound-fixsum", b"\x04" + edge))
+    s.append(("cfg0-blob-at-bound-trailer", b"\x18" + edge + trailer(edge, c0["vocab_size"])))
+    c1 = configs[1]  # linear first: S [1][4][2] then z [1][4]
+    b1 = snap(c1, 3)
+    negz = bytearray(b1)
+    negz[40 + 4 * 8:40 + 4 * 9] = struct.pack("<f", -1.0)
+    s.append(("cfg1-linear-negative-z-fixsum", b"\x05" + fix_core_checksum(bytes(negz))))
+    s.append(("cfg2-tokens-2p64-fixsum", b"\x06" + fix_core_checksum(
+        snap(configs[2], 3)[:24] + struct.pack("<Q", (1 << 64) - 1) + snap(configs[2], 3)[32:])))
+    s.append(("cfg0-blob-trailer-range-logit", b"\x08" + b + trailer(b, c0["vocab_size"], [3e38] * c0["vocab_size"])))
+    flipt = bytearray(b + t0)
+    flipt[44] ^= 0x01  # a flipped core bit under a valid trailer checksum: the core's checksum
+    s.append(("cfg0-blob-core-flip-trailer-fix", b"\x18" + bytes(flipt)))
     s.append(("cfg0-truncated", sel + b[:-1]))
     s.append(("cfg0-header-only", sel + b[:40]))
     s.append(("cfg0-trailing-byte", sel + b + b"\x00"))

@@ -4,9 +4,12 @@ leaves the session as it was, restored sessions continue bit for bit, and corrup
 snapshot files are quarantined with the documented reason (docs/API.md, docs/MODEL.md
 "Snapshot", docs/OPERATIONS.md)."""
 import json
+import math
 import os
 import struct
+import time
 
+import pytest
 import requests
 
 from daemon import Daemon, ROOT, TINY_MODEL
@@ -50,6 +53,212 @@ def get_state(d, sid):
 
 def put_state(d, sid, blob):
     return requests.put(d.url("/v1/sessions/%s/state" % sid), data=blob, headers=OCTET, timeout=30)
+
+
+FNV_OFFSET, FNV_PRIME, M64 = 0xcbf29ce484222325, 0x100000001b3, (1 << 64) - 1
+BOUND = 2.0 ** 40  # RECUR_STATE_MAX_ABS, docs/MODEL.md "State values"
+MAX_TOKENS = (1 << 53) - 1  # RECUR_MAX_TOKENS_SEEN
+
+
+def fnv1a(data, h=FNV_OFFSET):
+    for b in data:
+        h = ((h ^ b) * FNV_PRIME) & M64
+    return h
+
+
+def split(blob):
+    """header (40 bytes), payload floats (tuple), trailer logits (tuple or None)."""
+    P = struct.unpack_from("<Q", blob, 32)[0]
+    payload = struct.unpack_from("<%df" % (P // 4), blob, 40)
+    rest = blob[48 + P:]
+    if not rest:
+        return blob[:40], payload, None
+    V = struct.unpack_from("<I", rest, 8)[0]
+    return blob[:40], payload, struct.unpack_from("<%df" % V, rest, 16)
+
+
+def assemble(header, payload, logits=None, tokens_seen=None):
+    """A snapshot body with valid checksums (docs/MODEL.md "Snapshot", docs/API.md trailer)."""
+    header = bytearray(header)
+    if tokens_seen is not None:
+        struct.pack_into("<Q", header, 24, tokens_seen)
+    core = bytes(header) + struct.pack("<%df" % len(payload), *payload)
+    core += struct.pack("<Q", fnv1a(core))
+    if logits is None:
+        return core
+    t = b"RECURLG1" + struct.pack("<II", len(logits), 0) + struct.pack("<%df" % len(logits), *logits)
+    return core + t + struct.pack("<Q", fnv1a(t, fnv1a(core)))
+
+
+def error_code(r, status=400):
+    assert r.status_code == status, (r.status_code, r.text)
+    return r.json()["error"]["code"]
+
+
+def stream_error(lines):
+    return [l for l in lines if "error" in l]
+
+
+def quarantined(state_dir):
+    q = os.path.join(str(state_dir), "quarantine")
+    return sorted(os.listdir(q)) if os.path.isdir(q) else []
+
+
+# ---------------------------------------------------------------------------- item 5: uploads
+
+@pytest.mark.parametrize("value,code", [
+    (3e38, "snapshot_range"),          # the issue's poisoned state
+    (BOUND * 2, "snapshot_range"),     # just past the documented bound
+    (float("nan"), "snapshot_nonfinite"),
+    (float("inf"), "snapshot_nonfinite"),
+])
+def test_state_the_model_cannot_run_is_refused(value, code):
+    with Daemon() as d:
+        sid = create(d, "some context")
+        header, payload, logits = split(get_state(d, sid))
+        target = create(d, "target")
+        before = get_state(d, target)
+        bad = assemble(header, [value] * len(payload), logits)
+        assert error_code(put_state(d, target, bad)) == code
+        one = list(payload)
+        one[len(one) // 2] = value  # a single value is enough
+        assert error_code(put_state(d, target, assemble(header, one, logits))) == code
+        assert get_state(d, target) == before  # unchanged
+        # the same rule for the trailer's logits
+        lg = list(logits)
+        lg[3] = value
+        assert error_code(put_state(d, target, assemble(header, payload, lg))) == code
+        assert get_state(d, target) == before
+        assert fold(d, target, "x")[-1]["done"] is True  # and it still works
+
+
+def test_state_at_the_bound_runs_and_its_own_snapshot_loads(tmp_path):
+    """Every value at +-2^40 is accepted; whatever the model then computes, the session either
+    folds and generates normally or answers a named error and stays as it was, and its own
+    GET /state is accepted by PUT, also after an eviction to disk (items 4, 5)."""
+    with Daemon("--state-dir", str(tmp_path / "sd"), "--max-resident-sessions", "2") as d:
+        sid = create(d, "some context")
+        header, payload, logits = split(get_state(d, sid))
+        edge = [BOUND if i % 2 else -BOUND for i in range(len(payload))]
+        target = create(d)
+        r = put_state(d, target, assemble(header, edge, logits))
+        assert r.status_code == 200, r.text
+        accepted = get_state(d, target)
+        lines = fold(d, target, "abc", top_k=2)
+        err = stream_error(lines)
+        if err:
+            assert err[0]["error"]["code"] in ("non_finite", "state_range"), err
+            assert get_state(d, target) == accepted  # put back as it was
+        else:
+            for l in lines[:-1]:
+                assert l["logprob"] is None or math.isfinite(l["logprob"])
+                assert len(l["top"]) == 2
+        gen = generate(d, target, max_tokens=2, temperature=0)
+        assert not stream_error(gen) or stream_error(gen)[0]["error"]["code"] in ("non_finite", "state_range")
+        mine = get_state(d, target)
+        for _ in range(3):  # evict it (max 2 resident), then load it back from its file
+            create(d, "pressure")
+        assert requests.get(d.url("/v1/sessions/%s" % target), timeout=10).status_code == 200
+        assert get_state(d, target) == mine
+        assert quarantined(tmp_path / "sd") == []
+        again = create(d)
+        assert put_state(d, again, mine).status_code == 200
+
+
+def test_poisoned_upload_cannot_vanish_after_eviction(tmp_path):
+    """Item 4: an upload the daemon accepted (200) was written to disk with non-finite logits
+    once evicted, quarantined as "trailer" and answered 404. Now it is refused at upload, and
+    every accepted one survives the eviction."""
+    with Daemon("--state-dir", str(tmp_path / "sd"), "--max-resident-sessions", "2") as d:
+        sid = create(d, "some context")
+        header, payload, logits = split(get_state(d, sid))
+        for values in ([3e38] * len(payload), list(payload)):
+            target = create(d)
+            r = put_state(d, target, assemble(header, values, logits))
+            if r.status_code != 200:
+                assert error_code(r) == "snapshot_range"
+                continue
+            fold(d, target, "x")
+            for _ in range(3):
+                create(d, "pressure")
+            assert requests.get(d.url("/v1/sessions/%s" % target), timeout=10).status_code == 200
+        assert quarantined(tmp_path / "sd") == []
+
+
+# ---------------------------------------------------------------------------- item 6
+
+def test_tokens_seen_is_range_checked():
+    """A recurrent-only model's session may see up to 2^53 - 1 tokens (exact as a JSON number);
+    an upload beyond is refused, and a session at the limit cannot fold more (the position used
+    to wrap to 0 from 2^64 - 1)."""
+    with Daemon() as d:
+        sid = create(d, "ctx")
+        header, payload, logits = split(get_state(d, sid))
+        target = create(d)
+        for n in ((1 << 64) - 1, 1 << 53):
+            r = put_state(d, target, assemble(header, payload, logits, tokens_seen=n))
+            assert error_code(r) == "snapshot_tokens_seen"
+        r = put_state(d, target, assemble(header, payload, logits, tokens_seen=MAX_TOKENS - 1))
+        assert r.status_code == 200 and r.json()["tokens_seen"] == MAX_TOKENS - 1
+        lines = fold(d, target, "a")
+        assert lines[0]["pos"] == MAX_TOKENS - 1 and lines[-1]["tokens_seen"] == MAX_TOKENS
+        r = requests.post(d.url("/v1/sessions/%s/tokens" % target), json={"text": "b"}, timeout=30)
+        assert error_code(r, 422) == "max_context"
+        gen = generate(d, target, max_tokens=5, temperature=0)
+        assert gen[-1]["reason"] == "length" and gen[-1]["tokens_seen"] == MAX_TOKENS
+        # and its own snapshot at the limit loads
+        assert put_state(d, create(d), get_state(d, target)).status_code == 200
+
+
+# ---------------------------------------------------------------------------- item 12
+
+def test_flipped_bit_is_the_checksum(tmp_path):
+    """A flipped bit anywhere past the framing is snapshot_checksum on PUT and "checksum" on
+    disk (was invalid_snapshot / "trailer": the trailer's checksum, which covers the core, was
+    checked first)."""
+    sd = tmp_path / "sd"
+    with Daemon("--state-dir", str(sd)) as d:
+        sid = create(d, "some context")
+        blob = get_state(d, sid)
+        P = struct.unpack_from("<Q", blob, 32)[0]
+        target = create(d)
+        for at in (12, 16, 24, 40, 40 + P // 2, 40 + P, 48 + P + 20, len(blob) - 1):
+            bad = bytearray(blob)
+            bad[at] ^= 0x04
+            assert error_code(put_state(d, target, bytes(bad))) == "snapshot_checksum", at
+        ids = [create(d, "file %d" % i) for i in range(3)]
+        assert d.terminate() == 0
+    flips = {ids[0]: 40 + P // 2, ids[1]: 16, ids[2]: len(blob) - 20}  # payload, fingerprint, logits
+    for i, at in flips.items():
+        path = sd / (i + ".snap")
+        data = bytearray(path.read_bytes())
+        data[at] ^= 0x04
+        path.write_bytes(bytes(data))
+    with Daemon("--state-dir", str(sd)) as d:
+        for i in flips:
+            assert requests.get(d.url("/v1/sessions/%s" % i), timeout=10).status_code == 404
+        reasons = {f.split(".")[0]: f.split(".")[2] for f in quarantined(sd)}
+        assert reasons == {i: "checksum" for i in flips}, reasons
+
+
+# ---------------------------------------------------------------------------- item 13
+
+def test_another_smaller_model_is_othermodel(tmp_path):
+    """Restarting over a state_dir with another, smaller model quarantines its sessions as
+    "othermodel" (was "toolarge": the size limit of the new model came before the fingerprint)."""
+    sd = tmp_path / "sd"
+    with Daemon("--state-dir", str(sd)) as d:
+        ids = [create(d, "hello %d" % i) for i in range(2)]
+        assert d.terminate() == 0
+    small = dict(json.load(open(TINY_MODEL)), d_model=32, n_layers=1, n_heads=1, head_k=16,
+                 head_v=16, d_ff=64, mixers=["gated_deltanet"])
+    cfg = tmp_path / "small.json"
+    cfg.write_text(json.dumps(small))
+    with Daemon("--state-dir", str(sd), model_config=str(cfg)) as d:
+        for i in ids:
+            assert requests.get(d.url("/v1/sessions/%s" % i), timeout=10).status_code == 404
+        reasons = sorted(f.split(".")[2] for f in quarantined(sd))
+        assert reasons == ["othermodel"] * 2, reasons
 
 
 # ---------------------------------------------------------------------------- item 7

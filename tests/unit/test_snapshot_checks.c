@@ -1,0 +1,283 @@
+/* test_snapshot_checks.c — what a snapshot may hold and how a refusal is named (issue 10 items
+ * 5, 6, 12, 13; issue 11 item 4): recur_snapshot_length, the order of recur_snapshot_check
+ * (framing, checksum, model, tokens_seen, values), the value rule (finite, |x| <= 2^40, a linear
+ * layer's z >= 0) on uploads and on live states, the checkpoint a failing op rolls back to, and
+ * proto_state_load / proto_state_write: the PUT code and quarantine reason of every check, the
+ * core checked before the trailer, and nothing written that the loader refuses. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model_internal.h" /* s->rec: poison a live state as a runaway computation would */
+#include "recur.h"
+#include "state_blob.h"
+
+#define CFG(name, mixers, extra)                                                                \
+    "{\"name\":\"" name "\",\"vocab_size\":16,\"d_model\":8,\"n_layers\":2,\"n_heads\":2,"      \
+    "\"head_k\":4,\"head_v\":4,\"d_ff\":8,\"mixers\":[" mixers "],\"tied_embeddings\":true" extra "}"
+
+static const char *REC = CFG("rec", "\"linear\",\"gated_deltanet\"", "");
+static const char *HYB = CFG("hyb", "\"gated_deltanet\",\"softmax\"", ",\"max_context\":8");
+static const char *SMALL = "{\"name\":\"small\",\"vocab_size\":16,\"d_model\":4,\"n_layers\":1,"
+                           "\"n_heads\":1,\"head_k\":2,\"head_v\":2,\"d_ff\":4,\"mixers\":[\"gla\"]}";
+
+typedef struct {
+    recur_model *m;
+    recur_workspace *ws;
+    recur_state *s, *t;
+    uint8_t *buf; /* snapshot of s */
+    size_t n;
+} fixture;
+
+static void fx_init(fixture *f, const char *cfg, int tokens)
+{
+    cr_assert_eq(recur_model_init_seed(cfg, 3, &f->m), 0);
+    cr_assert_eq(recur_workspace_create(f->m, 1, &f->ws), 0);
+    cr_assert_eq(recur_state_create(f->m, &f->s), 0);
+    cr_assert_eq(recur_state_create(f->m, &f->t), 0);
+    int32_t tok[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    cr_assert_eq(recur_model_prefill(f->m, f->ws, f->s, tok, tokens, NULL), 0);
+    f->n = recur_snapshot_size(f->s);
+    f->buf = malloc(f->n);
+    cr_assert_eq(recur_snapshot_write(f->s, f->buf, f->n, NULL), 0);
+}
+
+static void fx_free(fixture *f)
+{
+    free(f->buf);
+    recur_state_destroy(f->s);
+    recur_state_destroy(f->t);
+    recur_workspace_free(f->ws);
+    recur_model_free(f->m);
+}
+
+static uint64_t fnv(const uint8_t *p, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+/* recompute the core checksum of a snapshot of n bytes */
+static void fix_sum(uint8_t *b, size_t n)
+{
+    uint64_t h = fnv(b, n - 8);
+    memcpy(b + n - 8, &h, 8);
+}
+
+static void set_f32(uint8_t *b, size_t at, float v) { memcpy(b + at, &v, 4); }
+
+Test(snapshot_checks, length_from_the_header)
+{
+    fixture f;
+    fx_init(&f, REC, 3);
+    size_t len = 0;
+    cr_assert_eq(recur_snapshot_length(f.buf, f.n, &len), 0);
+    cr_assert_eq(len, f.n);
+    cr_assert_eq(recur_snapshot_length(f.buf, 40, &len), 0); /* the header alone is enough */
+    cr_assert_eq(len, f.n);
+    cr_assert_eq(recur_snapshot_length(f.buf, 39, &len), RECUR_ETRUNCATED);
+    uint8_t bad[40];
+    memcpy(bad, f.buf, 40);
+    bad[0] ^= 1;
+    cr_assert_eq(recur_snapshot_length(bad, 40, &len), RECUR_EFORMAT);
+    memset(bad + 32, 0xff, 8); /* P that would overflow */
+    bad[0] ^= 1;
+    cr_assert_eq(recur_snapshot_length(bad, 40, &len), RECUR_EFORMAT);
+    fx_free(&f);
+}
+
+Test(snapshot_checks, a_flipped_bit_is_the_checksum_a_foreign_snapshot_the_model)
+{
+    fixture f, o, sm;
+    fx_init(&f, REC, 3);
+    fx_init(&o, CFG("rec", "\"linear\",\"gated_deltanet\"", ",\"norm_eps\":1e-6"), 3);
+    fx_init(&sm, SMALL, 3);
+    /* every bit past magic, version and length: the checksum, never "another model" */
+    uint8_t *b = malloc(f.n);
+    for (size_t at = 12; at < f.n; at++) {
+        if (at >= 32 && at < 40) continue; /* the payload length: framing (below) */
+        memcpy(b, f.buf, f.n);
+        b[at] ^= 0x10;
+        cr_assert_eq(recur_snapshot_check(f.m, b, f.n), RECUR_ECHECKSUM, "flip at %zu", at);
+    }
+    free(b);
+    /* intact snapshots of other models; the header alone of a larger one (a file too large to read) */
+    cr_assert_eq(recur_snapshot_check(f.m, o.buf, o.n), RECUR_EMISMATCH);
+    cr_assert_eq(recur_snapshot_check(sm.m, f.buf, f.n), RECUR_EMISMATCH);
+    cr_assert_eq(recur_snapshot_check(sm.m, f.buf, 40), RECUR_EMISMATCH);
+    cr_assert_str_eq(proto_state_toolarge_reason(sm.m, f.buf, 64), "othermodel");
+    cr_assert_str_eq(proto_state_toolarge_reason(f.m, f.buf, 64), "toolarge");
+    cr_assert_eq(recur_snapshot_check(f.m, f.buf, 40), RECUR_ETRUNCATED);
+    cr_assert_eq(recur_snapshot_check(f.m, f.buf, f.n), 0);
+    fx_free(&f);
+    fx_free(&o);
+    fx_free(&sm);
+}
+
+Test(snapshot_checks, value_rule_on_uploads)
+{
+    fixture f;
+    fx_init(&f, REC, 3);
+    const recur_model *m = f.m;
+    /* layer 0 is linear: S [2][4][4] (32 floats) then z [2][4]; layer 1 gated DeltaNet */
+    size_t S0 = 40, Z0 = 40 + 32 * 4, L1 = 40 + m->layers[0].state_floats * 4;
+    struct { size_t at; float v; int want; } cases[] = {
+        {S0, 0x1p40f, 0},                    /* at the bound */
+        {S0, -0x1p40f, 0},
+        {L1 + 8, 0x1p41f, RECUR_ERANGE},     /* past it */
+        {L1 + 8, -3e38f, RECUR_ERANGE},      /* the issue's poison */
+        {S0 + 4, NAN, RECUR_ENONFINITE},
+        {L1, INFINITY, RECUR_ENONFINITE},
+        {Z0 + 4, -1.0f, RECUR_ERANGE},       /* a negative normaliser */
+        {Z0 + 4, -0.0f, 0},
+        {S0 + 4, -1.0f, 0},                  /* S may be negative */
+    };
+    uint8_t *b = malloc(f.n);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        memcpy(b, f.buf, f.n);
+        set_f32(b, cases[i].at, cases[i].v);
+        fix_sum(b, f.n);
+        cr_assert_eq(recur_snapshot_check(m, b, f.n), cases[i].want, "case %zu", i);
+        cr_assert_eq(recur_snapshot_read(f.t, b, f.n), cases[i].want, "case %zu", i);
+    }
+    free(b);
+    fx_free(&f);
+}
+
+Test(snapshot_checks, tokens_seen_is_bounded)
+{
+    fixture r, h;
+    fx_init(&r, REC, 3);
+    fx_init(&h, HYB, 3);
+    cr_assert_eq(recur_max_tokens_seen(r.m), RECUR_MAX_TOKENS_SEEN);
+    cr_assert_eq(recur_max_tokens_seen(h.m), 8);
+    uint8_t *b = malloc(r.n);
+    uint64_t cases[][2] = {{UINT64_MAX, RECUR_ECONTEXT}, {RECUR_MAX_TOKENS_SEEN + 1, RECUR_ECONTEXT},
+                           {RECUR_MAX_TOKENS_SEEN, 0}};
+    for (size_t i = 0; i < 3; i++) {
+        memcpy(b, r.buf, r.n);
+        memcpy(b + 24, &cases[i][0], 8);
+        fix_sum(b, r.n);
+        cr_assert_eq(recur_snapshot_check(r.m, b, r.n), (int)cases[i][1], "case %zu", i);
+    }
+    free(b);
+    /* with softmax layers: max_context (the payload length follows tokens_seen) */
+    b = malloc(h.n);
+    memcpy(b, h.buf, h.n);
+    uint64_t nine = 9;
+    memcpy(b + 24, &nine, 8);
+    fix_sum(b, h.n);
+    cr_assert_eq(recur_snapshot_check(h.m, b, h.n), RECUR_ECONTEXT);
+    free(b);
+    fx_free(&r);
+    fx_free(&h);
+}
+
+Test(snapshot_checks, live_state_rule_and_checkpoint)
+{
+    fixture f;
+    fx_init(&f, HYB, 3);
+    cr_assert_eq(recur_state_check(f.s, 0), 0);
+    size_t cb = recur_state_checkpoint_bytes(f.s);
+    cr_assert_eq(cb, 8 + f.m->rec_floats * 4);
+    uint8_t *ck = malloc(cb);
+    recur_state_checkpoint(f.s, ck);
+    float lg[16];
+    cr_assert_eq(recur_model_step(f.m, f.ws, f.s, 4, lg), 0);
+    cr_assert_eq(recur_state_tokens_seen(f.s), 4);
+    f.s->rec[5] = NAN; /* as a runaway step would leave it */
+    cr_assert_eq(recur_state_check(f.s, 3), RECUR_ENONFINITE);
+    f.s->rec[5] = 0x1p41f;
+    cr_assert_eq(recur_state_check(f.s, 3), RECUR_ERANGE);
+    /* and snapshots of it are refused at the writer, never written for the loader to refuse */
+    uint8_t *tmp = malloc(recur_snapshot_size(f.s));
+    cr_assert_eq(recur_snapshot_write(f.s, tmp, recur_snapshot_size(f.s), NULL), RECUR_ERANGE);
+    free(tmp);
+    uint8_t *body;
+    size_t blen;
+    cr_assert_eq(proto_state_write(f.s, lg, 1, 16, &body, &blen), RECUR_ERANGE);
+    recur_state_rollback(f.s, ck);
+    cr_assert_eq(recur_state_tokens_seen(f.s), 3);
+    uint8_t *back = malloc(f.n);
+    cr_assert_eq(recur_snapshot_write(f.s, back, f.n, NULL), 0);
+    cr_assert_eq(memcmp(back, f.buf, f.n), 0, "rollback is exact (the KV row at 3 is dead)");
+    free(back);
+    free(ck);
+    fx_free(&f);
+}
+
+/* proto_state_load: the core before the trailer; each check's PUT code and quarantine reason */
+Test(snapshot_checks, state_body_faults_are_named)
+{
+    fixture f;
+    fx_init(&f, REC, 3);
+    float lg[16];
+    for (int i = 0; i < 16; i++) lg[i] = 0.25f * (float)i - 1.0f;
+    uint8_t *body;
+    size_t len;
+    cr_assert_eq(proto_state_write(f.s, lg, 1, 16, &body, &len), 0);
+    cr_assert_eq(len, f.n + proto_state_trailer_size(16));
+    float got[16];
+    int has = 0;
+    proto_state_fault e;
+    cr_assert_eq(proto_state_load(f.m, f.t, 16, body, len, got, &has, &e), 0);
+    cr_assert_eq(has, 1);
+    cr_assert_eq(memcmp(got, lg, sizeof lg), 0);
+
+    uint8_t *b = malloc(len);
+    struct { size_t at; uint8_t x; const char *code, *reason; } flips[] = {
+        {44, 0x01, "snapshot_checksum", "checksum"},          /* core payload, under a trailer */
+        {16, 0x01, "snapshot_checksum", "checksum"},          /* fingerprint */
+        {f.n + 20, 0x01, "snapshot_checksum", "checksum"},    /* a logit */
+        {len - 1, 0x01, "snapshot_checksum", "checksum"},     /* the trailer's checksum */
+        {f.n, 0x01, "invalid_snapshot", "trailer"},           /* the trailer's magic */
+        {0, 0x01, "invalid_snapshot", "format"},
+    };
+    for (size_t i = 0; i < sizeof flips / sizeof flips[0]; i++) {
+        memcpy(b, body, len);
+        b[flips[i].at] ^= flips[i].x;
+        cr_assert_eq(proto_state_load(f.m, f.t, 16, b, len, got, &has, &e), -1, "flip %zu", i);
+        cr_assert_str_eq(e.code, flips[i].code, "flip %zu", i);
+        cr_assert_str_eq(e.reason, flips[i].reason, "flip %zu", i);
+    }
+    cr_assert_eq(proto_state_load(f.m, f.t, 16, body, f.n - 1, got, &has, &e), -1);
+    cr_assert_str_eq(e.code, "snapshot_truncated");
+    cr_assert_str_eq(e.reason, "truncated");
+    /* values: the state's and the logits' */
+    float bad_lg[16];
+    memcpy(bad_lg, lg, sizeof lg);
+    bad_lg[2] = 3e38f;
+    cr_assert_eq(proto_state_write(f.s, bad_lg, 1, 16, &b, &len), RECUR_ERANGE); /* b untouched */
+    uint8_t *raw = malloc(f.n + proto_state_trailer_size(16));
+    memcpy(raw, f.buf, f.n);
+    proto_state_trailer_write(raw + f.n, raw, f.n, bad_lg, 16);
+    size_t rlen = f.n + proto_state_trailer_size(16);
+    cr_assert_eq(proto_state_load(f.m, f.t, 16, raw, rlen, got, &has, &e), -1);
+    cr_assert_str_eq(e.code, "snapshot_range");
+    bad_lg[2] = NAN;
+    proto_state_trailer_write(raw + f.n, raw, f.n, bad_lg, 16);
+    cr_assert_eq(proto_state_load(f.m, f.t, 16, raw, rlen, got, &has, &e), -1);
+    cr_assert_str_eq(e.code, "snapshot_nonfinite");
+    cr_assert_str_eq(e.reason, "nonfinite");
+    set_f32(raw, 48, 3e38f);
+    fix_sum(raw, f.n);
+    cr_assert_eq(proto_state_load(f.m, f.t, 16, raw, f.n, got, &has, &e), -1);
+    cr_assert_str_eq(e.code, "snapshot_range");
+    cr_assert_str_eq(e.reason, "range");
+    uint64_t huge = UINT64_MAX;
+    memcpy(raw, f.buf, f.n);
+    memcpy(raw + 24, &huge, 8);
+    fix_sum(raw, f.n);
+    cr_assert_eq(proto_state_load(f.m, f.t, 16, raw, f.n, got, &has, &e), -1);
+    cr_assert_str_eq(e.code, "snapshot_tokens_seen");
+    cr_assert_str_eq(e.reason, "tokens");
+    /* nothing above touched t: it still holds the valid upload */
+    cr_assert_eq(recur_state_tokens_seen(f.t), 3);
+    free(raw);
+    free(b);
+    free(body);
+    fx_free(&f);
+}
