@@ -239,7 +239,7 @@ fuzz: $(FUZZ_BIN)
 # always were (-O2, against librecur.a and its private headers) so figures stay comparable.
 BENCH_DIR   := $(BUILD)/bench
 BENCH_TOOLS := $(BENCH_DIR)/bench_kernels $(BENCH_DIR)/bench_model $(BENCH_DIR)/load/bench_batch \
-               $(BENCH_DIR)/load/hello_server
+               $(BENCH_DIR)/load/hello_server $(BENCH_DIR)/tokenizer/bench_tokenizer
 BENCH_CORE_FLAGS := -std=c11 -O2 -march=native -Wall -Icore $(BLAS_CFLAGS)
 BENCH_LOAD_FLAGS := -std=c11 -D_GNU_SOURCE -O3 -march=native -Wall -Wextra -Wstrict-prototypes \
                     -Werror -Icore -isystem $(LLHTTP_INC) $(BLAS_CFLAGS)
@@ -250,6 +250,9 @@ $(BENCH_DIR)/bench_%: tools/bench/bench_%.c $(LIBRECUR_A)
 $(BENCH_DIR)/load/bench_batch: tools/bench/bench_batch.c $(LIBRECUR_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(BENCH_LOAD_FLAGS) $^ $(BLAS_LIBS) -lcjson -lpcre2-8 -lutf8proc -luv -lm -lpthread -o $@
+$(BENCH_DIR)/tokenizer/bench_tokenizer: tools/bench/bench_tokenizer.c $(LIBRECUR_A) | $(PUBLIC_INC)/recur.h
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -std=c11 -D_GNU_SOURCE -I$(PUBLIC_INC) $^ $(BLAS_LIBS) -lcjson -lpcre2-8 -lutf8proc -lm -lpthread -o $@
 $(BENCH_DIR)/load/hello_server: tools/bench/hello_server.c $(LIBLLHTTP_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(BENCH_LOAD_FLAGS) $^ -luv -lm -lpthread -o $@

@@ -15,6 +15,8 @@ import os
 import subprocess
 import sys
 
+import benchutil
+
 TITLE = "Tokenizer: encode throughput, load time, memory (issue 12)"
 ORDER = 60
 
@@ -56,9 +58,7 @@ def run(ctx=None):
     with open(jsonl, "w", encoding="utf-8") as f:
         f.write("".join(json.dumps(x) + "\n" for x in items))
     exe = os.path.join(out_dir, "bench_tokenizer")
-    _run(ctx, ["cc", "-O2", "-std=c11", "-D_GNU_SOURCE", "-Icore", "tools/bench/bench_tokenizer.c",
-               os.path.join(BUILD, "librecur.a"), "-lcjson", "-lpcre2-8", "-lutf8proc", "-lopenblas", "-lm",
-               "-lpthread", "-o", exe])
+    _run(ctx, benchutil.make_target(ROOT, BUILD, exe))  # the Makefile's bench-tools
     rows = []
     for name, path, byte_level in VOCABS:
         ours = json.loads(_run(ctx, [exe, path, nul, "3"]))
