@@ -3,10 +3,10 @@
 
 #include <string.h>
 
-void proto_model_json(proto_buf *b, const recur_model_info *info)
+void proto_model_json(proto_buf *b, const recur_model_info *info, const char *name)
 {
     proto_buf_puts(b, "{\"name\":");
-    proto_buf_json_str(b, info->name, strnlen(info->name, sizeof info->name));
+    proto_buf_json_str(b, name, strlen(name));
     proto_buf_printf(b,
                      ",\"vocab_size\":%d,\"d_model\":%d,\"n_layers\":%d,\"n_heads\":%d,"
                      "\"head_k\":%d,\"head_v\":%d,\"d_ff\":%d,\"mixers\":[",
@@ -19,9 +19,14 @@ void proto_model_json(proto_buf *b, const recur_model_info *info)
         proto_buf_json_str(b, name, strlen(name));
     }
     proto_buf_printf(b,
-                     "],\"tied_embeddings\":%s,\"max_context\":%lld,\"n_params\":%lld,"
-                     "\"state_bytes\":%zu,\"fingerprint\":\"%016llx\",\"weights_dtype\":",
-                     info->tied_embeddings ? "true" : "false", (long long)info->max_context,
+                     "],\"tied_embeddings\":%s,\"max_context\":",
+                     info->tied_embeddings ? "true" : "false");
+    /* a model without softmax layers has no context limit: max_context does not apply */
+    if (info->softmax_layers > 0)
+        proto_buf_printf(b, "%lld", (long long)info->max_context);
+    else
+        proto_buf_puts(b, "null");
+    proto_buf_printf(b, ",\"n_params\":%lld,\"state_bytes\":%zu,\"fingerprint\":\"%016llx\",\"weights_dtype\":",
                      (long long)info->n_params, info->state_bytes,
                      (unsigned long long)info->fingerprint);
     proto_buf_json_str(b, info->weights_dtype, strnlen(info->weights_dtype, sizeof info->weights_dtype));

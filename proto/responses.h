@@ -11,9 +11,11 @@
 #include "buf.h"
 #include "recur.h"
 
-/* GET /v1/model: name, vocab_size, d_model, n_layers, n_heads, head_k, head_v, d_ff,
- * mixers [n_layers], tied_embeddings, max_context, n_params, state_bytes, fingerprint (hex). */
-void proto_model_json(proto_buf *b, const recur_model_info *info);
+/* GET /v1/model: name (the served model's, given by the caller: a seeded model is not the trained
+ * one its config names), vocab_size, d_model, n_layers, n_heads, head_k, head_v, d_ff,
+ * mixers [n_layers], tied_embeddings, max_context (null without softmax layers: no limit),
+ * n_params, state_bytes, fingerprint (hex), weights_dtype, weight_bytes. */
+void proto_model_json(proto_buf *b, const recur_model_info *info, const char *name);
 
 /* A session: {"id","tokens_seen","state_bytes","snapshot_bytes","pending_ops"}. */
 void proto_session_json(proto_buf *b, const char *id, uint64_t tokens_seen, size_t state_bytes,

@@ -29,6 +29,8 @@ typedef struct srv_app {
     srv_config cfg;
     recur_model *model;
     const recur_model_info *info;
+    char model_name[96];   /* what /v1/model and the log call it: info->name, or for seeded
+                            * weights (--model-config) "<config name>-seed<N>" */
     srv_table *table;
     srv_sched *sched;
     srv_server *server;

@@ -118,6 +118,12 @@ static int load_model(srv_app *app)
         return -1;
     }
     app->info = recur_model_get_info(app->model);
+    /* seeded random weights are not the trained model the config may name */
+    if (app->cfg.model_config[0])
+        snprintf(app->model_name, sizeof app->model_name, "%.64s-seed%llu", app->info->name,
+                 (unsigned long long)app->cfg.model_seed);
+    else
+        snprintf(app->model_name, sizeof app->model_name, "%.64s", app->info->name);
     return 0;
 }
 
@@ -207,7 +213,7 @@ int main(int argc, char **argv)
             "\"n_layers\":%d,\"state_bytes\":%zu,\"workers\":%d,\"max_batch\":%d,\"decode_workers\":%d,"
             "\"auth\":%s",
             srv_log_str(app->cfg.host, h, sizeof h), bind_addr.address, srv_server_port(app->server),
-            srv_log_str(app->info->name, name, sizeof name), app->info->vocab_size,
+            srv_log_str(app->model_name, name, sizeof name), app->info->vocab_size,
             app->info->n_layers, app->info->state_bytes, app->cfg.workers, app->cfg.max_batch,
             app->cfg.decode_workers, app->cfg.api_key[0] ? "true" : "false");
 

@@ -83,7 +83,7 @@ static void op_rollback(srv_op *op)
     s->has_logits = op->ckpt_has_logits;
     memcpy(s->lsm_c, op->ckpt_lsm, sizeof op->ckpt_lsm);
     s->tokens_seen = recur_state_tokens_seen(s->state);
-    s->snapshot_bytes = recur_snapshot_size(s->state);
+    s->snapshot_bytes = srv_session_state_bytes(s, op->app->info->vocab_size);
     s->mut_gen++; /* a snapshot captured mid-op (residency.c) no longer matches: write it again */
     free(op->ckpt);
     op->ckpt = NULL;
@@ -119,7 +119,7 @@ static void respond_session(srv_op *op, int status, srv_session *s)
         return;
     proto_buf b;
     proto_buf_init(&b);
-    s->snapshot_bytes = recur_snapshot_size(s->state); /* safe: nothing in flight on s */
+    s->snapshot_bytes = srv_session_state_bytes(s, op->app->info->vocab_size); /* nothing in flight */
     proto_session_json(&b, s->id, s->tokens_seen, op->app->info->state_bytes, s->snapshot_bytes,
                        s->q_len > 0 ? s->q_len - 1 : 0);
     srv_respond(op->conn, status, "application/json", b.data, b.len, NULL);
@@ -379,7 +379,7 @@ void srv_ops_work_done(srv_work *w, void *appv)
     op->in_flight = 0;
     uint64_t before = s->tokens_seen;
     s->tokens_seen = w->tokens_seen;
-    s->snapshot_bytes = recur_snapshot_size(s->state); /* the worker is done with it */
+    s->snapshot_bytes = srv_session_state_bytes(s, app->info->vocab_size); /* the worker is done */
     if (op->kind == SRV_OP_GENERATE) {
         /* Back from the workers: its lines were delivered by srv_ops_gen_progress before. */
         if (w->err) {

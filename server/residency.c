@@ -401,7 +401,7 @@ static int restore(srv_residency *r, const char *id, const uint8_t *buf, size_t 
         return -1;
     }
     s->tokens_seen = recur_state_tokens_seen(s->state);
-    s->snapshot_bytes = recur_snapshot_size(s->state);
+    s->snapshot_bytes = srv_session_state_bytes(s, r->app->info->vocab_size);
     *out = s;
     return 0;
 }

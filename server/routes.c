@@ -130,7 +130,7 @@ static void handle_model(srv_app *app, srv_conn *c, const srv_request *req, srv_
 {
     proto_buf b;
     proto_buf_init(&b);
-    proto_model_json(&b, app->info);
+    proto_model_json(&b, app->info, app->model_name);
     respond_json(c, 200, &b);
     proto_buf_free(&b);
 }
@@ -160,7 +160,7 @@ static void handle_create(srv_app *app, srv_conn *c, const srv_request *req, srv
         proto_tokens_req_free(&tr);
         proto_buf b;
         proto_buf_init(&b);
-        s->snapshot_bytes = recur_snapshot_size(s->state);
+        s->snapshot_bytes = srv_session_state_bytes(s, app->info->vocab_size);
         proto_session_json(&b, s->id, 0, app->info->state_bytes, s->snapshot_bytes, 0);
         respond_json(c, 201, &b);
         proto_buf_free(&b);
@@ -177,7 +177,7 @@ static void handle_create(srv_app *app, srv_conn *c, const srv_request *req, srv
 static void handle_get_session(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s)
 {
     if (!s->snapshot_bytes)
-        s->snapshot_bytes = recur_snapshot_size(s->state); /* idle: nothing in flight */
+        s->snapshot_bytes = srv_session_state_bytes(s, app->info->vocab_size); /* idle */
     s->last_used_ms = uv_now(app->loop);
     proto_buf b;
     proto_buf_init(&b);

@@ -1,5 +1,6 @@
 /* session_table.c — resident sessions keyed by random 128-bit ids (session_table.h). */
 #include "session_table.h"
+#include "state_blob.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -267,4 +268,9 @@ void srv_table_foreach(srv_table *t, void (*fn)(srv_session *s, void *arg), void
             s = n;
         }
     }
+}
+
+size_t srv_session_state_bytes(const srv_session *s, int vocab)
+{
+    return recur_snapshot_size(s->state) + (s->has_logits ? proto_state_trailer_size(vocab) : 0);
 }

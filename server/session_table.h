@@ -23,7 +23,8 @@ typedef struct srv_session {
     float lsm_c[2];         /* with has_logits == 2: max and log-sum-exp of logits, as in
                              * recur_log_softmax, so log p(token) = (logits[token] - c0) - c1 */
     uint64_t tokens_seen;   /* loop-side mirror of recur_state_tokens_seen */
-    size_t snapshot_bytes;  /* loop-side mirror of recur_snapshot_size (0 = not known yet) */
+    size_t snapshot_bytes;  /* loop-side mirror of srv_session_state_bytes: the length of
+                             * GET .../state (0 = not known yet) */
     uint64_t last_used_ms;  /* uv_now of the last request (idle TTL) */
     srv_op *q_head, *q_tail;/* FIFO of this session's requests; the head may be running */
     int q_len;
@@ -38,6 +39,10 @@ typedef struct srv_session {
 } srv_session;
 
 typedef struct srv_table srv_table;
+
+/* The length of s's GET /v1/sessions/{id}/state body (what its "snapshot_bytes" reports): the core
+ * snapshot, plus the logits trailer when s has logits. Only while nothing is in flight on s. */
+size_t srv_session_state_bytes(const srv_session *s, int vocab);
 
 /* max_sessions bounds sessions (resident, plus those on disk with persistence); freed states
  * are kept for reuse (up to a small pool). */

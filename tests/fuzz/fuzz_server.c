@@ -57,6 +57,7 @@ static void setup(void)
     srv_log_set_level(app->cfg.log_level);
     if (recur_model_init_seed(SERVER_MODEL, SERVER_MODEL_SEED, &app->model)) abort();
     app->info = recur_model_get_info(app->model);
+    snprintf(app->model_name, sizeof app->model_name, "%s", app->info->name);
     size_t need = app->info->state_bytes + 4096 + 8 * (size_t)app->info->vocab_size; /* as main.c */
     if (app->cfg.http.max_body < need) app->cfg.http.max_body = need;
     app->loop = calloc(1, sizeof *app->loop);

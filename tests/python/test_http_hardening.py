@@ -301,3 +301,53 @@ def test_accept_media_ranges_and_q_values_choose_the_framing():
                               headers=headers, timeout=30)
             assert r.status_code == 200, r.text
             assert r.headers["Content-Type"].startswith(want), (accept, r.headers["Content-Type"])
+
+
+# ---------------------------------------------------------------------------- item 18 (behaviour)
+
+HYBRID = os.path.join(ROOT, "tests", "fixtures", "tiny_hybrid.json")
+
+
+def test_snapshot_bytes_is_the_length_of_get_state():
+    with Daemon() as d:
+        def check(sid):
+            info = requests.get(d.url("/v1/sessions/%s" % sid), timeout=30).json()
+            blob = requests.get(d.url("/v1/sessions/%s/state" % sid), timeout=30).content
+            assert info["snapshot_bytes"] == len(blob), (info, len(blob))
+            return blob
+
+        empty = create(d)
+        core = check(empty["id"])                      # no logits yet: the core snapshot alone
+        assert empty["snapshot_bytes"] == len(core)
+        s = create(d, text="abc")
+        full = check(s["id"])                          # core + logits trailer
+        assert s["snapshot_bytes"] == len(full) == len(core) + 16 + 4 * 256 + 8
+        r = requests.post(d.url("/v1/sessions/%s/fork" % s["id"]), timeout=30)
+        assert r.json()["snapshot_bytes"] == len(full)
+        # a PUT of the core alone (no trailer): the session has no logits, its GET is the core
+        r = requests.put(d.url("/v1/sessions/%s/state" % s["id"]), data=full[:len(core)],
+                         headers={"Content-Type": "application/octet-stream"}, timeout=30)
+        assert r.status_code == 200, r.text
+        assert r.json()["snapshot_bytes"] == len(core)
+        check(s["id"])
+
+
+def test_model_info_names_seeded_weights_and_max_context_only_where_it_applies():
+    with Daemon() as d:  # tiny_model.json, seed 7: recurrent-only
+        m = requests.get(d.url("/v1/model"), timeout=30).json()
+        assert m["name"] == "e2e-tiny-seed7", m["name"]
+        assert m["max_context"] is None
+        listening = [json.loads(l) for l in d.logs() if '"listening"' in l][0]
+        assert listening["model"] == "e2e-tiny-seed7"
+    with Daemon(model_config=HYBRID, seed=3) as d:
+        m = requests.get(d.url("/v1/model"), timeout=30).json()
+        assert isinstance(m["max_context"], int) and m["max_context"] > 0
+        assert m["name"].endswith("-seed3")
+
+
+def test_help_says_max_sessions_counts_every_session():
+    p = subprocess.run([RECURD, "--help"], capture_output=True, timeout=30)
+    assert p.returncode == 0
+    text = p.stdout.decode()
+    i = text.index("--max-sessions")
+    assert "in total" in text[i:i + 200] and "resident sessions ->" not in text[i:i + 200], text[i:i + 200]
