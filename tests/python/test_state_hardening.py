@@ -282,3 +282,121 @@ def test_restored_session_continues_bit_for_bit():
         assert put_state(d2, again, blob).status_code == 200
         assert generate(d2, again, max_tokens=3, temperature=0)[:3] == got[0]
 
+
+
+# ---------------------------------------------------------------------------- item 5: computation
+
+POISON = 15  # the token of write_overflow_model whose step overflows
+
+
+def write_overflow_model(path):
+    """A one-layer gated DeltaNet model (F32 safetensors) that is sound for tokens 0..14 and whose
+    step overflows for token 15: its embedding turns the output gate silu(g) on (g = 100 h_0),
+    and o_proj (1e37) then pushes the residual stream to infinity; the logits become NaN. Every
+    weight is finite, so the model loads; only a computation turns non-finite."""
+    import random
+    rnd = random.Random(5)
+    V, d, H, K, ff = 16, 8, 1, 8, 8
+    cfg = {"name": "overflow", "vocab_size": V, "d_model": d, "n_layers": 1, "n_heads": H,
+           "head_k": K, "head_v": K, "d_ff": ff, "mixers": ["gated_deltanet"],
+           "tied_embeddings": True, "norm_eps": 1e-5}
+    def mat(r, c, scale=0.5):
+        return [[rnd.uniform(-scale, scale) for _ in range(c)] for _ in range(r)]
+    embed = mat(V, d)
+    for t in range(V):
+        embed[t][0] = 1.0 if t == POISON else -1.0
+    t = {"embed.weight": embed, "norm_f.weight": [[1.0] * d]}
+    p = "layers.0."
+    t[p + "attn_norm.weight"] = [[1.0] * d]
+    t[p + "mlp_norm.weight"] = [[1.0] * d]
+    for n in ("q_proj", "k_proj", "v_proj"):
+        t[p + "mixer.%s.weight" % n] = mat(H * K, d)
+    t[p + "mixer.b_proj.weight"] = mat(H, d)
+    t[p + "mixer.a_proj.weight"] = mat(H, d)
+    t[p + "mixer.A_log"] = [[0.0] * H]
+    t[p + "mixer.dt_bias"] = [[0.0] * H]
+    t[p + "mixer.g_proj.weight"] = [[100.0] + [0.0] * (d - 1) for _ in range(H * K)]
+    t[p + "mixer.o_norm.weight"] = [[1.0] * K]
+    t[p + "mixer.o_proj.weight"] = [[1e37] * (H * K) for _ in range(d)]
+    t[p + "mlp.gate_proj.weight"] = mat(ff, d)
+    t[p + "mlp.up_proj.weight"] = mat(ff, d)
+    t[p + "mlp.down_proj.weight"] = mat(d, ff)
+    header, blobs, off = {}, [], 0
+    for name, rows in t.items():
+        flat = [x for r in rows for x in r]
+        shape = [len(rows), len(rows[0])] if len(rows) > 1 or name.endswith("proj.weight") or name == "embed.weight" else [len(flat)]
+        raw = struct.pack("<%df" % len(flat), *flat)
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [off, off + len(raw)]}
+        blobs.append(raw)
+        off += len(raw)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    return path
+
+
+def fold_tokens(d, sid, tokens, top_k=2):
+    r = requests.post(d.url("/v1/sessions/%s/tokens" % sid), json={"tokens": tokens, "top_k": top_k},
+                      timeout=60)
+    assert r.status_code == 200, r.text
+    return lines_of(r)
+
+
+def test_a_step_that_turns_non_finite_is_undone(tmp_path):
+    """Item 5, second half: a fold whose computation turns non-finite answers non_finite and
+    leaves the session exactly as it was (state, tokens_seen, logits), through the prefill and
+    through a batched decode step; other sessions stepping in the same batches get the results
+    they get alone; the session's snapshot still loads, also after a restart from state_dir."""
+    import threading
+    model = write_overflow_model(str(tmp_path / "model"))
+    sd = tmp_path / "sd"
+    with Daemon("--model", model, "--state-dir", str(sd), model_config=None) as d:
+        sid = create_tokens(d, [1, 2, 3])
+        before = get_state(d, sid)
+        for toks in ([1, POISON, 2], [POISON]):  # prefill, one decode step
+            lines = fold_tokens(d, sid, toks)
+            err = stream_error(lines)
+            assert err and err[0]["error"]["code"] == "non_finite", lines
+            assert not any("done" in l for l in lines)
+            assert get_state(d, sid) == before
+            assert requests.get(d.url("/v1/sessions/%s" % sid), timeout=10).json()["tokens_seen"] == 3
+        # the session goes on as if nothing happened: same lines as a fresh twin of it
+        twin = create_tokens(d, [1, 2, 3])
+        assert fold_tokens(d, sid, [4, 5]) == fold_tokens(d, twin, [4, 5])
+        # neighbours in the same decode batches: bit-identical to the same steps alone
+        ref = create_tokens(d, [7])
+        alone = [fold_tokens(d, ref, [8])[0] for _ in range(12)]
+        nb = create_tokens(d, [7])
+        got, bad = [], []
+        def neighbour():
+            for _ in range(12):
+                got.append(fold_tokens(d, nb, [8])[0])
+        def poisoner():
+            for _ in range(12):
+                bad.append(stream_error(fold_tokens(d, sid, [POISON])))
+        ts = [threading.Thread(target=neighbour), threading.Thread(target=poisoner)]
+        for th in ts:
+            th.start()
+        for th in ts:
+            th.join(60)
+        assert got == alone
+        assert all(b and b[0]["error"]["code"] == "non_finite" for b in bad)
+        mine = get_state(d, sid)
+        assert put_state(d, create(d), mine).status_code == 200
+        # a create whose prefill overflows makes no session
+        r = requests.post(d.url("/v1/sessions"), json={"tokens": [1, POISON]}, timeout=30)
+        assert error_code(r, 500) == "non_finite"
+        assert d.terminate() == 0
+    with Daemon("--model", model, "--state-dir", str(sd), model_config=None) as d:
+        assert get_state(d, sid) == mine
+        assert quarantined(sd) == []
+
+
+def create_tokens(d, tokens):
+    r = requests.post(d.url("/v1/sessions"), json={"tokens": tokens}, timeout=30)
+    assert r.status_code == 201, r.text
+    return r.json()["id"]
