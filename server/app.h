@@ -24,6 +24,16 @@ typedef struct {
     uint64_t generations_by_reason[3];   /* length, stop, cancelled */
 } srv_counters;
 
+/* Requests held behind an off-loop body decode (offloop.h): the per-session gates, and the
+ * bodies waiting for one of the SRV_OFFLOOP_DECODERS threadpool slots. */
+struct srv_held_gate;
+struct srv_held;
+typedef struct {
+    struct srv_held_gate *gates;
+    struct srv_held *wait_head, *wait_tail;
+    int decoding;
+} srv_held_state;
+
 typedef struct srv_app {
     uv_loop_t *loop;
     srv_config cfg;
@@ -40,6 +50,7 @@ typedef struct srv_app {
     int n_running_streams; /* ops currently streaming (drain bookkeeping) */
     srv_counters counters;
     struct srv_residency *res; /* persistence and the resident budget (residency.c) */
+    srv_held_state held;       /* requests held behind an off-loop body decode (offloop.c) */
 } srv_app;
 
 /* The HTTP callbacks (routes.c). */

@@ -16,6 +16,7 @@
 #include "buf.h"
 #include "log.h"
 #include "metrics.h"
+#include "offloop.h"
 #include "ops.h"
 #include "requests.h"
 #include "residency.h"
@@ -90,8 +91,11 @@ static void session_missing(srv_app *app, srv_conn *c)
 
 /* ---------------------------------------------------------------- handlers */
 
-/* A handler: s is the session of the path's {id} for routes with R_SESSION, else NULL. */
-typedef void route_fn(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s);
+/* A handler: s is the session of the path's {id} for routes with R_SESSION, else NULL; body is the
+ * route's decoded JSON body (offloop.h; kind SRV_BODY_NONE when it has none), already checked:
+ * a body that did not decode was answered before the handler. */
+typedef void route_fn(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
+                      srv_body *body);
 
 /* An op of kind for s, or NULL after answering 429 when s's queue is full
  * (max_queued_ops_per_session): the one queue-limit check of a request. */
@@ -108,7 +112,8 @@ static srv_op *new_op(srv_app *app, srv_conn *c, srv_session *s, srv_op_kind kin
     return srv_op_new(app, kind, s, c);
 }
 
-static void handle_health(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s)
+static void handle_health(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
+                          srv_body *body)
 {
     proto_buf b; /* "ok", or "degraded" after a failed snapshot write (residency.h) */
     proto_buf_init(&b);
@@ -117,7 +122,8 @@ static void handle_health(srv_app *app, srv_conn *c, const srv_request *req, srv
     proto_buf_free(&b);
 }
 
-static void handle_metrics(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s)
+static void handle_metrics(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
+                           srv_body *body)
 {
     proto_buf b;
     proto_buf_init(&b);
@@ -126,7 +132,8 @@ static void handle_metrics(srv_app *app, srv_conn *c, const srv_request *req, sr
     proto_buf_free(&b);
 }
 
-static void handle_model(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s)
+static void handle_model(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
+                         srv_body *body)
 {
     proto_buf b;
     proto_buf_init(&b);
@@ -135,15 +142,11 @@ static void handle_model(srv_app *app, srv_conn *c, const srv_request *req, srv_
     proto_buf_free(&b);
 }
 
-static void handle_create(srv_app *app, srv_conn *c, const srv_request *req, srv_session *unused)
+static void handle_create(srv_app *app, srv_conn *c, const srv_request *req, srv_session *unused,
+                          srv_body *body)
 {
-    proto_tokens_req tr;
-    proto_error e;
-    proto_limits lim = limits_of(app);
-    if (proto_decode_create_req(req->body, req->body_len, &lim, &tr, &e)) {
-        reject(c, &e);
-        return;
-    }
+    proto_tokens_req tr = body->tr;
+    body->tr.tokens = NULL; /* taken */
     srv_session *s;
     int rc = srv_table_new(app->table, uv_now(app->loop), &s);
     if (rc != 0) {
@@ -174,7 +177,8 @@ static void handle_create(srv_app *app, srv_conn *c, const srv_request *req, srv
 
 /* A read: answered at once from the loop-side mirrors, not queued behind a long stream
  * (pending_ops says how many requests are queued or running). */
-static void handle_get_session(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s)
+static void handle_get_session(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
+                               srv_body *body)
 {
     if (!s->snapshot_bytes)
         s->snapshot_bytes = srv_session_state_bytes(s, app->info->vocab_size); /* idle */
@@ -187,71 +191,57 @@ static void handle_get_session(srv_app *app, srv_conn *c, const srv_request *req
     proto_buf_free(&b);
 }
 
-static void handle_delete(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s)
+static void handle_delete(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
+                          srv_body *body)
 {
     srv_op *op = new_op(app, c, s, SRV_OP_DELETE);
     if (op)
         srv_ops_enqueue(op);
 }
 
-static void handle_tokens(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s)
+static void handle_tokens(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
+                          srv_body *body)
 {
-    proto_tokens_req tr;
-    proto_error e;
-    proto_limits lim = limits_of(app);
-    if (proto_decode_tokens_req(req->body, req->body_len, &lim, &tr, &e)) {
-        reject(c, &e);
-        return;
-    }
     srv_op *op = new_op(app, c, s, SRV_OP_FOLD);
-    if (!op) {
-        proto_tokens_req_free(&tr);
+    if (!op)
         return;
-    }
-    op->tokens = tr.tokens;
-    op->n = tr.n;
-    op->top_k = tr.top_k;
+    op->tokens = body->tr.tokens;
+    op->n = body->tr.n;
+    op->top_k = body->tr.top_k;
+    body->tr.tokens = NULL; /* taken */
     op->framing = proto_negotiate_framing(req->accept);
     srv_ops_enqueue(op);
 }
 
-static void handle_generate(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s)
+static void handle_generate(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
+                            srv_body *body)
 {
-    proto_generate_req g;
-    proto_error e;
-    proto_limits lim = limits_of(app);
-    if (proto_decode_generate_req(req->body, req->body_len, &lim, &g, &e)) {
-        reject(c, &e);
-        return;
-    }
     srv_op *op = new_op(app, c, s, SRV_OP_GENERATE);
     if (!op)
         return;
-    op->gen = g;
+    op->gen = body->g;
     op->framing = proto_negotiate_framing(req->accept);
     srv_ops_enqueue(op);
 }
 
-static void handle_fork(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s)
+static void handle_fork(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
+                        srv_body *body)
 {
-    proto_error e;
-    if (proto_decode_empty_req(req->body, req->body_len, &e)) {
-        reject(c, &e);
-        return;
-    }
     srv_op *op = new_op(app, c, s, SRV_OP_FORK);
     if (op)
         srv_ops_enqueue(op);
 }
 
-static void handle_get_state(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s)
+static void handle_get_state(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
+                             srv_body *body)
 {
     srv_op *op = new_op(app, c, s, SRV_OP_GET_STATE);
     if (op)
         srv_ops_enqueue(op);
 }
 
-static void handle_put_state(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s)
+static void handle_put_state(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
+                             srv_body *body)
 {
     srv_op *op = new_op(app, c, s, SRV_OP_PUT_STATE);
     if (!op)
@@ -271,28 +261,33 @@ enum {
     R_BLOB = 2,    /* the body is a state blob: application/octet-stream or curl's default */
     R_SESSION = 4, /* the path's {id} names a session: looked up (404 / 503) before the handler */
     R_STREAM = 8,  /* a stream: an SSE reconnect (Last-Event-ID) is answered 204, never run again */
+    R_QUEUED = 16, /* queues an op on that session: keeps arrival order behind held requests */
 };
 
 typedef struct {
     const char *method;
     const char *pattern; /* literal bytes; {id} is one segment; a final "/?" an optional '/' */
     unsigned checks;     /* R_* */
+    srv_body_kind body;  /* the JSON body it decodes (off the loop when large, offloop.h) */
     route_fn *handler;
 } route;
 
 /* Paths outside /v1/ need no key (health checks and scrapers); every /v1/ path does. */
 static const route routes[] = {
-    {"GET", "/healthz", 0, handle_health},
-    {"GET", "/metrics", 0, handle_metrics},
-    {"GET", "/v1/model", 0, handle_model},
-    {"POST", "/v1/sessions/?", R_JSON, handle_create},
-    {"GET", "/v1/sessions/{id}/?", R_SESSION, handle_get_session},
-    {"DELETE", "/v1/sessions/{id}/?", R_SESSION, handle_delete},
-    {"POST", "/v1/sessions/{id}/tokens", R_JSON | R_SESSION | R_STREAM, handle_tokens},
-    {"POST", "/v1/sessions/{id}/generate", R_JSON | R_SESSION | R_STREAM, handle_generate},
-    {"POST", "/v1/sessions/{id}/fork", R_JSON | R_SESSION, handle_fork},
-    {"GET", "/v1/sessions/{id}/state", R_SESSION, handle_get_state},
-    {"PUT", "/v1/sessions/{id}/state", R_BLOB | R_SESSION, handle_put_state},
+    {"GET", "/healthz", 0, SRV_BODY_NONE, handle_health},
+    {"GET", "/metrics", 0, SRV_BODY_NONE, handle_metrics},
+    {"GET", "/v1/model", 0, SRV_BODY_NONE, handle_model},
+    {"POST", "/v1/sessions/?", R_JSON, SRV_BODY_CREATE, handle_create},
+    {"GET", "/v1/sessions/{id}/?", R_SESSION, SRV_BODY_NONE, handle_get_session},
+    {"DELETE", "/v1/sessions/{id}/?", R_SESSION | R_QUEUED, SRV_BODY_NONE, handle_delete},
+    {"POST", "/v1/sessions/{id}/tokens", R_JSON | R_SESSION | R_STREAM | R_QUEUED, SRV_BODY_TOKENS,
+     handle_tokens},
+    {"POST", "/v1/sessions/{id}/generate", R_JSON | R_SESSION | R_STREAM | R_QUEUED,
+     SRV_BODY_GENERATE, handle_generate},
+    {"POST", "/v1/sessions/{id}/fork", R_JSON | R_SESSION | R_QUEUED, SRV_BODY_EMPTY, handle_fork},
+    {"GET", "/v1/sessions/{id}/state", R_SESSION | R_QUEUED, SRV_BODY_NONE, handle_get_state},
+    {"PUT", "/v1/sessions/{id}/state", R_BLOB | R_SESSION | R_QUEUED, SRV_BODY_NONE,
+     handle_put_state},
 };
 #define N_ROUTES (sizeof routes / sizeof routes[0])
 
@@ -359,6 +354,34 @@ static int checks_pass(srv_app *app, srv_conn *c, const srv_request *req, const 
     return 1;
 }
 
+/* The handler with its decoded body: a body that did not decode is answered here. */
+static void run_route(srv_app *app, srv_conn *c, const srv_request *req, const route *r,
+                      srv_session *s, srv_body *b)
+{
+    if (b->kind != SRV_BODY_NONE && b->rc != 0) {
+        reject(c, &b->err);
+        return;
+    }
+    r->handler(app, c, req, s, b);
+}
+
+/* A held request's turn (offloop.h): its session is looked up again (it may have gone, or been
+ * evicted to disk, while the body was decoded). */
+static void run_held(srv_app *app, srv_conn *c, const srv_request *req, const char *id,
+                     srv_body *b, const void *ctx)
+{
+    const route *r = ctx;
+    srv_session *s = NULL;
+    if (r->checks & R_SESSION) {
+        s = srv_table_find(app->table, id);
+        if (!s) {
+            session_missing(app, c);
+            return;
+        }
+    }
+    run_route(app, c, req, r, s, b);
+}
+
 void srv_app_on_request(srv_conn *c, const srv_request *req, void *appv)
 {
     srv_app *app = appv;
@@ -379,8 +402,20 @@ void srv_app_on_request(srv_conn *c, const srv_request *req, void *appv)
         if (strcmp(r->method, req->method))
             continue;
         srv_session *s = NULL;
-        if (checks_pass(app, c, req, r, id, &s))
-            r->handler(app, c, req, s);
+        if (!checks_pass(app, c, req, r, id, &s))
+            return;
+        proto_limits lim = limits_of(app);
+        const char *order_id = (r->checks & R_QUEUED) ? id : "";
+        if (srv_held_needed(app, order_id, r->body, req->body_len)) {
+            if (s)
+                s->last_used_ms = uv_now(app->loop); /* not idle while its request is decoded */
+            srv_held_add(app, c, req, order_id, r->body, &lim, run_held, r);
+            return;
+        }
+        srv_body b;
+        srv_body_decode(r->body, req->body, req->body_len, &lim, &b);
+        run_route(app, c, req, r, s, &b);
+        srv_body_free(&b);
         return;
     }
     if (path_known)

@@ -1,9 +1,16 @@
-"""JSON request hardening (issue 10 items 8, 9) against the real daemon on loopback:
+"""JSON request hardening (issue 10 items 8, 9, 16) against the real daemon on loopback:
 NUL (\\u0000) is a byte like any other in "text" and "stop"; bodies RFC 8259 forbids (leading
-zeros, "1.", raw control bytes in strings, lone surrogates, ...) are 400 invalid_json. Every
+zeros, "1.", raw control bytes in strings, lone surrogates, ...) are 400 invalid_json; and four
+clients sending 1 MiB bodies do not stall the event loop for other clients (a /healthz canary's
+p99 stays <= 5 ms), while large bodies decoded off the loop keep per-session order. Every
 socket has a timeout, every wait is bounded, the daemon is killed at teardown."""
 import json
 import os
+import random
+import socket
+import subprocess
+import sys
+import time
 
 import pytest
 import requests
@@ -177,3 +184,225 @@ def test_duplicate_and_depth_rules_kept(d):
     r = post_raw(d, "/v1/sessions/%s/tokens" % sid, ok_depth)
     assert error_code(r, 422) == "unknown_field"
     assert info(d, sid)["tokens_seen"] == 0
+
+
+# ---------------------------------------------------------------------------- item 16: the loop
+
+LOADER = r"""
+import http.client, sys, time
+port, path, seconds, kind = int(sys.argv[1]), sys.argv[2], float(sys.argv[3]), sys.argv[4]
+body = open(sys.argv[5], "rb").read()
+conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+n = 0
+codes = set()
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+    r = conn.getresponse()
+    r.read()
+    codes.add(r.status)
+    n += 1
+print(n, ",".join(str(c) for c in sorted(codes)), flush=True)
+"""
+
+MIB = 1024 * 1024
+
+
+def mib_bodies(tmp_path):
+    """Bodies just under max_body (1 MiB): a tokens array, a text string, and an array of small
+    objects under an unknown field. All are answered 422 (too many tokens / unknown field), after
+    the whole body has been decoded."""
+    rng = random.Random(5)
+    toks = []
+    size = len(b'{"tokens":[]}')
+    while True:
+        t = str(rng.randrange(256)).encode()
+        if size + len(t) + 1 > MIB - 16:
+            break
+        toks.append(t)
+        size += len(t) + 1
+    bodies = {
+        "tokens": b'{"tokens":[' + b",".join(toks) + b"]}",
+        "text": b'{"text":"' + b"ab\\u0041" * ((MIB - 32) // 8) + b'"}',
+        "objects": b'{"x":[' + b",".join([b'{"a":1,"b":[2,"c"]}'] * ((MIB - 32) // 20)) + b"]}",
+    }
+    paths = {}
+    for k, v in bodies.items():
+        assert len(v) <= MIB, (k, len(v))
+        p = tmp_path / ("body_%s.json" % k)
+        p.write_bytes(v)
+        paths[k] = str(p)
+    return paths
+
+
+def canary_window(port, seconds):
+    """GET /healthz on one keep-alive connection, one at a time, for `seconds`; latencies in ms."""
+    def connect():
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return s
+    s = connect()
+    req = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    lat = []
+    end = time.monotonic() + seconds
+    n_on_conn = 0
+    while time.monotonic() < end:
+        if n_on_conn == 500:  # well under max_requests_per_conn (1000): reconnect between polls
+            s.close()
+            s = connect()
+            n_on_conn = 0
+        n_on_conn += 1
+        t0 = time.perf_counter()
+        s.sendall(req)
+        buf = b""
+        while True:
+            chunk = s.recv(4096)
+            assert chunk, "canary connection closed"
+            buf += chunk
+            head, sep, rest = buf.partition(b"\r\n\r\n")
+            if sep:
+                clen = [int(l.split(b":")[1]) for l in head.split(b"\r\n")
+                        if l.lower().startswith(b"content-length:")][0]
+                if len(rest) >= clen:
+                    break
+        lat.append((time.perf_counter() - t0) * 1000.0)
+        assert head.startswith(b"HTTP/1.1 200"), head
+        time.sleep(0.002)
+    s.close()
+    return lat
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(len(xs) * p / 100.0))]
+
+
+def test_mib_bodies_do_not_stall_the_loop(d, tmp_path):
+    """Four clients (separate processes, so no GIL is shared with the canary) send 1 MiB JSON
+    bodies back to back while a canary polls /healthz; the canary's p99 must be <= 5 ms
+    (issue 10 item 16; it was ~42 ms p50 when bodies were decoded with cJSON on the loop).
+
+    The machine is a noisy 2-core box shared with other jobs: a window can only be made slower by
+    outside load, never faster, so the test takes the best of up to 6 windows of 3 s each. Under
+    SANITIZE=1 (RECUR_SANITIZE=1) ASan makes the daemon's loop work (reading, parsing, the UTF-8
+    and JSON checks) 2-3x slower, so the bound is scaled by 3 there; the plain build keeps 5 ms."""
+    bound = 15.0 if os.environ.get("RECUR_SANITIZE") == "1" else 5.0
+    bodies = mib_bodies(tmp_path)
+    sid = create(d)
+    script = tmp_path / "loader.py"
+    script.write_text(LOADER)
+    kinds = ["tokens", "tokens", "text", "objects"]
+    path = {"tokens": "/v1/sessions/%s/tokens" % sid, "text": "/v1/sessions/%s/tokens" % sid,
+            "objects": "/v1/sessions"}
+    base = canary_window(d.port, 1.0)
+    results = []
+    for attempt in range(6):
+        seconds = 3.0
+        procs = [subprocess.Popen([sys.executable, str(script), str(d.port), path[k],
+                                   str(seconds + 1.0), k, bodies[k]], stdout=subprocess.PIPE)
+                 for k in kinds]
+        time.sleep(0.5)  # every loader has its first body in flight
+        lat = canary_window(d.port, seconds)
+        done = []
+        for p in procs:
+            out, _ = p.communicate(timeout=60)
+            assert p.returncode == 0
+            n, codes = out.decode().split()
+            done.append(int(n))
+            assert codes == "422", codes  # every big body decoded, then refused
+        p50, p99, mx = pct(lat, 50), pct(lat, 99), max(lat)
+        results.append((p99, p50, mx, len(lat), sum(done)))
+        print("canary /healthz under 4 x 1 MiB bodies, window %d: p50 %.2f ms p99 %.2f ms "
+              "max %.2f ms (%d polls; %d big bodies answered; idle p50 %.2f p99 %.2f ms)"
+              % (attempt, p50, p99, mx, len(lat), sum(done), pct(base, 50), pct(base, 99)))
+        assert sum(done) >= 8, done  # the load was real
+        if p99 <= bound:
+            break
+    best = min(results)
+    assert best[0] <= bound, "canary p99 %.2f ms > %.1f ms in every window: %s" % (
+        best[0], bound, results)
+    assert info(d, sid)["tokens_seen"] == 0  # every big body was refused whole
+
+
+# ---------------------------------------------------------------------------- order behind a held body
+
+def requests_parsed(d):
+    text = requests.get(d.url("/metrics"), timeout=10).text
+    for line in text.splitlines():
+        if line.startswith("recurd_http_requests_total "):
+            return int(float(line.split()[1]))
+    raise AssertionError("no recurd_http_requests_total")
+
+
+def send_big_then(d, sid, big, then):
+    """Send `big` to /tokens of sid on its own connection; once the daemon has parsed it (the
+    parsed-requests counter counts it; each poll counts itself too), run then() while the big
+    body is still being decoded on the threadpool. Returns (A's status, A's lines, then())."""
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", d.port, timeout=60)
+    v0 = requests_parsed(d)
+    conn.request("POST", "/v1/sessions/%s/tokens" % sid, body=big,
+                 headers={"Content-Type": "application/json"})
+    polls = 0
+    deadline = time.monotonic() + 30
+    while True:
+        polls += 1
+        if requests_parsed(d) >= v0 + polls + 1:
+            break
+        assert time.monotonic() < deadline, "the big request was never parsed"
+    got = then()
+    r = conn.getresponse()
+    text = r.read().decode()
+    conn.close()
+    return r.status, [json.loads(l) for l in text.strip().split("\n")], got
+
+
+def slow_tokens_body(n=8192):
+    """n tokens, each written as a 120-byte number ("65.000…0"): ~1 MiB that takes the decoder
+    milliseconds (every token goes through strtod), so it is decoded off the loop."""
+    tok = b"65." + b"0" * 117
+    body = b'{"tokens":[' + b",".join([tok] * n) + b"]}"
+    assert 16384 < len(body) <= MIB
+    return body
+
+
+def test_held_body_keeps_per_session_order(d):
+    """A fold sent after a large one (on another connection, once the large one was parsed) is
+    applied after it: per-session arrival order holds while the large body is decoded off the
+    loop."""
+    sid = create(d)
+    status, a_lines, b = send_big_then(
+        d, sid, slow_tokens_body(),
+        lambda: post_raw(d, "/v1/sessions/%s/tokens" % sid, b'{"tokens":[7]}'))
+    assert status == 200
+    assert b.status_code == 200, b.text
+    assert a_lines[-1] == {"done": True, "tokens_seen": 8192}
+    assert lines(b)[-1] == {"done": True, "tokens_seen": 8193}
+    assert info(d, sid)["tokens_seen"] == 8193
+
+
+def test_delete_waits_for_held_body(d):
+    sid = create(d)
+    status, a_lines, r = send_big_then(
+        d, sid, slow_tokens_body(),
+        lambda: requests.delete(d.url("/v1/sessions/%s" % sid), timeout=30))
+    assert status == 200 and a_lines[-1] == {"done": True, "tokens_seen": 8192}
+    assert r.status_code == 204, r.text
+    assert requests.get(d.url("/v1/sessions/%s" % sid), timeout=30).status_code == 404
+
+
+def test_refused_held_body_changes_nothing(d):
+    sid = create(d)
+    big = slow_tokens_body(8193)  # one over max_tokens_per_request
+    status, a_lines, b = send_big_then(
+        d, sid, big, lambda: post_raw(d, "/v1/sessions/%s/tokens" % sid, b'{"tokens":[7]}'))
+    assert status == 422 and a_lines[0]["error"]["code"] == "too_many_tokens"
+    assert lines(b)[-1] == {"done": True, "tokens_seen": 1}
+    big = b'{"tokens":[1],"x":' + b"[" * 1001 + b"]" * 1001 + b" " * 40000 + b"}"
+    status, a_lines, _ = send_big_then(d, sid, big, lambda: None)
+    assert status == 400 and a_lines[0]["error"]["code"] == "invalid_json"
+    # a large create body is decoded off the loop too
+    r = post_raw(d, "/v1/sessions", b'{"text":"ab"' + b" " * 40000 + b"}")
+    assert r.status_code == 201, r.text
+    assert info(d, r.json()["id"])["tokens_seen"] == 2
+    assert info(d, sid)["tokens_seen"] == 1
