@@ -62,12 +62,14 @@ static inline const char *tk_strmap_key(const tk_strmap *m, int32_t i, size_t *n
     *n = m->ent[i].len;
     return m->keys.p + m->ent[i].off;
 }
+int tk_strmap_reserve(tk_strmap *m, size_t n); /* room for n keys without rehashing */
 void tk_strmap_free(tk_strmap *m);
 
 /* uint64 -> int64 map (open addressing; key UINT64_MAX is reserved). */
 typedef struct { uint64_t *key; int64_t *val; size_t cap, n; } tk_u64map;
 int tk_u64map_put(tk_u64map *m, uint64_t k, int64_t v); /* overwrites */
 int tk_u64map_get(const tk_u64map *m, uint64_t k, int64_t *v); /* 1 found, 0 not */
+int tk_u64map_reserve(tk_u64map *m, size_t n);
 void tk_u64map_free(tk_u64map *m);
 
 /* Byte trie; node 0 is the root; value -1 = no string ends here. */

@@ -189,14 +189,20 @@ static int emit_unk(const tk_bpe *b, tk_ids *out, int *last_unk)
 int tk_bpe_word(const tk_bpe *b, const char *s, size_t n, tk_ids *out, int *last_unk)
 {
     if (!n) return 0;
-    if (b->ignore_merges) {
-        int32_t w = tk_strmap_find(&b->syms, s, n);
-        if (w >= 0 && b->sym_id[w] >= 0) { *last_unk = 0; return tk_ids_push(out, b->sym_id[w]); }
-    }
+    /* the cache first: it is small and warm, the vocabulary is large and cold */
     int hit;
     size_t out0 = out->n;
     int rc = cache_get(b, s, n, out, &hit);
     if (rc || hit) { if (hit && out->n > out0) *last_unk = 0; return rc; }
+    if (b->ignore_merges) {
+        int32_t w = tk_strmap_find(&b->syms, s, n);
+        if (w >= 0 && b->sym_id[w] >= 0) {
+            *last_unk = 0;
+            if ((rc = tk_ids_push(out, b->sym_id[w]))) return rc;
+            cache_put(b, s, n, out->p + out0, 1);
+            return 0;
+        }
+    }
     if (n > UINT32_MAX / 2) return RECUR_ESHAPE;
 
     sym_t stack_syms[64];

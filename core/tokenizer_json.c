@@ -422,8 +422,11 @@ static int model(tk_hf *h, const cJSON *root, const cJSON *m, int byte_level, ec
     for (size_t i = 0; i < h->n_vocab; i++) h->added_of_id[i] = -1;
 
     tk_buf raw = {0};
-    int rc = 0;
+    size_t n_merges = (size_t)cJSON_GetArraySize(merges);
+    int rc = n_merges > MAX_MERGES ? 0 : tk_strmap_reserve(&b->syms, (size_t)cJSON_GetArraySize(vocab) + n_merges / 4 + 256);
+    if (!rc && n_merges <= MAX_MERGES) rc = tk_u64map_reserve(&b->merges, n_merges);
     cJSON_ArrayForEach(v, vocab) {
+        if (rc) break;
         int32_t id = (int32_t)v->valuedouble;
         const char *k = v->string;
         size_t kn = strlen(k);
@@ -439,7 +442,7 @@ static int model(tk_hf *h, const cJSON *root, const cJSON *m, int byte_level, ec
         b->sym_id[s] = id;
     }
     /* merges: rank = index; a repeated pair keeps its last rank (as the reference) */
-    size_t nm = (size_t)cJSON_GetArraySize(merges);
+    size_t nm = n_merges;
     if (!rc && nm > MAX_MERGES) { tk_buf_free(&raw); FAIL("model BPE: more than %d merges", MAX_MERGES); }
     tk_buf l = {0}, r = {0}, lr = {0};
     uint32_t rank = 0;

@@ -10,10 +10,30 @@
 
 /* ---------------------------------------------------------------- normalizers */
 
+/* A starter that no composition takes as its second element and that NFC leaves alone: text
+ * made only of such characters is already NFC (nothing reorders or composes). Below U+0300
+ * (combining marks start there), CJK ideographs, Hangul syllables, kana. */
+static int nfc_boundary(uint32_t c)
+{
+    return c < 0x300 || (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0xAC00 && c <= 0xD7A3) ||
+           (c >= 0x3041 && c <= 0x3096) || (c >= 0x30A1 && c <= 0x30FA);
+}
+
 static int unicode_form(int flags, const char *s, size_t n, tk_buf *out)
 {
     out->n = 0;
     if (!n) return tk_buf_put(out, "", 0);
+    /* plain ASCII is unchanged in every form; see nfc_boundary for NFC */
+    size_t i = 0;
+    int nfc = (flags & UTF8PROC_COMPOSE) && !(flags & UTF8PROC_COMPAT);
+    while (i < n && (unsigned char)s[i] < 0x80) i++;
+    while (nfc && i < n) {
+        uint32_t c;
+        size_t l = tk_utf8_next(s + i, &c);
+        if (!nfc_boundary(c)) break;
+        i += l;
+    }
+    if (i == n) return tk_buf_put(out, s, n);
     utf8proc_uint8_t *dst = NULL;
     utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &dst,
                                       (utf8proc_option_t)flags);

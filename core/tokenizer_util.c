@@ -172,6 +172,15 @@ static int strmap_rehash(tk_strmap *m, size_t cap)
     return 0;
 }
 
+int tk_strmap_reserve(tk_strmap *m, size_t n)
+{
+    size_t cap = 64;
+    while (cap < 2 * n + 2) cap *= 2;
+    if (cap <= m->cap) return 0;
+    if (grow((void **)&m->ent, &m->ent_cap, n, sizeof *m->ent)) return RECUR_ENOMEM;
+    return strmap_rehash(m, cap);
+}
+
 int32_t tk_strmap_intern(tk_strmap *m, const char *s, size_t n, int *added)
 {
     if (added) *added = 0;
@@ -222,6 +231,13 @@ static int u64map_rehash(tk_u64map *m, size_t cap)
     m->val = val;
     m->cap = cap;
     return 0;
+}
+
+int tk_u64map_reserve(tk_u64map *m, size_t n)
+{
+    size_t cap = 64;
+    while (cap < 2 * n + 2) cap *= 2;
+    return cap <= m->cap ? 0 : u64map_rehash(m, cap);
 }
 
 int tk_u64map_put(tk_u64map *m, uint64_t k, int64_t v)
