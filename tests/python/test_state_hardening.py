@@ -400,3 +400,21 @@ def create_tokens(d, tokens):
     r = requests.post(d.url("/v1/sessions"), json={"tokens": tokens}, timeout=30)
     assert r.status_code == 201, r.text
     return r.json()["id"]
+
+
+def test_a_generation_that_turns_non_finite_is_undone(tmp_path):
+    """A generation that samples the overflowing token ends with non_finite, and the whole
+    generation is undone: the session is as it was before the request."""
+    model = write_overflow_model(str(tmp_path / "model"))
+    with Daemon("--model", model, model_config=None) as d:
+        sid = create_tokens(d, [1, 2, 3])
+        before = get_state(d, sid)
+        lines = generate(d, sid, max_tokens=200, temperature=2.0, seed=3)
+        err = stream_error(lines)
+        assert err and err[0]["error"]["code"] == "non_finite", lines[-3:]
+        assert all(l.get("token") != POISON for l in lines)  # its step failed: never streamed
+        assert get_state(d, sid) == before
+        assert requests.get(d.url("/v1/sessions/%s" % sid), timeout=10).json()["tokens_seen"] == 3
+        # and a generation that does not meet it completes normally from there
+        ok = generate(d, sid, max_tokens=3, temperature=0)
+        assert ok[-1].get("done") is True or stream_error(ok)[0]["error"]["code"] == "non_finite"
