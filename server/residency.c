@@ -74,6 +74,7 @@ typedef struct wjob {
     uint64_t gen;     /* the session's mut_gen when serialized */
     int gen_valid;    /* no request was pending: the file holds everything up to gen */
     int err;          /* 0 or -errno, set by the worker */
+    int serr;         /* with cstate: the worker could not serialize the copy (RECUR_E*) */
 } wjob;
 
 struct srv_residency {
@@ -414,10 +415,12 @@ static void after_cb(uv_work_t *req, int status);
 static void work_cb(uv_work_t *req)
 {
     wjob *j = req->data;
-    if (j->cstate &&
-        serialize_state(j->vocab, j->cstate, j->clogits, j->chas_logits, &j->buf, &j->len) != 0) {
-        j->err = -ENOMEM;
-        return;
+    if (j->cstate) {
+        j->serr = serialize_state(j->vocab, j->cstate, j->clogits, j->chas_logits, &j->buf, &j->len);
+        if (j->serr) {
+            j->err = -EINVAL; /* nothing was written: reported as the loop's serialize failure */
+            return;
+        }
     }
     j->err = srv_persist_write(j->r->p, j->id, j->buf, j->len);
 }
@@ -670,7 +673,10 @@ static void after_cb(uv_work_t *req, int status)
     if (j->kind == W_EVICT)
         r->evict_inflight--;
     int err = status == UV_ECANCELED ? -ECANCELED : j->err;
-    if (err) {
+    if (j->serr) {
+        srv_log(SRV_LOG_ERROR, "snapshot_serialize_failed", "\"error\":\"%s\"",
+                recur_strerror(j->serr));
+    } else if (err) {
         write_failed(r, err, j->kind);
         if (j->kind == W_SHUTDOWN)
             r->shutdown_failed++;
