@@ -28,7 +28,7 @@ COPY config /srv/recurd/config
 COPY models /srv/recurd/models
 WORKDIR /srv/recurd
 USER recurd
-# One BLAS thread per call: parallelism comes from recurd's workers (LIBRARIES.md B.4).
+# One BLAS thread per call: parallelism comes from recurd's workers (docs/DESIGN.md §12).
 ENV OPENBLAS_NUM_THREADS=1
 EXPOSE 8080
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \

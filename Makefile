@@ -134,7 +134,7 @@ $(BUILD)/obj/%.o: %.c Makefile | $(PUBLIC_INC)/recur.h
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
-# llhttp is third-party: its own flags, strict mode, no warnings (LIBRARIES.md B.0).
+# llhttp is third-party: its own flags, strict mode, no warnings (docs/DESIGN.md §12).
 $(BUILD)/obj/llhttp/%.o: $(LLHTTP_DIR)/%.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -g -O2 -fPIC -w -DLLHTTP_STRICT_MODE=1 -I$(LLHTTP_INC) $(SANFLAGS) -c $< -o $@

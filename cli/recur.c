@@ -407,7 +407,7 @@ int cmd_tokenize(int argc, char **argv); /* tokenize.c */
 
 int main(int argc, char **argv)
 {
-    openblas_set_num_threads(1); /* parallelism, if any, belongs to the caller (LIBRARIES.md B.4) */
+    openblas_set_num_threads(1); /* parallelism, if any, belongs to the caller (docs/DESIGN.md §12) */
     if (argc < 2) { usage(stderr); return 2; }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) { usage(stdout); return 0; }

@@ -1,5 +1,5 @@
 /*
- * block_topk.c — block top-k sparse attention (NSA / MoBA "select"; DESIGN.md §3, and the seeds'
+ * block_topk.c — block top-k sparse attention (NSA / MoBA "select"; docs/DESIGN.md §3, and the seeds'
  * reference script block_topk_attention for causal == 0).
  *
  * Keys are cut into n_blocks = ceil(T / block) blocks. Per query t and head h:

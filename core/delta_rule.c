@@ -1,5 +1,5 @@
 /*
- * delta_rule.c — DeltaNet and gated DeltaNet (DESIGN.md §3), three forms.
+ * delta_rule.c — DeltaNet and gated DeltaNet (docs/DESIGN.md §3), three forms.
  *
  * Per head, with S in R^{K x V} (key-major), b = beta_t, g = g_t (0 for plain DeltaNet):
  *   S_t = (I - b k_t k_t^T) e^g S_{t-1} + b k_t v_t^T        o_t = scale S_t^T q_t

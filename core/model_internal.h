@@ -136,7 +136,7 @@ int recur__model_load_files_opt(const char *config_path, const char *weights_pat
 int recur__model_finish(recur_model *m);
 
 /* Large long-lived buffers (weights, workspaces): anonymous mappings with transparent huge
- * pages requested (first touch and TLB reach, CONVENTIONS.md); zero-filled. NULL on failure. */
+ * pages requested (first touch and TLB reach, docs/DESIGN.md §7); zero-filled. NULL on failure. */
 void *recur__big_alloc(size_t bytes);
 void recur__big_free(void *p, size_t bytes);
 

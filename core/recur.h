@@ -1,8 +1,8 @@
 /*
  * recur.h — the one public header of librecur.
  *
- * librecur is pure computation: every mixer of DESIGN.md §3 in every form, the model stack of
- * DESIGN.md §4, sampling, and session-state snapshots (DESIGN.md §6). No sockets, no printing,
+ * librecur is pure computation: every mixer of docs/DESIGN.md §3 in every form, the model stack of
+ * docs/DESIGN.md §4, sampling, and session-state snapshots (docs/DESIGN.md §6). No sockets, no printing,
  * no exit. Every fallible function returns 0 or a negative RECUR_E* code; recur_strerror()
  * names it.
  *
@@ -73,7 +73,7 @@ typedef struct {
 /* scale <= 0 means the default K^-1/2 in every call below. chunk_size is used by
  * RECUR_FORM_CHUNKWISE only and must be >= 1 (a chunk larger than T is one chunk). */
 
-/* Linear attention (DESIGN.md §3):
+/* Linear attention (docs/DESIGN.md §3):
  *   S_t = S_{t-1} + phi(k_t) v_t^T ;  z_t = z_{t-1} + phi(k_t)
  *   normalize:  o_t = (scale phi(q_t))^T S_t / ((scale phi(q_t))^T z_t + RECUR_LINEAR_EPS)
  *   otherwise:  o_t = scale phi(q_t)^T S_t          (z may be NULL and is not touched)
@@ -127,7 +127,7 @@ int recur_block_topk_attention(const recur_dims *d, const float *q, const float 
 /* gamma_h = 1 - 2^(-5-h), h = 0..H-1 (RetNet's multi-scale decays). gamma: [H]. */
 void recur_multiscale_decays(int H, float *gamma);
 
-/* ---------------------------------------------------------------- model (DESIGN.md §4, docs/MODEL.md) */
+/* ---------------------------------------------------------------- model (docs/DESIGN.md §4, docs/MODEL.md) */
 
 typedef enum {
     RECUR_MIXER_LINEAR = 0,   /* "linear"       linear attention, elu+1, normalised */
@@ -206,7 +206,7 @@ int recur_model_prefill(const recur_model *m, recur_workspace *ws, recur_state *
 int recur_model_step_batch(const recur_model *m, recur_workspace *ws, recur_state *const *states,
                            const int32_t *tokens, int B, float *logits);
 
-/* Snapshot (DESIGN.md §6, docs/MODEL.md "Snapshot"). recur_snapshot_size is exact for the state
+/* Snapshot (docs/DESIGN.md §6, docs/MODEL.md "Snapshot"). recur_snapshot_size is exact for the state
  * as it is now. What a state may hold (docs/MODEL.md "State values"): every value finite with
  * |x| <= RECUR_STATE_MAX_ABS, a linear layer's normaliser z >= 0, and tokens_seen <=
  * recur_max_tokens_seen. */

@@ -1,4 +1,4 @@
-/* snapshot.c — a session state as bytes (DESIGN.md §6, docs/MODEL.md "Snapshot"), little-endian:
+/* snapshot.c — a session state as bytes (docs/DESIGN.md §6, docs/MODEL.md "Snapshot"), little-endian:
  *
  *   0  "RECURST1"   8  u32 version (1)   12 u32 n_layers   16 u64 model fingerprint
  *   24 u64 tokens_seen   32 u64 payload bytes P   40 P bytes of fp32 state, layer by layer

@@ -1,5 +1,5 @@
 /*
- * softmax_attention.c — causal softmax attention (the baseline of DESIGN.md §3): the whole
+ * softmax_attention.c — causal softmax attention (the baseline of docs/DESIGN.md §3): the whole
  * sequence at once, and one decode step over a caller-owned KV cache.
  *
  *   o_t = sum_{j<=t} p_tj v_j,   p_tj = exp(s_tj - m_t) / sum_{i<=t} exp(s_ti - m_t),

@@ -1,5 +1,5 @@
 /*
- * check.c — what a correct streamed answer of recurd looks like (DESIGN.md §5), checked line by
+ * check.c — what a correct streamed answer of recurd looks like (docs/DESIGN.md §5), checked line by
  * line so that throughput is never counted on wrong answers.
  *
  * tokens:   one line per folded token {"pos","token","logprob","top":[{"token","logprob"}...]},

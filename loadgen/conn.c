@@ -128,7 +128,7 @@ static int on_body(llhttp_t *p, const char *at, size_t len)
     return 0;
 }
 
-/* DESIGN.md §5: one flushed chunk per line, so a chunk never ends in the middle of a line. */
+/* docs/DESIGN.md §5: one flushed chunk per line, so a chunk never ends in the middle of a line. */
 static int on_chunk_complete(llhttp_t *p)
 {
     lg_conn *c = p->data;

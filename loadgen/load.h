@@ -1,5 +1,5 @@
 /*
- * load.h — recur-load, the session-aware load generator for recurd (DESIGN.md §5, issue 5).
+ * load.h — recur-load, the session-aware load generator for recurd (docs/DESIGN.md §5, issue 5).
  *
  * One libuv loop thread drives C keep-alive HTTP/1.1 connections (llhttp in HTTP_RESPONSE mode)
  * against N sessions. Every response is checked (status, chunked NDJSON framing, each line a JSON

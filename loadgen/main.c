@@ -343,7 +343,7 @@ static void drive_complete(lg_conn *c)
             else
                 s->dead = 1;
         }
-        /* any other status: "a rejected request changes no state" (DESIGN.md §5) */
+        /* any other status: "a rejected request changes no state" (docs/DESIGN.md §5) */
     }
     if (s->dead)
         r->dead++;

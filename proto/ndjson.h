@@ -1,5 +1,5 @@
 /*
- * ndjson.h — the streamed lines of /tokens and /generate (DESIGN.md §5), NDJSON or SSE framing.
+ * ndjson.h — the streamed lines of /tokens and /generate (docs/DESIGN.md §5), NDJSON or SSE framing.
  *
  * Every line is one JSON object followed by "\n" (NDJSON); in SSE framing the same object is
  * sent as "data: {...}\n\n" and the stream ends with "data: [DONE]\n\n". In SSE a token's event

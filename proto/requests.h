@@ -1,5 +1,5 @@
 /*
- * requests.h — decoding and validating the JSON request bodies of DESIGN.md §5.
+ * requests.h — decoding and validating the JSON request bodies of docs/DESIGN.md §5.
  *
  * Pure functions of the body (thread-safe, no global state): a request is decoded and validated
  * completely before the server mutates anything, so a rejected request changes nothing. Bodies

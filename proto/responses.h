@@ -1,5 +1,5 @@
 /*
- * responses.h — JSON bodies of the non-streamed answers (DESIGN.md §5), written without cJSON
+ * responses.h — JSON bodies of the non-streamed answers (docs/DESIGN.md §5), written without cJSON
  * so numbers print exactly and the output is always valid UTF-8 JSON.
  */
 #ifndef PROTO_RESPONSES_H

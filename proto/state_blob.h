@@ -2,7 +2,7 @@
  * state_blob.h — the body of GET/PUT /v1/sessions/{id}/state, which is also a snapshot file of
  * --state-dir (docs/API.md "State", docs/OPERATIONS.md).
  *
- * The body is the core snapshot of DESIGN.md §6 (recur_snapshot_write), optionally followed by
+ * The body is the core snapshot of docs/DESIGN.md §6 (recur_snapshot_write), optionally followed by
  * a trailer carrying the session's next-token logits, so that a restored session can generate
  * and report the logprob of its next token exactly like the original:
  *

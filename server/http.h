@@ -1,6 +1,6 @@
 /*
  * http.h — recurd's HTTP/1.1 layer: libuv TCP + llhttp 8.1 (strict) with the compensating checks
- * C1–C9 of HARDENING.md, the header/body limits, timeouts, keep-alive, pipelining (one request in
+ * C1–C9 of docs/HARDENING.md, the header/body limits, timeouts, keep-alive, pipelining (one request in
  * flight per connection, answered in order), chunked streaming with backpressure.
  *
  * The layer knows nothing of sessions or models. It parses a request completely (body included,
@@ -19,7 +19,7 @@
 #include <stdint.h>
 #include <uv.h>
 
-/* Limits of HARDENING.md §1; every one configurable (server/config.c fills them). Times in ms. */
+/* Limits of docs/HARDENING.md §1; every one configurable (server/config.c fills them). Times in ms. */
 typedef struct {
     size_t max_request_line;     /* 8 KiB  -> 414 */
     size_t max_header_bytes;     /* 16 KiB -> 431 (request line + headers + trailers) */
@@ -100,7 +100,7 @@ void *srv_conn_get_user(const srv_conn *c);
 /* A complete response with Content-Length. extra_headers: "Name: value\r\n..." or NULL. */
 void srv_respond(srv_conn *c, int status, const char *content_type, const void *body, size_t len,
                  const char *extra_headers);
-/* The JSON error of DESIGN.md §5: {"error":{"code":code,"message":message}}. */
+/* The JSON error of docs/DESIGN.md §5: {"error":{"code":code,"message":message}}. */
 void srv_respond_error(srv_conn *c, int status, const char *code, const char *message);
 /* The same with extra headers ("Retry-After: 1\r\n" for a 503), or NULL. The message is JSON-escaped;
  * pass a fixed text naming the limit, never raw request bytes. */

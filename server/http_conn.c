@@ -5,7 +5,7 @@
  *
  * Flow of bytes: read_cb -> conn_feed: while inside a header/trailer section, llhttp only ever sees
  * bytes the scanner has validated; in a body, everything goes to llhttp. on_message_complete pauses
- * the parser (HPE_PAUSED, LIBRARIES.md B.1); the unparsed tail is copied, reading stops, and the
+ * the parser (HPE_PAUSED, docs/DESIGN.md §12); the unparsed tail is copied, reading stops, and the
  * request goes to the application. When its response ends, the tail is parsed on the next loop turn
  * (never re-entrantly from inside srv_respond / srv_stream_end), then reading resumes.
  *
@@ -1040,7 +1040,7 @@ void srv_conn_accept(srv_server *s)
 {
     srv_conn *c = calloc(1, sizeof *c);
     if (!c)
-        abort(); /* internal allocation (CONVENTIONS: may abort) */
+        abort(); /* internal allocation (docs/DESIGN.md §7: may abort) */
     c->srv = s;
     c->refs = 1;
     uv_tcp_init(s->loop, &c->tcp);

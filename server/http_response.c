@@ -135,8 +135,7 @@ static proto_buf *srv_out(srv_conn *c)
     return c->closing ? NULL : &c->out;
 }
 
-/* Output was appended: make sure it is written at the end of this loop turn. */
-/* Bytes were appended to srv_out(c). */
+/* Output was appended to srv_out(c): make sure it is written at the end of this loop turn. */
 static void srv_out_queued(srv_conn *c)
 {
     if (c->closing || c->out.len == 0)

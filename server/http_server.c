@@ -1,6 +1,6 @@
 /*
  * http_server.c — the listener: bind/listen, accept (max_connections), drain / close_all, stats,
- * the default limits of HARDENING.md §1.
+ * the default limits of docs/HARDENING.md §1.
  */
 #include <stdlib.h>
 #include <string.h>

@@ -1,10 +1,10 @@
 /*
  * persist.h — the on-disk session store: one snapshot file per session in state_dir
- * (HARDENING.md §2).
+ * (docs/HARDENING.md §2).
  *
  *   state_dir/                      0700, probed writable at start
  *     <id>.snap                     0600: the body of GET /v1/sessions/{id}/state (core snapshot
- *                                   of DESIGN.md §6 + the logits trailer of proto/state_blob.h)
+ *                                   of docs/DESIGN.md §6 + the logits trailer of proto/state_blob.h)
  *     <id>.snap.tmp                 being written; removed at start (a crash mid-write); no
  *                                   other name is ever removed (an operator's notes.tmp stays)
  *     <id>.deleted                  tombstone, 0600, empty: id was deleted but its snapshot

@@ -1,5 +1,5 @@
 /*
- * routes.c — HTTP routing (docs/DESIGN.md §4): one table {method, path pattern, checks, handler}.
+ * routes.c — HTTP routing (docs/DESIGN.md §5): one table {method, path pattern, checks, handler}.
  * A request is answered by the first entry whose pattern and method match; the entries whose
  * pattern alone matches make the 405's Allow. Before a handler runs: the API key for /v1/
  * paths, the body's media type, and the session lookup (one per request). A handler decodes

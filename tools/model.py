@@ -9,7 +9,7 @@ Parameter names are the safetensors tensor names of docs/MODEL.md, so
 
 Every mixer core has two independent implementations:
 
-* ``recurrent`` — the token-by-token recurrence of DESIGN.md §3, written as plainly as possible.
+* ``recurrent`` — the token-by-token recurrence of docs/DESIGN.md §3, written as plainly as possible.
   It is the reference (run it in float64 with ``model.double()``).
 * ``chunkwise`` — parallel inside chunks of ``chunk_size`` tokens, recurrent across chunks (the
   delta rule uses the WY/UT form with a unit-lower-triangular solve). It is what training uses.

@@ -1,4 +1,4 @@
-"""recur — ctypes + numpy binding of librecur (DESIGN.md §3.1).
+"""recur — ctypes + numpy binding of librecur (docs/DESIGN.md §3.1).
 
 Arrays are float32, sequence-first, no batch dimension:
     q, k  [T, H, K]      v, o  [T, H, V]

@@ -7,7 +7,7 @@
     logits = m.step(s, token)                   # [vocab] float32
     logits = m.prefill(s, tokens)               # [n, vocab] (want_logits=False: None)
     logits = m.step_batch([s1, s2], [t1, t2])   # [B, vocab]
-    blob = s.snapshot(); s.restore(blob)        # bytes (DESIGN.md §6)
+    blob = s.snapshot(); s.restore(blob)        # bytes (docs/DESIGN.md §6)
     s2 = s.copy(); s.reset(); s.tokens_seen
     token = sample(logits, temperature=.., top_k=.., top_p=.., rng=[seed])
 

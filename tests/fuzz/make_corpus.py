@@ -348,7 +348,7 @@ def seeds_http():
     add("leading-crlf", 0, "\r\n\r\n" + get)
     add("absolute-uri", 0, "GET http://x/ HTTP/1.1\r\nHost: x\r\n\r\n")
     add("asterisk", 0, "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n")
-    # near-misses: the compensating checks (HARDENING.md C1-C9) and limits
+    # near-misses: the compensating checks (docs/HARDENING.md C1-C9) and limits
     add("bare-lf", 0, "GET / HTTP/1.1\nHost: x\n\n")
     add("bare-cr", 0, "GET / HTTP/1.1\rHost: x\r\n\r\n")
     add("nul-in-header", 0, b"GET / HTTP/1.1\r\nHost: x\x00y\r\n\r\n")

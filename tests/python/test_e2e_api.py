@@ -1,4 +1,4 @@
-"""End-to-end tests of recurd's HTTP API (DESIGN.md §5) against the real daemon on loopback."""
+"""End-to-end tests of recurd's HTTP API (docs/DESIGN.md §5) against the real daemon on loopback."""
 import json
 import os
 import random

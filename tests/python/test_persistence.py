@@ -1,4 +1,4 @@
-"""Durability of sessions (HARDENING.md §2, docs/OPERATIONS.md) against the real daemon:
+"""Durability of sessions (docs/HARDENING.md §2, docs/OPERATIONS.md) against the real daemon:
 state_dir snapshots across SIGTERM and kill -9, crash debris, corrupt files, a full disk, the
 resident-memory budget, and a state_dir that cannot be used."""
 import json

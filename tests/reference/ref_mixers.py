@@ -1,6 +1,6 @@
 """Independent float64 reference of every librecur mixer (numpy only; never calls librecur).
 
-Written from DESIGN.md §3 and the comments of core/recur.h, as plain token-by-token recurrences
+Written from docs/DESIGN.md §3 and the comments of core/recur.h, as plain token-by-token recurrences
 (vectorised over heads only) so that each line can be read against the math:
 
     linear      S_t = S_{t-1} + phi(k_t) v_t^T ; z_t = z_{t-1} + phi(k_t)

@@ -2,7 +2,7 @@
  * test_delta_softmax.c — the delta rule (DeltaNet, gated DeltaNet), causal softmax attention with
  * its KV-cache step, and block top-k attention, each against an independent float64 reference
  * written here in plain loops (the textbook recurrence / the seeds' script), never against our
- * own C. Tolerance: rel. RMS error <= 1e-5 (DESIGN.md §8).
+ * own C. Tolerance: rel. RMS error <= 1e-5 (docs/DESIGN.md §8).
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -93,7 +93,7 @@ static dcase dcase_make(int64_t T, int H, int K, int V, int gate, uint64_t seed)
     fill_normal(c.q, nk);
     fill_normal(c.k, nk);
     fill_normal(c.v, nv);
-    for (size_t r = 0; r < nh; r++) { /* L2-normalised keys (DESIGN.md §3) */
+    for (size_t r = 0; r < nh; r++) { /* L2-normalised keys (docs/DESIGN.md §3) */
         double n2 = 0.0;
         for (int i = 0; i < K; i++)
             n2 += (double)c.k[r * K + i] * c.k[r * K + i];

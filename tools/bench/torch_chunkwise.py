@@ -1,6 +1,6 @@
 """Chunkwise forms of librecur's mixers in PyTorch (any dtype), for benchmarks and cross-checks.
 
-Same layout and math as librecur (DESIGN.md §3, core/recur.h): q, k [T,H,K], v [T,H,V], gates
+Same layout and math as librecur (docs/DESIGN.md §3, core/recur.h): q, k [T,H,K], v [T,H,V], gates
 [T,H] or [T,H,K] natural-log <= 0, beta [T,H], S [H,K,V] key-major, every form includes the
 current token, scale defaults to K^-1/2. Inside a chunk the cumulative log decay b_t = sum_{i<=t} g_i
 is only ever exponentiated as a difference b_t - b_j with j <= t (or b_t alone), so every
