@@ -191,12 +191,18 @@ static void handle_get_session(srv_app *app, srv_conn *c, const srv_request *req
     proto_buf_free(&b);
 }
 
+/* An op of kind with nothing to fill in, queued (or the 429). */
+static void queue(srv_app *app, srv_conn *c, srv_session *s, srv_op_kind kind)
+{
+    srv_op *op = new_op(app, c, s, kind);
+    if (op)
+        srv_ops_enqueue(op);
+}
+
 static void handle_delete(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
                           srv_body *body)
 {
-    srv_op *op = new_op(app, c, s, SRV_OP_DELETE);
-    if (op)
-        srv_ops_enqueue(op);
+    queue(app, c, s, SRV_OP_DELETE);
 }
 
 static void handle_tokens(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
@@ -227,17 +233,13 @@ static void handle_generate(srv_app *app, srv_conn *c, const srv_request *req, s
 static void handle_fork(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
                         srv_body *body)
 {
-    srv_op *op = new_op(app, c, s, SRV_OP_FORK);
-    if (op)
-        srv_ops_enqueue(op);
+    queue(app, c, s, SRV_OP_FORK);
 }
 
 static void handle_get_state(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
                              srv_body *body)
 {
-    srv_op *op = new_op(app, c, s, SRV_OP_GET_STATE);
-    if (op)
-        srv_ops_enqueue(op);
+    queue(app, c, s, SRV_OP_GET_STATE);
 }
 
 static void handle_put_state(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
