@@ -2,8 +2,9 @@
  * routes.c — HTTP routing (docs/DESIGN.md §5): one table {method, path pattern, checks, handler}.
  * A request is answered by the first entry whose pattern and method match; the entries whose
  * pattern alone matches make the 405's Allow. Before a handler runs: the API key for /v1/
- * paths, the body's media type, and the session lookup (one per request). A handler decodes
- * the body and queues an op (ops.h); the per-session queue limit is checked once, in new_op.
+ * paths, the body's media type, the session lookup (one per request), then the route's JSON
+ * body is decoded (inline, or on the threadpool when large: offloop.h) and a decode error
+ * answered. A handler queues an op (ops.h); the per-session queue limit is checked once, in new_op.
  */
 #include <stdio.h>
 #include <stdlib.h>
