@@ -206,6 +206,16 @@ int recur_model_prefill(const recur_model *m, recur_workspace *ws, recur_state *
 int recur_model_step_batch(const recur_model *m, recur_workspace *ws, recur_state *const *states,
                            const int32_t *tokens, int B, float *logits);
 
+/* The byte helpers of the snapshot formats, one definition for the whole tree (core/util.h; proto/
+ * writes the logits trailer with them): FNV-1a 64 of n bytes continuing from h (start from
+ * RECUR_FNV_OFFSET), little-endian u32 / u64 loads and stores. */
+#define RECUR_FNV_OFFSET 0xcbf29ce484222325ULL
+uint64_t recur_fnv1a64(uint64_t h, const void *data, size_t n);
+uint32_t recur_get_le32(const uint8_t *p);
+uint64_t recur_get_le64(const uint8_t *p);
+void recur_put_le32(uint8_t *p, uint32_t v);
+void recur_put_le64(uint8_t *p, uint64_t v);
+
 /* Snapshot (docs/DESIGN.md §6, docs/MODEL.md "Snapshot"). recur_snapshot_size is exact for the state
  * as it is now. What a state may hold (docs/MODEL.md "State values"): every value finite with
  * |x| <= RECUR_STATE_MAX_ABS, a linear layer's normaliser z >= 0, and tokens_seen <=

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "recur.h" /* RECUR_FNV_OFFSET; the exported wrappers are in util.c */
+
 /* ---------------------------------------------------------------- little-endian */
 
 static inline uint32_t recur__get_le32(const uint8_t *p)
@@ -39,7 +41,6 @@ static inline void recur__put_le64(uint8_t *p, uint64_t v)
 
 /* FNV-1a 64 of n bytes, continuing from h (start from RECUR_FNV_OFFSET):
  *   h = (h ^ byte) * 0x100000001b3, byte by byte */
-#define RECUR_FNV_OFFSET 0xcbf29ce484222325ULL
 static inline uint64_t recur__fnv1a(uint64_t h, const void *data, size_t n)
 {
     const unsigned char *p = data;

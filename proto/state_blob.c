@@ -7,40 +7,6 @@
 
 #define TRAILER_MAGIC "RECURLG1"
 
-static uint64_t fnv1a(uint64_t h, const uint8_t *p, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 0x100000001b3ULL;
-    }
-    return h;
-}
-#define FNV_OFFSET 0xcbf29ce484222325ULL
-
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t get_u32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
 
 /* ---------------------------------------------------------------- faults */
 
@@ -85,16 +51,16 @@ void proto_state_trailer_write(uint8_t *dst, const uint8_t *core, size_t core_le
                                const float *logits, int vocab)
 {
     memcpy(dst, TRAILER_MAGIC, 8);
-    put_u32(dst + 8, (uint32_t)vocab);
-    put_u32(dst + 12, 0);
+    recur_put_le32(dst + 8, (uint32_t)vocab);
+    recur_put_le32(dst + 12, 0);
     for (int i = 0; i < vocab; i++) { /* little-endian fp32 regardless of host order */
         uint32_t bits;
         memcpy(&bits, &logits[i], 4);
-        put_u32(dst + 16 + 4 * (size_t)i, bits);
+        recur_put_le32(dst + 16 + 4 * (size_t)i, bits);
     }
     size_t n = 16 + 4 * (size_t)vocab;
-    uint64_t h = fnv1a(fnv1a(FNV_OFFSET, core, core_len), dst, n);
-    put_u64(dst + n, h);
+    uint64_t h = recur_fnv1a64(recur_fnv1a64(RECUR_FNV_OFFSET, core, core_len), dst, n);
+    recur_put_le64(dst + n, h);
 }
 
 /* Where the core ends: its own length when the header says one that fits, else the whole body. */
@@ -112,11 +78,11 @@ static int trailer_check(const uint8_t *body, size_t len, size_t clen, int vocab
 {
     size_t tlen = proto_state_trailer_size(vocab);
     if (len - clen != tlen || memcmp(body + clen, TRAILER_MAGIC, 8) != 0 ||
-        get_u32(body + clen + 8) != (uint32_t)vocab || get_u32(body + clen + 12) != 0) {
+        recur_get_le32(body + clen + 8) != (uint32_t)vocab || recur_get_le32(body + clen + 12) != 0) {
         *detail = "bytes after the snapshot are not a logits trailer for this model";
         return RECUR_EFORMAT;
     }
-    if (fnv1a(FNV_OFFSET, body, clen + tlen - 8) != get_u64(body + clen + tlen - 8)) {
+    if (recur_fnv1a64(RECUR_FNV_OFFSET, body, clen + tlen - 8) != recur_get_le64(body + clen + tlen - 8)) {
         *detail = "snapshot logits trailer checksum mismatch";
         return RECUR_ECHECKSUM;
     }
