@@ -182,3 +182,8 @@ const char *proto_state_toolarge_reason(const recur_model *m, const uint8_t *hea
 {
     return recur_snapshot_check(m, head, n) == RECUR_EMISMATCH ? "othermodel" : "toolarge";
 }
+
+size_t proto_state_max_body(const recur_model_info *info)
+{
+    return info->state_bytes + PROTO_STATE_BODY_SLACK + 8 * (size_t)info->vocab_size;
+}

@@ -66,4 +66,10 @@ int proto_state_load(const recur_model *m, recur_state *s, int vocab, const uint
  * "othermodel" when its header names another model, else "toolarge". */
 const char *proto_state_toolarge_reason(const recur_model *m, const uint8_t *head, size_t n);
 
+/* The largest PUT …/state body a model can need, which max_body must admit: its state, the core
+ * snapshot's framing and the logits trailer (16 + 4V + 8 bytes), bounded generously as
+ * state_bytes + PROTO_STATE_BODY_SLACK + 8 bytes per vocabulary entry. */
+#define PROTO_STATE_BODY_SLACK 4096
+size_t proto_state_max_body(const recur_model_info *info);
+
 #endif /* PROTO_STATE_BLOB_H */

@@ -21,6 +21,7 @@
 #include "hostaddr.h"
 #include "log.h"
 #include "residency.h"
+#include "state_blob.h"
 
 #define HARD_CLOSE_GRACE_MS 3000
 
@@ -162,7 +163,7 @@ int main(int argc, char **argv)
         return 1;
 
     /* A state upload must fit in one body: raise max_body to the largest snapshot if needed. */
-    size_t need = app->info->state_bytes + 4096 + 8 * (size_t)app->info->vocab_size;
+    size_t need = proto_state_max_body(app->info);
     if (app->cfg.http.max_body < need) {
         srv_log(SRV_LOG_WARN, "max_body_raised", "\"from\":%zu,\"to\":%zu", app->cfg.http.max_body,
                 need);

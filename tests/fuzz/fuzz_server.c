@@ -25,6 +25,7 @@
 #include "auth.h"
 #include "log.h"
 #include "fuzz_client.h"
+#include "state_blob.h"
 
 /* byte-level vocab so that "text" works; a softmax layer so the context limit is reachable */
 #define SERVER_MODEL \
@@ -58,7 +59,7 @@ static void setup(void)
     if (recur_model_init_seed(SERVER_MODEL, SERVER_MODEL_SEED, &app->model)) abort();
     app->info = recur_model_get_info(app->model);
     snprintf(app->model_name, sizeof app->model_name, "%s", app->info->name);
-    size_t need = app->info->state_bytes + 4096 + 8 * (size_t)app->info->vocab_size; /* as main.c */
+    size_t need = proto_state_max_body(app->info); /* as main.c */
     if (app->cfg.http.max_body < need) app->cfg.http.max_body = need;
     app->loop = calloc(1, sizeof *app->loop);
     if (!app->loop || uv_loop_init(app->loop)) abort();
