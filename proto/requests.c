@@ -177,12 +177,53 @@ static int decode_token_array(const pj_span *toks, const proto_limits *lim, prot
     return 0;
 }
 
-/* "text": every byte of the unescaped string is one token ("\u0000" is the byte 0). */
+/* "text" encoded by lim->encode (the model's tokenizer, server/text.c). */
+static int encode_text(const pj_span *text, const proto_limits *lim, int add_special,
+                       proto_tokens_req *out, proto_error *err)
+{
+    size_t len = pj_string_len(*text);
+    uint8_t *s = malloc(len ? len : 1);
+    if (!s)
+        abort();
+    pj_string_decode(*text, s);
+    int32_t *t = NULL;
+    size_t n = 0;
+    int rc = lim->encode(lim->encode_ctx, s, len, add_special, &t, &n);
+    free(s);
+    if (rc != 0)
+        return fail(err, 422, "invalid_text", "\"text\" could not be tokenized");
+    if (n > lim->max_tokens_per_request) {
+        free(t);
+        return fail(err, 422, "too_many_tokens",
+                    "text is %zu tokens; max_tokens_per_request is %zu", n,
+                    lim->max_tokens_per_request);
+    }
+    for (size_t i = 0; i < n; i++)
+        if (t[i] < 0 || t[i] >= lim->vocab_size) {
+            int id = t[i];
+            free(t);
+            return fail(err, 422, "invalid_token", "text token %zu (%d) is not a token id in [0, %d)",
+                        i, id, lim->vocab_size);
+        }
+    if (n == 0) {
+        free(t);
+        t = NULL;
+    }
+    out->tokens = t;
+    out->n = n;
+    out->present = 1;
+    return 0;
+}
+
+/* "text": with a tokenizer, its ids; else every byte of the unescaped string is one token
+ * ("\u0000" is the byte 0). */
 static int decode_text(const pj_span *text, const proto_limits *lim, proto_tokens_req *out,
                        proto_error *err)
 {
     if (pj_type_of(*text) != PJ_STRING)
         return fail_field(err, "text", "a string");
+    if (lim->encode)
+        return encode_text(text, lim, 0, out, err);
     size_t n = pj_string_len(*text);
     if (n > lim->max_tokens_per_request)
         return fail(err, 422, "too_many_tokens",
@@ -283,6 +324,54 @@ int proto_decode_empty_req(const uint8_t *body, size_t len, proto_error *err)
         return -1;
     static const char *const allowed[] = {NULL};
     return check_fields(&d, allowed, err);
+}
+
+int proto_decode_tokenize_req(const uint8_t *body, size_t len, const proto_limits *lim,
+                              proto_tokens_req *out, proto_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (body_is_blank(body, len))
+        return fail(err, 400, "invalid_json", "request body must be a JSON object with \"text\"");
+    pj_doc d;
+    if (parse_object(body, len, &d, err))
+        return -1;
+    static const char *const allowed[] = {"text", "add_special_tokens", NULL};
+    int rc = check_fields(&d, allowed, err);
+    if (rc != 0)
+        return rc;
+    const pj_span *a = member(&d, "add_special_tokens");
+    int add = 0;
+    if (a && pj_type_of(*a) != PJ_TRUE && pj_type_of(*a) != PJ_FALSE)
+        return fail_field(err, "add_special_tokens", "a boolean");
+    if (a)
+        add = pj_type_of(*a) == PJ_TRUE;
+    const pj_span *text = member(&d, "text");
+    if (!text)
+        return fail(err, 422, "missing_text", "the body needs \"text\"");
+    if (pj_type_of(*text) != PJ_STRING)
+        return fail_field(err, "text", "a string");
+    if (lim->encode)
+        return encode_text(text, lim, add, out, err);
+    return decode_text(text, lim, out, err); /* the byte tokenizer: no special tokens */
+}
+
+int proto_decode_detokenize_req(const uint8_t *body, size_t len, const proto_limits *lim,
+                                proto_tokens_req *out, proto_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (body_is_blank(body, len))
+        return fail(err, 400, "invalid_json", "request body must be a JSON object with \"tokens\"");
+    pj_doc d;
+    if (parse_object(body, len, &d, err))
+        return -1;
+    static const char *const allowed[] = {"tokens", NULL};
+    int rc = check_fields(&d, allowed, err);
+    if (rc != 0)
+        return rc;
+    const pj_span *toks = member(&d, "tokens");
+    if (!toks)
+        return fail(err, 422, "missing_tokens", "the body needs \"tokens\"");
+    return decode_token_array(toks, lim, out, err);
 }
 
 void proto_tokens_req_free(proto_tokens_req *r)

@@ -32,12 +32,20 @@ typedef struct {
     char message[192];
 } proto_error;
 
+/* Text -> token ids with the served model's tokenizer (server/text.c): 0, or -1 when it cannot.
+ * *ids malloc'd (free()), NULL when *n == 0. */
+typedef int proto_encode_fn(const void *ctx, const uint8_t *text, size_t len, int add_special,
+                            int32_t **ids, size_t *n);
+
 typedef struct {
     int vocab_size;
     size_t max_tokens_per_request;
+    proto_encode_fn *encode;  /* NULL: the byte tokenizer (one token per byte, as before) */
+    const void *encode_ctx;
 } proto_limits;
 
-/* Tokens to fold: from "tokens" (array of ids) or "text" (UTF-8 bytes, one token per byte). */
+/* Tokens to fold: from "tokens" (array of ids) or "text" (encoded by lim->encode; without one,
+ * UTF-8 bytes, one token per byte). */
 typedef struct {
     int32_t *tokens;  /* [n], malloc'd, owned; NULL when n == 0 */
     size_t n;
@@ -69,6 +77,15 @@ int proto_decode_generate_req(const uint8_t *body, size_t len, const proto_limit
                               proto_generate_req *out, proto_error *err);
 /* A body that must be empty or "{}" (fork). */
 int proto_decode_empty_req(const uint8_t *body, size_t len, proto_error *err);
+
+/* POST /v1/tokenize: {"text": string (required), "add_special_tokens": bool (default false)}
+ * -> out->tokens, encoded with lim->encode (bytes when NULL); more than max_tokens_per_request
+ * ids -> 422 too_many_tokens. */
+int proto_decode_tokenize_req(const uint8_t *body, size_t len, const proto_limits *lim,
+                              proto_tokens_req *out, proto_error *err);
+/* POST /v1/detokenize: {"tokens": [ids in [0, vocab_size)]} (required). */
+int proto_decode_detokenize_req(const uint8_t *body, size_t len, const proto_limits *lim,
+                                proto_tokens_req *out, proto_error *err);
 
 void proto_tokens_req_free(proto_tokens_req *r);
 

@@ -51,6 +51,7 @@ typedef struct srv_app {
     srv_counters counters;
     struct srv_residency *res; /* persistence and the resident budget (residency.c) */
     srv_held_state held;       /* requests held behind an off-loop body decode (offloop.c) */
+    recur_tokenizer *tok;      /* the model folder's tokenizer, or the byte tokenizer (text.h) */
 } srv_app;
 
 /* The HTTP callbacks (routes.c). */

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "app.h"
+#include "text.h"
 #include "auth.h"
 #include "hostaddr.h"
 #include "log.h"
@@ -159,7 +160,7 @@ int main(int argc, char **argv)
                 srv_log_str(app->cfg.host, h, sizeof h));
         return 2;
     }
-    if (load_model(app) != 0)
+    if (load_model(app) != 0 || srv_text_load(app) != 0)
         return 1;
 
     /* A state upload must fit in one body: raise max_body to the largest snapshot if needed. */
@@ -227,6 +228,7 @@ int main(int argc, char **argv)
     srv_sched_free(app->sched);
     srv_residency_free(app);
     srv_table_destroy(app->table);
+    srv_text_free(app);
     recur_model_free(app->model);
     srv_log(SRV_LOG_INFO, "exit", "\"code\":0");
     return 0;

@@ -32,6 +32,12 @@ void srv_body_decode(srv_body_kind kind, const uint8_t *body, size_t len, const 
     case SRV_BODY_EMPTY:
         out->rc = proto_decode_empty_req(body, len, &out->err);
         break;
+    case SRV_BODY_TOKENIZE:
+        out->rc = proto_decode_tokenize_req(body, len, lim, &out->tr, &out->err);
+        break;
+    case SRV_BODY_DETOKENIZE:
+        out->rc = proto_decode_detokenize_req(body, len, lim, &out->tr, &out->err);
+        break;
     }
 }
 

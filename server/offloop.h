@@ -43,6 +43,8 @@ typedef enum {
     SRV_BODY_TOKENS,   /* proto_decode_tokens_req */
     SRV_BODY_GENERATE, /* proto_decode_generate_req */
     SRV_BODY_EMPTY,    /* proto_decode_empty_req */
+    SRV_BODY_TOKENIZE,   /* proto_decode_tokenize_req (into tr) */
+    SRV_BODY_DETOKENIZE, /* proto_decode_detokenize_req (into tr) */
 } srv_body_kind;
 
 /* A decoded request body. */
@@ -50,7 +52,7 @@ typedef struct {
     srv_body_kind kind;
     int rc;               /* 0 decoded, -1 refused (err) */
     proto_error err;
-    proto_tokens_req tr;  /* CREATE, TOKENS: the caller may take tr.tokens (set it to NULL) */
+    proto_tokens_req tr;  /* CREATE, TOKENS, (DE)TOKENIZE: the caller may take tr.tokens (set it to NULL) */
     proto_generate_req g; /* GENERATE */
 } srv_body;
 

@@ -22,6 +22,7 @@
 #include "requests.h"
 #include "residency.h"
 #include "responses.h"
+#include "text.h"
 
 /* ---------------------------------------------------------------- responses */
 
@@ -73,7 +74,8 @@ static int blob_body_ok(srv_conn *c, const srv_request *req)
 
 static proto_limits limits_of(const srv_app *app)
 {
-    proto_limits l = {app->info->vocab_size, app->cfg.max_tokens_per_request};
+    proto_limits l = {app->info->vocab_size, app->cfg.max_tokens_per_request, NULL, NULL};
+    srv_text_limits(app, &l); /* text fields through the model's tokenizer (text.h) */
     return l;
 }
 
@@ -139,6 +141,9 @@ static void handle_model(srv_app *app, srv_conn *c, const srv_request *req, srv_
     proto_buf b;
     proto_buf_init(&b);
     proto_model_json(&b, app->info, app->model_name);
+    b.len--; /* reopen the object for the tokenizer member */
+    srv_text_model_json(app, &b);
+    proto_buf_puts(&b, "}");
     respond_json(c, 200, &b);
     proto_buf_free(&b);
 }
@@ -257,6 +262,40 @@ static void handle_put_state(srv_app *app, srv_conn *c, const srv_request *req, 
     srv_ops_enqueue(op);
 }
 
+/* POST /v1/tokenize: the body was encoded by its decoder (proto_decode_tokenize_req). */
+static void handle_tokenize(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
+                            srv_body *body)
+{
+    proto_buf b;
+    proto_buf_init(&b);
+    proto_buf_puts(&b, "{\"tokens\":[");
+    for (size_t i = 0; i < body->tr.n; i++)
+        proto_buf_printf(&b, "%s%d", i ? "," : "", (int)body->tr.tokens[i]);
+    proto_buf_puts(&b, "]}");
+    respond_json(c, 200, &b);
+    proto_buf_free(&b);
+}
+
+/* POST /v1/detokenize: ids past the tokenizer's vocabulary (a padded model) decode as "". */
+static void handle_detokenize(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
+                              srv_body *body)
+{
+    char *text = NULL;
+    size_t len = 0;
+    if (recur_tokenizer_decode(app->tok, body->tr.tokens, body->tr.n, &text, &len) != 0) {
+        srv_respond_error(c, 422, "invalid_token", "the tokens could not be decoded");
+        return;
+    }
+    proto_buf b;
+    proto_buf_init(&b);
+    proto_buf_puts(&b, "{\"text\":");
+    proto_buf_json_str(&b, text, len);
+    proto_buf_puts(&b, "}");
+    recur_tokenizer_release(text);
+    respond_json(c, 200, &b);
+    proto_buf_free(&b);
+}
+
 /* ---------------------------------------------------------------- the table */
 
 enum {
@@ -280,6 +319,8 @@ static const route routes[] = {
     {"GET", "/healthz", 0, SRV_BODY_NONE, handle_health},
     {"GET", "/metrics", 0, SRV_BODY_NONE, handle_metrics},
     {"GET", "/v1/model", 0, SRV_BODY_NONE, handle_model},
+    {"POST", "/v1/tokenize", R_JSON, SRV_BODY_TOKENIZE, handle_tokenize},
+    {"POST", "/v1/detokenize", R_JSON, SRV_BODY_DETOKENIZE, handle_detokenize},
     {"POST", "/v1/sessions/?", R_JSON, SRV_BODY_CREATE, handle_create},
     {"GET", "/v1/sessions/{id}/?", R_SESSION, SRV_BODY_NONE, handle_get_session},
     {"DELETE", "/v1/sessions/{id}/?", R_SESSION | R_QUEUED, SRV_BODY_NONE, handle_delete},

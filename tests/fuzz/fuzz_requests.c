@@ -42,7 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     memcpy(copy, body, len);
     copy[len] = 0;
-    proto_limits lim = {(sel & 0x10) ? 100 : 256, (sel & 0x20) ? 4 : 64};
+    proto_limits lim = {.vocab_size = (sel & 0x10) ? 100 : 256, .max_tokens_per_request = (sel & 0x20) ? 4 : 64};
     proto_error e;
     switch (sel & 3) {
     case 0: {

@@ -210,7 +210,7 @@ Test(json_strict, array_cursor_walks_nested_values)
 
 /* ---------------------------------------------------------------- through the request decoders */
 
-static const proto_limits LIM = {256, 16};
+static const proto_limits LIM = {.vocab_size = 256, .max_tokens_per_request = 16};
 
 Test(json_strict, requests_carry_nul_bytes)
 {

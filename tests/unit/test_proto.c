@@ -11,7 +11,7 @@
 #include "recur.h"
 #include "state_blob.h"
 
-static const proto_limits LIM = {256, 16};
+static const proto_limits LIM = {.vocab_size = 256, .max_tokens_per_request = 16};
 
 static int decode_tokens(const char *body, proto_tokens_req *r, proto_error *e)
 {
