@@ -27,9 +27,14 @@ int srv_auth_check(const srv_app *app, const srv_request *req, srv_refusal *r)
     if (!app->cfg.api_key[0] || strncmp(req->path, "/v1/", 4) != 0 ||
         srv_auth_bearer_ok(app->cfg.api_key, req->authorization))
         return 0;
+    return srv_auth_refuse(r, "missing or wrong API key (Authorization: Bearer KEY)");
+}
+
+int srv_auth_refuse(srv_refusal *r, const char *message)
+{
     r->status = 401;
     r->code = "unauthorized";
-    r->message = "missing or wrong API key (Authorization: Bearer KEY)";
+    r->message = message;
     r->extra_headers = "WWW-Authenticate: Bearer\r\n";
     return 1;
 }

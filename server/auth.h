@@ -15,6 +15,9 @@ int srv_auth_bearer_ok(const char *key, const char *authorization);
 /* 0 when req may go on (no api_key, a path outside /v1/, or the right key); otherwise fills *r
  * with the 401 (code "unauthorized", WWW-Authenticate: Bearer) and returns 1. */
 int srv_auth_check(const srv_app *app, const srv_request *req, srv_refusal *r);
+/* Fills *r with the 401 (code "unauthorized", WWW-Authenticate: Bearer) saying message; returns 1.
+ * The one place that refusal is written (the test and fuzz servers refuse their /locked with it). */
+int srv_auth_refuse(srv_refusal *r, const char *message);
 /* srv_http_callbacks.on_head: srv_auth_check on the head of a request with a body. */
 int srv_app_on_head(const srv_request *head, srv_refusal *r, void *app);
 

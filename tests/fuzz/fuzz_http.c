@@ -25,6 +25,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "auth.h"
 #include "http.h"
 
 static uv_loop_t loop;
@@ -51,11 +52,7 @@ static int on_head(const srv_request *head, srv_refusal *r, void *app)
 {
     if (strcmp(head->path, "/locked"))
         return 0;
-    r->status = 401;
-    r->code = "unauthorized";
-    r->message = "locked";
-    r->extra_headers = "WWW-Authenticate: Bearer\r\n";
-    return 1;
+    return srv_auth_refuse(r, "locked");
 }
 
 static void on_close(srv_conn *c, void *app) {}

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "fuzz_client.h"
+#include "auth.h"
 
 static uv_loop_t g_loop;
 static srv_server *g_srv;
@@ -99,11 +100,7 @@ static int on_head(const srv_request *head, srv_refusal *r, void *app)
 {
     if (strcmp(head->path, "/locked"))
         return 0;
-    r->status = 401;
-    r->code = "unauthorized";
-    r->message = "locked";
-    r->extra_headers = "WWW-Authenticate: Bearer\r\n";
-    return 1;
+    return srv_auth_refuse(r, "locked");
 }
 
 static void on_close(srv_conn *c, void *app) {}

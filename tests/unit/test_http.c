@@ -33,6 +33,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "auth.h"
 #include "http.h"
 #include "http_internal.h"
 
@@ -94,11 +95,7 @@ static int app_on_head(const srv_request *head, srv_refusal *rf, void *app)
     atomic_fetch_add(&g_heads_seen, 1);
     if (strcmp(head->path, "/locked") || head->body_len != 0)
         return 0;
-    rf->status = 401;
-    rf->code = "unauthorized";
-    rf->message = "locked";
-    rf->extra_headers = "WWW-Authenticate: Bearer\r\n";
-    return 1;
+    return srv_auth_refuse(rf, "locked");
 }
 
 static void app_on_request(srv_conn *c, const srv_request *r, void *app)
