@@ -14,6 +14,7 @@ import time
 
 import requests
 
+from persist_helpers import events, info, metrics, pd, wait_for
 from daemon import Daemon
 
 VOCAB = 256
@@ -21,8 +22,6 @@ VOCAB = 256
 
 # ---------------------------------------------------------------------------- helpers
 
-def pd(state_dir, *args, **kw):
-    return Daemon("--state-dir", str(state_dir), *args, **kw)
 
 
 def create(d, tokens):
@@ -31,46 +30,14 @@ def create(d, tokens):
     return r.json()["id"]
 
 
-def info(d, sid):
-    r = requests.get(d.url("/v1/sessions/%s" % sid), timeout=30)
-    return r.json() if r.status_code == 200 else r.status_code
 
 
-def get_state(d, sid):
-    r = requests.get(d.url("/v1/sessions/%s/state" % sid), timeout=30)
-    assert r.status_code == 200, r.text
-    return r.content
 
 
-def metrics(d):
-    out = {}
-    for line in requests.get(d.url("/metrics"), timeout=10).text.splitlines():
-        if line and not line.startswith("#"):
-            k, v = line.rsplit(" ", 1)
-            out[k] = float(v)
-    return out
 
 
-def events(d, name):
-    out = []
-    for line in d.logs():
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            continue
-        if obj.get("event") == name:
-            out.append(obj)
-    return out
 
 
-def wait_for(cond, timeout=10.0, what="condition"):
-    end = time.time() + timeout
-    while time.time() < end:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.02)
-    raise AssertionError("timed out waiting for " + what)
 
 
 def mount_tmpfs(path):

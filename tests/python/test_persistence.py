@@ -16,6 +16,7 @@ import time
 import pytest
 import requests
 
+from persist_helpers import events, get_state, info, metrics, pd, wait_for
 from daemon import Daemon, RECURD, ROOT, TINY_MODEL
 
 VOCAB = 256
@@ -47,9 +48,6 @@ class FaultDaemon(Daemon):
             subprocess.Popen = real_popen
 
 
-def pd(state_dir, *args, **kw):
-    """A daemon with persistence in state_dir."""
-    return Daemon("--state-dir", str(state_dir), *args, **kw)
 
 
 def create(d, tokens=None, expect=201):
@@ -59,9 +57,6 @@ def create(d, tokens=None, expect=201):
     return r.json()["id"] if expect == 201 else r
 
 
-def info(d, sid):
-    r = requests.get(d.url("/v1/sessions/%s" % sid), timeout=30)
-    return r.json() if r.status_code == 200 else r.status_code
 
 
 def fold(d, sid, tokens, top_k=5):
@@ -73,10 +68,6 @@ def fold(d, sid, tokens, top_k=5):
     return lines
 
 
-def get_state(d, sid):
-    r = requests.get(d.url("/v1/sessions/%s/state" % sid), timeout=30)
-    assert r.status_code == 200, r.text
-    return r.content
 
 
 def probe(d, sid, token=65):
@@ -90,40 +81,14 @@ def probe(d, sid, token=65):
     return lines[0]
 
 
-def metrics(d):
-    text = requests.get(d.url("/metrics"), timeout=10).text
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            k, v = line.rsplit(" ", 1)
-            out[k] = float(v)
-    return out
 
 
-def wait_for(cond, timeout=10.0, what="condition"):
-    end = time.time() + timeout
-    while time.time() < end:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.02)
-    raise AssertionError("timed out waiting for " + what)
 
 
 def snap_files(state_dir):
     return sorted(f for f in os.listdir(state_dir) if f.endswith(".snap"))
 
 
-def events(d, name):
-    out = []
-    for line in d.logs():
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            continue
-        if obj.get("event") == name:
-            out.append(obj)
-    return out
 
 
 def wait_event(d, name, n=1):
