@@ -6,22 +6,15 @@
     tok.vocab_size                  # highest id + 1, added tokens included
     stream = tok.stream()           # streaming decode: stream.push(id) -> str, stream.finish() -> str
 
-The library is ``$RECUR_BUILD/librecur.so`` (default ``<repo>/build/librecur.so``), as for
-``recur.py``. Errors raise ``RecurTokenizerError`` carrying the library's message.
+The library is the one ``recur.py`` loads (``$RECUR_BUILD/librecur.so``, default
+``<repo>/build/librecur.so``). Errors raise ``RecurTokenizerError`` carrying the library's message.
 """
 import ctypes
 import os
 
+from recur import LIBRARY_PATH, _lib  # noqa: F401 (one home for finding and loading librecur)
+
 __all__ = ["Tokenizer", "RecurTokenizerError", "KIND_BYTES", "KIND_HF", "KIND_RWKV"]
-
-_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-_BUILD = os.environ.get("RECUR_BUILD") or os.path.join(_ROOT, "build")
-LIBRARY_PATH = os.path.join(_BUILD, "librecur.so")
-
-try:
-    _lib = ctypes.CDLL(LIBRARY_PATH)
-except OSError as e:  # pragma: no cover - depends on the build
-    raise ImportError(f"recur_tokenizer: cannot load {LIBRARY_PATH} (run `make`): {e}")
 
 KIND_BYTES, KIND_HF, KIND_RWKV = 0, 1, 2
 
