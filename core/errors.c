@@ -17,6 +17,7 @@ const char *recur_strerror(int err)
     case RECUR_ETRUNCATED: return "truncated: shorter than its header says";
     case RECUR_ETOKEN: return "token id outside [0, vocab_size)";
     case RECUR_ECONTEXT: return "softmax KV cache would exceed max_context";
+    case RECUR_ENOENT: return "not found";
     default: return "unknown error";
     }
 }

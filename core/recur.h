@@ -42,6 +42,7 @@ extern "C" {
 #define RECUR_ETRUNCATED -10 /* a file or buffer is shorter than its header says */
 #define RECUR_ETOKEN -11    /* a token id is outside [0, vocab_size) */
 #define RECUR_ECONTEXT -12  /* a softmax layer's KV cache would exceed max_context */
+#define RECUR_ENOENT -13    /* a looked-for item is absent (a model folder without a chat template) */
 
 /* A static English description of a RECUR_E* code ("unknown error" for anything else). */
 const char *recur_strerror(int err);
@@ -325,6 +326,51 @@ int recur_detok_new(const recur_tokenizer *t, recur_detok **out);
 int recur_detok_push(recur_detok *d, int32_t id, const char **text, size_t *len);
 int recur_detok_finish(recur_detok *d, const char **text, size_t *len);
 void recur_detok_free(recur_detok *d);
+
+/* ---------------------------------------------------------------- chat templates (docs/API.md §Chat templates) */
+
+/* A chat template turns a conversation into the prompt text, as Hugging Face's
+ * apply_chat_template renders it: a Jinja template (tokenizer_config.json's chat_template) run
+ * by librecur's own interpreter of the Jinja subset real templates use, or a built-in. Immutable
+ * after parse; shareable across threads (render keeps its state on the caller's side).
+ * Anything the interpreter does not implement is refused when the template is parsed
+ * (RECUR_EFORMAT, err naming the construct), never rendered differently. Bounds on untrusted
+ * input, each named in its error: */
+#define RECUR_CHAT_MAX_TEMPLATE_BYTES (1u << 20) /* template source */
+#define RECUR_CHAT_MAX_OUTPUT_BYTES (64u << 20)  /* one rendered prompt */
+#define RECUR_CHAT_MAX_LOOP_ITERATIONS 1000000   /* for-loop bodies run, summed over a render */
+#define RECUR_CHAT_MAX_DEPTH 64                  /* nesting of blocks / expressions / macro calls */
+
+typedef struct recur_chat_template recur_chat_template;
+/* One message; strings need not be NUL-terminated (lengths given). */
+typedef struct {
+    const char *role;
+    size_t role_len;
+    const char *content;
+    size_t content_len;
+} recur_chat_message;
+
+/* Parse Jinja source [len]; bos_token / eos_token may be NULL (then ""). Errors: RECUR_EFORMAT
+ * (syntax, or an unsupported construct, named in err), RECUR_ESHAPE (len over
+ * RECUR_CHAT_MAX_TEMPLATE_BYTES), RECUR_ENOMEM. err (may be NULL) gets the message. */
+int recur_chat_template_parse(const char *src, size_t len, const char *bos_token, const char *eos_token,
+                              recur_chat_template **out, char *err, size_t errlen);
+/* A built-in: "chatml", "llama2", "llama3", "rwkv", "plain" (docs/API.md lists their text and
+ * tokens). RECUR_EINVAL for another name. */
+int recur_chat_template_builtin(const char *name, recur_chat_template **out, char *err, size_t errlen);
+/* A model folder: tokenizer_config.json's chat_template (a string, or the list-of-{name,template}
+ * form, whose "default" entry is used) with its bos_token / eos_token (strings or
+ * {"content": ...} objects). RECUR_ENOENT when the folder has no tokenizer_config.json or it has
+ * no chat_template; RECUR_EIO unreadable; RECUR_EFORMAT malformed or unsupported. */
+int recur_chat_template_load_dir(const char *dir, recur_chat_template **out, char *err, size_t errlen);
+/* Render msgs [n] with add_generation_prompt (0/1). *text is malloc'd, NUL-terminated, *len
+ * bytes without the NUL: free it with recur_chat_release. A template that raises
+ * (raise_exception) returns RECUR_EINVAL with err = its message; a bound exceeded returns
+ * RECUR_ESHAPE naming it; a runtime type error (e.g. a filter on the wrong type) RECUR_EINVAL. */
+int recur_chat_render(const recur_chat_template *t, const recur_chat_message *msgs, size_t n,
+                      int add_generation_prompt, char **text, size_t *len, char *err, size_t errlen);
+void recur_chat_release(void *p);
+void recur_chat_template_free(recur_chat_template *t);
 
 #ifdef __cplusplus
 }
