@@ -3,6 +3,7 @@ a busy session is snapshotted within the window whatever the load (kill -9 under
 loses at most the documented window, measured and printed here), a deleted session never comes
 back (a failed unlink leaves a durable tombstone and is retried), and only recurd's own temp
 files are removed at start."""
+import ctypes
 import json
 import os
 import shutil
@@ -83,9 +84,21 @@ class Obstacle:
         if self.mounted:
             remount(self.sd, "rw")
         else:
-            shutil.rmtree(self.snap)
-            os.rename(self.snap + ".aside", self.snap)
+            # one atomic exchange of the file and the directory (renameat2 RENAME_EXCHANGE): the
+            # daemon's retry never sees the name free between an rmtree and a rename, which it
+            # would take for a completed removal before the snapshot came back
+            exchange(self.snap + ".aside", self.snap)
+            shutil.rmtree(self.snap + ".aside")
         assert open(self.snap, "rb").read() == self.saved
+
+
+def exchange(a, b):
+    """Swap the names a and b atomically (Linux renameat2 with RENAME_EXCHANGE)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    AT_FDCWD, RENAME_EXCHANGE = -100, 2
+    if libc.renameat2(AT_FDCWD, a.encode(), AT_FDCWD, b.encode(), RENAME_EXCHANGE) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e), a)
 
 
 def umount(path):
