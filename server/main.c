@@ -22,6 +22,7 @@
 #include "hostaddr.h"
 #include "log.h"
 #include "residency.h"
+#include "sd_notify.h"
 #include "state_blob.h"
 
 #define HARD_CLOSE_GRACE_MS 3000
@@ -91,6 +92,7 @@ static void on_signal(uv_signal_t *h, int signum)
     srv_log(SRV_LOG_INFO, "draining", "\"signal\":%d,\"drain_timeout_ms\":%llu", signum,
             (unsigned long long)g_app.cfg.drain_timeout_ms);
     g_app.draining = 1;
+    srv_sd_notify("STOPPING=1");
     uv_timer_start(&g_drain_timer, on_drain_timer, g_app.cfg.drain_timeout_ms, 0);
     srv_server_drain(g_app.server, on_drained);
 }
@@ -219,6 +221,7 @@ int main(int argc, char **argv)
             app->info->n_layers, app->info->state_bytes, app->cfg.workers, app->cfg.max_batch,
             app->cfg.decode_workers, app->cfg.api_key[0] ? "true" : "false");
 
+    srv_sd_notify("READY=1"); /* listening: a Type=notify unit is started */
     uv_run(app->loop, UV_RUN_DEFAULT);
 
     srv_server_free(app->server);
