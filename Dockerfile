@@ -1,6 +1,7 @@
 # recurd — build with make on Debian bookworm, run as an unprivileged user.
 #   docker build -t recurd .
-#   docker run --rm -p 8080:8080 -e RECURD_API_KEY=change-me recurd
+#   docker run --rm -p 8080:8080 -v recurd-state:/srv/recurd/state -e RECURD_API_KEY=change-me recurd
+#   docker run ... recurd --workers 4 --max-sessions 50000     (flags are appended, see below)
 # Only Debian packages are used (no other downloads). The binary is built for generic x86-64
 # (without -march=native) so the image runs on any host; -Wno-psabi because core's 16-float
 # vector helpers otherwise warn (an ABI note, harmless for static inline functions) without AVX-512.
@@ -33,7 +34,12 @@ ENV OPENBLAS_NUM_THREADS=1
 EXPOSE 8080
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
   CMD curl -fsS http://127.0.0.1:8080/healthz || exit 1
-# 0.0.0.0 inside the container: recurd refuses it without an API key (RECURD_API_KEY or
-# --api-key), unless --allow-insecure-bind is given.
-ENTRYPOINT ["/usr/local/bin/recurd"]
-CMD ["--config", "config/recurd.json", "--host", "0.0.0.0", "--port", "8080", "--model", "models/default"]
+# The settings live in the ENTRYPOINT, not in CMD: flags appended with `docker run IMAGE --flag`
+# replace CMD and add to them, so the container stays on 0.0.0.0:8080 with persistence on
+# (config/docker.json: state_dir on the VOLUME below). 0.0.0.0 needs an API key
+# (-e RECURD_API_KEY=...); without one recurd exits at start with refusing_insecure_bind
+# (or pass --allow-insecure-bind on a trusted network). Check a command line without starting:
+#   docker run --rm IMAGE --workers 4 --check-config
+VOLUME ["/srv/recurd/state"]
+ENTRYPOINT ["/usr/local/bin/recurd", "--config", "/srv/recurd/config/docker.json"]
+CMD []

@@ -1,5 +1,6 @@
 /* config.c — defaults, config file and flags (config.h). */
 #include "config.h"
+#include "buf.h"
 #include "errf.h"
 
 #include <cJSON.h>
@@ -256,6 +257,9 @@ static void srv_config_usage(FILE *out)
             "with underscores), then the flags. Default config file: config/recurd.json when\n"
             "it exists.\n\n"
             "  --config FILE                        config file (\"\" = none)\n"
+            "  --check-config                       check the settings, model and tokenizer, print\n"
+            "                                       the effective settings as JSON, exit\n"
+            "  --version                            print the version, exit\n"
             "  --help                               this text\n");
     for (size_t i = 0; i < N_OPTS; i++) {
         const opt *o = &OPTS[i];
@@ -285,6 +289,10 @@ int srv_config_load(srv_config *cfg, int argc, char **argv, char *err, size_t en
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             srv_config_usage(stdout);
+            return 1;
+        }
+        if (!strcmp(argv[i], "--version")) {
+            printf("recurd %s\n", SRV_VERSION);
             return 1;
         }
         if (!strcmp(argv[i], "--config")) {
@@ -327,6 +335,10 @@ int srv_config_load(srv_config *cfg, int argc, char **argv, char *err, size_t en
         }
         if (!strncmp(a, "--config=", 9))
             continue;
+        if (!strcmp(a, "--check-config")) {
+            cfg->check_only = 1;
+            continue;
+        }
         if (strncmp(a, "--", 2) != 0)
             return srv_errf(err, en, "unexpected argument \"%.64s\" (see --help)", a);
         const char *eq = strchr(a, '=');
@@ -362,4 +374,32 @@ int srv_config_load(srv_config *cfg, int argc, char **argv, char *err, size_t en
             !strcmp(cfg->log_level, "warn") + !strcmp(cfg->log_level, "error") != 1)
         return srv_errf(err, en, "log_level must be debug, info, warn or error");
     return 0;
+}
+
+void srv_config_write_json(const srv_config *c, FILE *out)
+{
+    proto_buf b;
+    proto_buf_init(&b);
+    proto_buf_puts(&b, "{\"config_path\":");
+    proto_buf_json_str(&b, c->config_path, strlen(c->config_path));
+    for (size_t i = 0; i < N_OPTS; i++) {
+        const opt *o = &OPTS[i];
+        const char *p = (const char *)c + o->off;
+        proto_buf_printf(&b, ",\"%s\":", o->key);
+        switch (o->type) {
+        case OPT_STR:
+            if (o == find_opt("api_key"))
+                proto_buf_puts(&b, p[0] ? "\"(set)\"" : "\"\""); /* never the key itself */
+            else
+                proto_buf_json_str(&b, p, strlen(p));
+            break;
+        case OPT_INT: proto_buf_printf(&b, "%d", *(const int *)p); break;
+        case OPT_BOOL: proto_buf_puts(&b, *(const int *)p ? "true" : "false"); break;
+        case OPT_U64: proto_buf_printf(&b, "%llu", (unsigned long long)*(const uint64_t *)p); break;
+        case OPT_SIZE: proto_buf_printf(&b, "%zu", *(const size_t *)p); break;
+        }
+    }
+    proto_buf_puts(&b, "}\n");
+    fwrite(b.data, 1, b.len, out);
+    proto_buf_free(&b);
 }

@@ -43,10 +43,20 @@ typedef struct {
     int max_resident_sessions;       /* 0 = max_sessions */
     uint64_t snapshot_interval_ms;   /* changed sessions written this often (0 = never) */
     uint64_t evict_idle_ms;          /* idle resident sessions written and dropped (0 = never) */
+    int check_only;                  /* --check-config: validate, print, exit (not a key) */
 } srv_config;
 
-/* Fill defaults, read the config file, apply flags. Returns 0 to run, 1 when --help was
- * printed (exit 0), -1 on an error described in err. */
+/* recurd's release (`recurd --version`, GET /v1/model, the startup log). */
+#define SRV_VERSION "0.2.0"
+
+/* Fill defaults, read the config file, apply flags. Returns 0 to run, 1 when --help or
+ * --version was printed (exit 0), -1 on an error described in err. `--check-config` sets
+ * check_only: main validates everything a start would (host rule, model, tokenizer), prints the
+ * effective settings (srv_config_write_json) and exits 0, like `nginx -t`. */
 int srv_config_load(srv_config *cfg, int argc, char **argv, char *err, size_t errlen);
+
+/* The effective settings as one JSON object, one key per setting (the api_key shown only as
+ * "(set)" or ""), to out. */
+void srv_config_write_json(const srv_config *cfg, FILE *out);
 
 #endif /* SRV_CONFIG_H */

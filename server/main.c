@@ -164,6 +164,12 @@ int main(int argc, char **argv)
     }
     if (load_model(app) != 0 || srv_text_load(app) != 0)
         return 1;
+    if (app->cfg.check_only) {
+        srv_config_write_json(&app->cfg, stdout);
+        srv_text_free(app);
+        recur_model_free(app->model);
+        return 0;
+    }
 
     /* A state upload must fit in one body: raise max_body to the largest snapshot if needed. */
     size_t need = proto_state_max_body(app->info);
