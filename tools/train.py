@@ -5,7 +5,9 @@
 
 Byte-level (vocab 256), batches of random windows of the training text, AdamW with linear warmup
 and a cosine schedule (over --steps, or over the wall-clock budget of --minutes), gradient clipping
-at 1.0, seeded. Held-out bits per byte are measured two ways at the end:
+at 1.0, seeded. A progress bar (redrawn in place on a terminal, a line every 20 steps in a log)
+shows the step, steps/s, bytes/s, the ETA and the recent train loss. With --minutes the budget
+holds the final held-out evaluation too: its time is estimated before training and kept back. Held-out bits per byte are measured two ways at the end:
 
   * windowed: the held-out text cut into consecutive windows of --seq bytes (each window scored
     from an empty state, every byte after the first one of the file predicted once);
@@ -30,6 +32,49 @@ from export import export  # noqa: E402
 from model import RecurModel, state_bytes, validate_config  # noqa: E402
 
 LN2 = math.log(2.0)
+
+
+class Progress:
+    """One progress line: a bar, the step, steps/s and training bytes/s, the ETA, the recent
+    train loss. Redrawn in place (carriage return) on a terminal, printed every `every` steps
+    otherwise (logs, pipes)."""
+
+    def __init__(self, total_steps, budget_s, bytes_per_step, every=20, out=sys.stdout):
+        self.total_steps, self.budget_s, self.bytes_per_step = total_steps, budget_s, bytes_per_step
+        self.every, self.out, self.tty = every, out, out.isatty()
+        self.t0 = time.time()
+
+    def fraction(self, step):
+        if self.total_steps > 0:
+            return min(1.0, step / self.total_steps)
+        return min(1.0, (time.time() - self.t0) / self.budget_s)
+
+    def line(self, step, train_bpb):
+        el = time.time() - self.t0
+        frac = self.fraction(step)
+        rate = step / el if el > 0 else 0.0
+        if self.total_steps > 0:
+            eta = (self.total_steps - step) / rate if rate > 0 else float("inf")
+        else:
+            eta = max(0.0, self.budget_s - el)
+        width = 24
+        fill = int(round(frac * width))
+        eta_s = "--:--" if math.isinf(eta) else "%d:%02d" % (eta // 60, eta % 60)
+        return "[%s%s] %5.1f%%  step %d%s  %.2f steps/s  %.0f B/s  elapsed %d:%02d  ETA %s  train %.3f bpb" % (
+            "#" * fill, "-" * (width - fill), 100 * frac, step,
+            "/%d" % self.total_steps if self.total_steps > 0 else "", rate, rate * self.bytes_per_step,
+            el // 60, el % 60, eta_s, train_bpb)
+
+    def update(self, step, train_bpb):
+        if self.tty:
+            self.out.write("\r" + self.line(step, train_bpb))
+            self.out.flush()
+        elif step % self.every == 0:
+            print(self.line(step, train_bpb), file=self.out, flush=True)
+
+    def note(self, text):
+        """A line of its own (an evaluation), not overwritten by the bar."""
+        print(("\r\033[K" if self.tty else "") + text, file=self.out, flush=True)
 
 
 @torch.no_grad()
@@ -132,7 +177,27 @@ def main(argv=None):
     print("config %s: %d parameters, state %d bytes/session; train %d bytes, held-out %d bytes"
           % (cfg["name"], model.n_params(), state_bytes(cfg), len(train), len(held)), flush=True)
 
+    # With --minutes the budget covers everything: training, periodic evaluations and the final
+    # held-out evaluation. The final one's cost is estimated from a timed evaluation of
+    # --eval-bytes before training (bytes/s of the windowed scorer; the stream pass scores the
+    # same bytes once more) and kept back from the training time.
+    budget = args.minutes * 60.0
+    reserve = 0.0
+    if args.steps <= 0:
+        t = time.time()
+        bpb_windowed(model, held, args.seq, max_bytes=args.eval_bytes)
+        eval_rate = min(args.eval_bytes, len(held)) / max(1e-6, time.time() - t)
+        final_bytes = len(held) * (1 if args.no_stream_eval else 2)
+        reserve = 1.2 * final_bytes / eval_rate
+        if reserve >= 0.5 * budget:
+            ap.error("--minutes %.1f leaves no time to train: the final evaluation alone takes "
+                     "about %.0f s" % (args.minutes, reserve))
+        print("final evaluation estimated at %.0f s (%.0f bytes/s): training for %.0f s"
+              % (reserve, eval_rate, budget - reserve), flush=True)
+    train_budget = budget - reserve
+
     t0 = time.time()
+    progress = Progress(args.steps, train_budget, args.batch * args.seq)
     step, losses, history = 0, [], []
     while True:
         elapsed = time.time() - t0
@@ -141,7 +206,7 @@ def main(argv=None):
                 break
             frac = step / args.steps
         else:
-            frac = elapsed / (args.minutes * 60.0)
+            frac = elapsed / train_budget
             if frac >= 1.0:
                 break
         lr = lr_at(frac, args.warmup, args.lr, args.min_lr_ratio)
@@ -158,17 +223,16 @@ def main(argv=None):
         opt.step()
         losses.append(loss.item())
         step += 1
-        if step % 20 == 0:
-            print("step %5d  %6.1fs  lr %.2e  train %.3f bpb" % (
-                step, time.time() - t0, lr, sum(losses[-20:]) / len(losses[-20:]) / LN2), flush=True)
+        progress.update(step, sum(losses[-20:]) / len(losses[-20:]) / LN2)
         if args.eval_every > 0 and step % args.eval_every == 0:
             b = bpb_windowed(model, held, args.seq, max_bytes=args.eval_bytes)
             history.append({"step": step, "seconds": round(time.time() - t0, 1), "heldout_bpb": b})
-            print("step %5d  held-out (first %d bytes, windowed) %.4f bpb" % (
-                step, args.eval_bytes, b), flush=True)
+            progress.note("step %5d  lr %.2e  held-out (first %d bytes, windowed) %.4f bpb" % (
+                step, lr, args.eval_bytes, b))
             if args.save_every_eval:
                 export(model, cfg, args.out, args.dtype)   # a usable model if the run is cut short
     train_seconds = time.time() - t0
+    progress.note(progress.line(step, sum(losses[-20:]) / max(1, len(losses[-20:])) / LN2))
 
     export(model, cfg, args.out, args.dtype)
     summary = {
@@ -193,6 +257,9 @@ def main(argv=None):
         summary["heldout_bpb_stream"] = bpb_stream(model, held)
         print("held-out stream (whole file): %.4f bpb" % summary["heldout_bpb_stream"], flush=True)
     summary["eval_seconds"] = round(time.time() - t1, 1)
+    if args.steps <= 0:
+        summary["eval_seconds_reserved"] = round(reserve, 1)
+        summary["total_seconds"] = round(time.time() - t0, 1)
     with open(os.path.join(args.out, "train_summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
         f.write("\n")
