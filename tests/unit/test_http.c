@@ -17,6 +17,7 @@
  *   /lei      200 with the Last-Event-ID it was given ("-" for none)
  */
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -324,16 +325,23 @@ static char *find(client *c, const char *needle)
     return memmem(c->buf, c->len, needle, strlen(needle));
 }
 
+/* Reads until a whole head is buffered: its length up to and with the blank line, 0 on
+ * EOF/timeout. */
+static size_t cl_read_head(client *c)
+{
+    char *end;
+    while (!(end = find(c, "\r\n\r\n")))
+        if (cl_fill(c) <= 0)
+            return 0;
+    return (size_t)(end - c->buf) + 4;
+}
+
 /* Reads one response (keeping pipelined leftovers). 0 ok, -1 EOF/timeout/malformed. */
 static int cl_response(client *c, response *r)
 {
     memset(r, 0, sizeof *r);
-    char *end;
-    while (!(end = find(c, "\r\n\r\n")))
-        if (cl_fill(c) <= 0)
-            return -1;
-    size_t hlen = (size_t)(end - c->buf) + 4;
-    if (hlen >= sizeof r->head)
+    size_t hlen = cl_read_head(c);
+    if (!hlen || hlen >= sizeof r->head)
         return -1;
     memcpy(r->head, c->buf, hlen);
     r->head[hlen] = '\0';
@@ -396,6 +404,26 @@ static int has_header(const response *r, const char *h)
     return strcasestr(r->head, h) != NULL;
 }
 
+/* Reads the next response on c into *r (asserted); expects its status (unless 0) and, unless part
+ * is NULL, that its body contains part. */
+static void cl_expect(client *c, response *r, int status, const char *part)
+{
+    cr_assert_eq(cl_response(c, r), 0, "no response (expected %d %s)", status, part ? part : "");
+    if (status)
+        cr_expect_eq(r->status, status, "status %d, expected %d; body %s", r->status, status, r->body);
+    if (part)
+        cr_expect(strstr(r->body, part) != NULL, "no %s in the body %s", part, r->body);
+}
+
+/* A fresh connection that has sent req and read one response, checked as cl_expect does. */
+static client *cl_exchange(const char *req, response *r, int status, const char *part)
+{
+    client *c = cl_connect();
+    cl_send(c, req);
+    cl_expect(c, r, status, part);
+    return c;
+}
+
 /* One request on a fresh connection; expects a layer error: status, JSON code, close. */
 static void expect_error_n(const char *req, size_t n, int status, const char *code)
 {
@@ -424,11 +452,8 @@ TestSuite(http, .init = setup, .fini = stop_server, .timeout = 15);
 
 Test(http, simple_get)
 {
-    client *c = cl_connect();
-    cl_send(c, "GET /echo?x=1 HTTP/1.1\r\nHost: t\r\n\r\n");
     response r;
-    cr_assert_eq(cl_response(c, &r), 0);
-    cr_expect_eq(r.status, 200);
+    client *c = cl_exchange("GET /echo?x=1 HTTP/1.1\r\nHost: t\r\n\r\n", &r, 200, NULL);
     cr_expect_str_eq(r.body, "{\"method\":\"GET\",\"path\":\"/echo\",\"query\":\"x=1\",\"body_len\":0,\"ct\":\"\"}");
     cr_expect(has_header(&r, "\r\nConnection: keep-alive\r\n"));
     cr_expect(has_header(&r, "\r\nContent-Type: application/json\r\n"));
@@ -437,24 +462,17 @@ Test(http, simple_get)
 
 Test(http, unknown_route_is_json_404_and_keeps_alive)
 {
-    client *c = cl_connect();
-    cl_send(c, "GET /nope HTTP/1.1\r\nHost: t\r\n\r\nGET /echo HTTP/1.1\r\nHost: t\r\n\r\n");
     response r;
-    cr_assert_eq(cl_response(c, &r), 0);
-    cr_expect_eq(r.status, 404);
+    client *c = cl_exchange("GET /nope HTTP/1.1\r\nHost: t\r\n\r\nGET /echo HTTP/1.1\r\nHost: t\r\n\r\n", &r, 404, NULL);
     cr_expect_str_eq(r.body, "{\"error\":{\"code\":\"not_found\",\"message\":\"no such route\"}}\n");
-    cr_assert_eq(cl_response(c, &r), 0);
-    cr_expect_eq(r.status, 200);
+    cl_expect(c, &r, 200, NULL);
     cl_close(c);
 }
 
 Test(http, error_ex_escapes_message_and_adds_headers)
 {
-    client *c = cl_connect();
-    cl_send(c, "GET /retry HTTP/1.1\r\nHost: t\r\n\r\n");
     response r;
-    cr_assert_eq(cl_response(c, &r), 0);
-    cr_expect_eq(r.status, 503);
+    client *c = cl_exchange("GET /retry HTTP/1.1\r\nHost: t\r\n\r\n", &r, 503, NULL);
     cr_expect(has_header(&r, "\r\nRetry-After: 1\r\n"));
     cr_expect_str_eq(r.body,
                      "{\"error\":{\"code\":\"busy\",\"message\":\"max_sessions reached \\\"quoted\\\"\\n\"}}\n");
@@ -463,13 +481,9 @@ Test(http, error_ex_escapes_message_and_adds_headers)
 
 Test(http, post_with_content_length)
 {
-    client *c = cl_connect();
-    cl_send(c, "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Type: application/json  \r\n"
-               "Content-Length: 11\r\n\r\n{\"a\":12345}");
     response r;
-    cr_assert_eq(cl_response(c, &r), 0);
-    cr_expect_eq(r.status, 200);
-    cr_expect(strstr(r.body, "\"body_len\":11") != NULL, "%s", r.body);
+    client *c = cl_exchange("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Type: application/json  \r\n"
+                            "Content-Length: 11\r\n\r\n{\"a\":12345}", &r, 200, "\"body_len\":11");
     cr_expect(strstr(r.body, "\"ct\":\"application/json\"") != NULL, "OWS not trimmed: %s", r.body);
     cl_close(c);
 }
@@ -484,9 +498,7 @@ Test(http, chunked_request_body_with_trailer)
     usleep(30000);
     cl_send(c, "\n0\r\nX-Trailer: t\r\n\r\n");
     response r;
-    cr_assert_eq(cl_response(c, &r), 0);
-    cr_expect_eq(r.status, 200);
-    cr_expect(strstr(r.body, "\"body_len\":11") != NULL, "%s", r.body);
+    cl_expect(c, &r, 200, "\"body_len\":11");
     cl_close(c);
 }
 
@@ -537,23 +549,18 @@ Test(http, requests_fed_one_byte_per_segment)
 
 Test(http, absolute_form_target)
 {
-    client *c = cl_connect();
-    cl_send(c, "GET http://t:80/echo?x=2 HTTP/1.1\r\nHost: t\r\n\r\nGET HTTP://t?y=3 HTTP/1.1\r\nHost: t\r\n\r\n");
     response r;
-    cr_assert_eq(cl_response(c, &r), 0);
-    cr_expect(strstr(r.body, "\"path\":\"/echo\",\"query\":\"x=2\"") != NULL, "%s", r.body);
-    cr_assert_eq(cl_response(c, &r), 0);
-    cr_expect_eq(r.status, 404); /* path "/" */
+    client *c = cl_exchange("GET http://t:80/echo?x=2 HTTP/1.1\r\nHost: t\r\n\r\n"
+                            "GET HTTP://t?y=3 HTTP/1.1\r\nHost: t\r\n\r\n", &r, 0, "\"path\":\"/echo\",\"query\":\"x=2\"");
+    cl_expect(c, &r, 404, NULL); /* path "/" */
     cl_close(c);
 }
 
 Test(http, nothing_is_parsed_after_connection_close)
 {
-    client *c = cl_connect();
-    cl_send(c, "GET /echo?n=1 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
-               "GET /echo?n=2 HTTP/1.1\r\nHost: t\r\n\r\n");
     response r;
-    cr_assert_eq(cl_response(c, &r), 0);
+    client *c = cl_exchange("GET /echo?n=1 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+                            "GET /echo?n=2 HTTP/1.1\r\nHost: t\r\n\r\n", &r, 0, NULL);
     cr_expect(strstr(r.body, "n=1") != NULL);
     cr_expect(has_header(&r, "\r\nConnection: close\r\n"));
     cr_expect(cl_sees_close(c), "a request after Connection: close was answered");
@@ -575,11 +582,8 @@ Test(http, keep_alive_sequential_requests)
 
 Test(http, connection_close_honoured)
 {
-    client *c = cl_connect();
-    cl_send(c, "GET /echo HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
     response r;
-    cr_assert_eq(cl_response(c, &r), 0);
-    cr_expect_eq(r.status, 200);
+    client *c = cl_exchange("GET /echo HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", &r, 200, NULL);
     cr_expect(has_header(&r, "\r\nConnection: close\r\n"));
     cr_expect(cl_sees_close(c));
     cl_close(c);
@@ -587,11 +591,8 @@ Test(http, connection_close_honoured)
 
 Test(http, http10_closes_by_default_and_keeps_alive_on_request)
 {
-    client *c = cl_connect();
-    cl_send(c, "GET /echo HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
     response r;
-    cr_assert_eq(cl_response(c, &r), 0);
-    cr_expect_eq(r.status, 200);
+    client *c = cl_exchange("GET /echo HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", &r, 200, NULL);
     cr_expect(has_header(&r, "\r\nConnection: keep-alive\r\n"));
     cl_send(c, "GET /echo HTTP/1.0\r\n\r\n");
     cr_assert_eq(cl_response(c, &r), 0);
@@ -604,9 +605,7 @@ Test(http, http10_stream_is_unframed_and_closes)
 {
     client *c = cl_connect();
     cl_send(c, "GET /stream?n=3 HTTP/1.0\r\n\r\n");
-    char *end;
-    while (!(end = find(c, "\r\n\r\n")))
-        cr_assert(cl_fill(c) > 0);
+    cr_assert(cl_read_head(c) > 0);
     cr_expect(memmem(c->buf, c->len, "Transfer-Encoding", 17) == NULL);
     while (cl_fill(c) > 0)
         ;
@@ -616,11 +615,8 @@ Test(http, http10_stream_is_unframed_and_closes)
 
 Test(http, streaming_response_is_chunked_one_line_per_chunk)
 {
-    client *c = cl_connect();
-    cl_send(c, "GET /stream?n=4 HTTP/1.1\r\nHost: t\r\n\r\n");
     response r;
-    cr_assert_eq(cl_response(c, &r), 0);
-    cr_expect_eq(r.status, 200);
+    client *c = cl_exchange("GET /stream?n=4 HTTP/1.1\r\nHost: t\r\n\r\n", &r, 200, NULL);
     cr_expect(r.chunked);
     cr_expect(!has_header(&r, "Content-Length"));
     cr_expect(has_header(&r, "\r\nContent-Type: application/x-ndjson\r\n"));
@@ -628,59 +624,111 @@ Test(http, streaming_response_is_chunked_one_line_per_chunk)
     cr_expect_str_eq(r.body, "{\"i\":0}\n{\"i\":1}\n{\"i\":2}\n{\"i\":3}\n");
     /* and the connection is still usable */
     cl_send(c, "GET /echo HTTP/1.1\r\nHost: t\r\n\r\n");
-    cr_assert_eq(cl_response(c, &r), 0);
-    cr_expect_eq(r.status, 200);
+    cl_expect(c, &r, 200, NULL);
     cl_close(c);
 }
 
 Test(http, leading_empty_line_is_tolerated)
 {
-    client *c = cl_connect();
-    cl_send(c, "\r\nGET /echo HTTP/1.1\r\nHost: t\r\n\r\n");
     response r;
-    cr_assert_eq(cl_response(c, &r), 0);
-    cr_expect_eq(r.status, 200);
+    client *c = cl_exchange("\r\nGET /echo HTTP/1.1\r\nHost: t\r\n\r\n", &r, 200, NULL);
     cl_close(c);
 }
 
-/* ------------------------------------------------------------------ framing errors (400) */
+/* ------------------------------------------------------------------ layer errors, one row each */
 
-Test(http, cl_and_te_together_400)
+/* Requests the HTTP layer refuses by itself. Each row runs as its own test on a fresh server
+ * (`--verbose` logs its name) and is checked by expect_error: status, JSON code, Connection:
+ * close. Arrays, not pointers: Criterion copies the rows into each test's process. */
+typedef struct {
+    char name[48];
+    int status;
+    char code[40];
+    char req[160];
+} layer_error;
+
+static layer_error LAYER_ERRORS[] = {
+    /* framing (400) */
+    {"cl_and_te_together_400", 400, "conflicting_content_length",
+     "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"},
+    {"te_and_cl_together_400", 400, "conflicting_content_length",
+     "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n"},
+    {"duplicate_content_length_400", 400, "conflicting_content_length",
+     "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc"},
+    {"bad_content_length_400", 400, "invalid_content_length",
+     "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 3x\r\n\r\nabc"},
+    {"bad_chunk_size_400", 400, "invalid_chunk_size",
+     "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n"},
+    {"missing_crlf_after_chunk_data_400", 400, "bad_chunk_framing",
+     "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcXY0\r\n\r\n"},
+    {"obs_fold_400", 400, "obs_fold",
+     "GET /echo HTTP/1.1\r\nHost: t\r\nX-A: a\r\n  folded\r\n\r\n"},
+    {"bare_cr_400", 400, "bare_cr",
+     "GET /echo HTTP/1.1\r\nHost: t\rX-A: a\r\n\r\n"},
+    {"bare_lf_400", 400, "bare_lf",
+     "GET /echo HTTP/1.1\r\nHost: t\nX-A: a\r\n\r\n"},
+    {"bare_lf_in_request_line_400", 400, "bare_lf",
+     "GET /echo HTTP/1.1\nHost: t\r\n\r\n"},
+    {"bare_lf_in_trailer_400", 400, "bare_lf",
+     "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\nX: y\n\r\n"},
+    {"invalid_header_name_400", 400, "invalid_header",
+     "GET /echo HTTP/1.1\r\nHost: t\r\nBad Name: v\r\n\r\n"},
+    {"missing_host_http11_400", 400, "missing_host",
+     "GET /echo HTTP/1.1\r\nX-A: a\r\n\r\n"},
+    {"duplicate_host_400", 400, "duplicate_host",
+     "GET /echo HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"},
+    /* versions and codings */
+    {"http2_505", 505, "http_version_not_supported",
+     "GET /echo HTTP/2.0\r\nHost: t\r\n\r\n"},
+    {"h2_preface_505", 505, "http_version_not_supported",
+     "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"},
+    {"http09_400", 400, "invalid_version",
+     "GET /echo HTTP/0.9\r\nHost: t\r\n\r\n"},
+    {"unknown_transfer_coding_501", 501, "unsupported_transfer_encoding",
+     "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip\r\n\r\n"},
+    {"chunked_not_alone_501 (chunked last)", 501, "unsupported_transfer_encoding",
+     "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n"},
+    {"chunked_not_alone_501 (chunked first)", 501, "unsupported_transfer_encoding",
+     "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked, gzip\r\n\r\n0\r\n\r\n"},
+    {"repeated_transfer_encoding_400", 400, "duplicate_transfer_encoding",
+     "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"},
+    {"transfer_encoding_on_http10_400", 400, "transfer_encoding_http10",
+     "POST /echo HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"},
+    /* limits: rejected at headers-complete, before any body byte is sent */
+    {"body_too_large_by_content_length_413", 413, "body_too_large",
+     "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 1000000\r\n\r\n"},
+    {"unknown_expectation_417", 417, "expectation_failed",
+     "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\nExpect: teapot\r\n\r\nx"},
+    /* issue 10 item 11: the application's refusal from the head comes before max_body */
+    {"on_head_refusal_before_body_too_large (length)", 401, "unauthorized",
+     "POST /locked HTTP/1.1\r\nHost: t\r\nContent-Length: 99999999\r\n\r\n"},
+    {"on_head_refusal_before_body_too_large (chunked)", 401, "unauthorized",
+     "POST /locked HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"},
+    /* issue 10 item 14: what RFC 9112 does not allow in a chunk extension stays refused:
+     * whitespace (llhttp strict has no BWS), a value that is neither a token nor a quoted string,
+     * and (llhttp 8.1, documented in API.md) a quoted-pair in a quoted value */
+    {"chunk_extension_rules_kept (whitespace)", 400, "invalid_chunk_size",
+     "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n1 ;a=1\r\na\r\n0\r\n\r\n"},
+    {"chunk_extension_rules_kept (value)", 400, "invalid_chunk_extension",
+     "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n1;a=@\r\na\r\n0\r\n\r\n"},
+    {"chunk_extension_rules_kept (quoted-pair)", 400, "invalid_chunk_extension",
+     "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n1;a=\"\\\"\"\r\na\r\n0\r\n\r\n"},
+};
+
+ParameterizedTestParameters(http, layer_errors)
 {
-    expect_error("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
-                 "0\r\n\r\n",
-                 400, "conflicting_content_length");
+    return cr_make_param_array(layer_error, LAYER_ERRORS, sizeof LAYER_ERRORS / sizeof LAYER_ERRORS[0]);
 }
 
-Test(http, te_and_cl_together_400)
+ParameterizedTest(layer_error *e, http, layer_errors)
 {
-    expect_error("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n"
-                 "0\r\n\r\n",
-                 400, "conflicting_content_length");
+    cr_log_info("%s", e->name);
+    expect_error(e->req, e->status, e->code);
 }
 
-Test(http, duplicate_content_length_400)
+Test(http, nul_in_header_400)
 {
-    expect_error("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc",
-                 400, "conflicting_content_length");
-}
-
-Test(http, bad_content_length_400)
-{
-    expect_error("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 3x\r\n\r\nabc", 400,
-                 "invalid_content_length");
-}
-
-Test(http, bad_chunk_size_400)
-{
-    expect_error("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
-                 400, "invalid_chunk_size");
-}
-
-Test(http, missing_crlf_after_chunk_data_400)
-{
-    expect_error("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcXY0\r\n\r\n",
-                 400, "bad_chunk_framing");
+    expect_error_n("GET /echo HTTP/1.1\r\nHost: t\r\nX-A: a\0b\r\n\r\n", 40, 400, "invalid_header_byte");
 }
 
 Test(http, missing_crlf_after_chunk_data_across_reads_400)
@@ -690,98 +738,8 @@ Test(http, missing_crlf_after_chunk_data_across_reads_400)
     usleep(50000);
     cl_send(c, "X0\r\n\r\n");
     response r;
-    cr_assert_eq(cl_response(c, &r), 0);
-    cr_expect_eq(r.status, 400);
-    cr_expect(strstr(r.body, "\"bad_chunk_framing\"") != NULL, "%s", r.body);
+    cl_expect(c, &r, 400, "\"bad_chunk_framing\"");
     cl_close(c);
-}
-
-Test(http, obs_fold_400)
-{
-    expect_error("GET /echo HTTP/1.1\r\nHost: t\r\nX-A: a\r\n  folded\r\n\r\n", 400, "obs_fold");
-}
-
-Test(http, bare_cr_400)
-{
-    expect_error("GET /echo HTTP/1.1\r\nHost: t\rX-A: a\r\n\r\n", 400, "bare_cr");
-}
-
-Test(http, bare_lf_400)
-{
-    expect_error("GET /echo HTTP/1.1\r\nHost: t\nX-A: a\r\n\r\n", 400, "bare_lf");
-}
-
-Test(http, bare_lf_in_request_line_400)
-{
-    expect_error("GET /echo HTTP/1.1\nHost: t\r\n\r\n", 400, "bare_lf");
-}
-
-Test(http, nul_in_header_400)
-{
-    expect_error_n("GET /echo HTTP/1.1\r\nHost: t\r\nX-A: a\0b\r\n\r\n", 40, 400, "invalid_header_byte");
-}
-
-Test(http, bare_lf_in_trailer_400)
-{
-    expect_error("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\nX: y\n\r\n",
-                 400, "bare_lf");
-}
-
-Test(http, invalid_header_name_400)
-{
-    expect_error("GET /echo HTTP/1.1\r\nHost: t\r\nBad Name: v\r\n\r\n", 400, "invalid_header");
-}
-
-Test(http, missing_host_http11_400)
-{
-    expect_error("GET /echo HTTP/1.1\r\nX-A: a\r\n\r\n", 400, "missing_host");
-}
-
-Test(http, duplicate_host_400)
-{
-    expect_error("GET /echo HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, "duplicate_host");
-}
-
-Test(http, http2_505)
-{
-    expect_error("GET /echo HTTP/2.0\r\nHost: t\r\n\r\n", 505, "http_version_not_supported");
-}
-
-Test(http, h2_preface_505)
-{
-    expect_error("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505, "http_version_not_supported");
-}
-
-Test(http, http09_400)
-{
-    expect_error("GET /echo HTTP/0.9\r\nHost: t\r\n\r\n", 400, "invalid_version");
-}
-
-Test(http, unknown_transfer_coding_501)
-{
-    expect_error("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip\r\n\r\n", 501,
-                 "unsupported_transfer_encoding");
-}
-
-Test(http, chunked_not_alone_501)
-{
-    expect_error("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 501,
-                 "unsupported_transfer_encoding");
-    expect_error("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked, gzip\r\n\r\n0\r\n\r\n", 501,
-                 "unsupported_transfer_encoding");
-}
-
-Test(http, repeated_transfer_encoding_400)
-{
-    expect_error("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n"
-                 "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-                 400, "duplicate_transfer_encoding");
-}
-
-Test(http, transfer_encoding_on_http10_400)
-{
-    expect_error("POST /echo HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400,
-                 "transfer_encoding_http10");
 }
 
 /* ------------------------------------------------------------------ limits */
@@ -817,8 +775,7 @@ Test(http, single_huge_header_value_431_without_buffering_it)
     client *c = cl_connect();
     cl_send_n(c, req, h + 8192); /* enough to cross the limit */
     response r;
-    cr_assert_eq(cl_response(c, &r), 0);
-    cr_expect_eq(r.status, 431);
+    cl_expect(c, &r, 431, NULL);
     cr_expect(strstr(r.body, "\"header_too_large\"") && strstr(r.body, "max_header_bytes (4096 bytes)"), "%s",
               r.body);
     cl_close(c);
@@ -835,12 +792,6 @@ Test(http, too_many_headers_431)
     expect_error(req, 431, "too_many_headers");
 }
 
-Test(http, body_too_large_by_content_length_413)
-{
-    /* rejected at headers-complete, before any body byte is sent */
-    expect_error("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 1000000\r\n\r\n", 413, "body_too_large");
-}
-
 Test(http, body_too_large_by_content_length_while_sending_413)
 {
     /* the client is still sending when the 413 comes: the lingering close lets it read the answer */
@@ -851,8 +802,7 @@ Test(http, body_too_large_by_content_length_while_sending_413)
     client *c = cl_connect();
     cl_send_n(c, req, (size_t)h + n);
     response r;
-    cr_assert_eq(cl_response(c, &r), 0);
-    cr_expect_eq(r.status, 413);
+    cl_expect(c, &r, 413, NULL);
     cr_expect(strstr(r.body, "\"body_too_large\"") && strstr(r.body, "max_body"), "%s", r.body);
     cl_close(c);
     free(req);
@@ -902,47 +852,33 @@ Test(http, max_requests_per_conn_closes)
 
 Test(http, expect_100_continue)
 {
-    client *c = cl_connect();
-    cl_send(c, "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n");
     response r;
-    cr_assert_eq(cl_response(c, &r), 0);
+    client *c = cl_exchange("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n"
+                            "Expect: 100-continue\r\n\r\n", &r, 0, NULL);
     cr_expect_eq(r.status, 100, "no 100 Continue before the body");
     cl_send(c, "hello");
-    cr_assert_eq(cl_response(c, &r), 0);
-    cr_expect_eq(r.status, 200);
-    cr_expect(strstr(r.body, "\"body_len\":5") != NULL, "%s", r.body);
+    cl_expect(c, &r, 200, "\"body_len\":5");
     cl_close(c);
-}
-
-Test(http, unknown_expectation_417)
-{
-    expect_error("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\nExpect: teapot\r\n\r\nx", 417,
-                 "expectation_failed");
 }
 
 Test(http, head_has_no_body_bytes)
 {
     client *c = cl_connect();
     cl_send(c, "HEAD /echo HTTP/1.1\r\nHost: t\r\n\r\nGET /echo HTTP/1.1\r\nHost: t\r\n\r\n");
-    char *end;
-    while (!(end = find(c, "\r\n\r\n")))
-        cr_assert(cl_fill(c) > 0);
-    cr_expect(memmem(c->buf, (size_t)(end - c->buf), "Content-Length: ", 16) != NULL);
-    cl_consume(c, (size_t)(end - c->buf) + 4);
+    size_t head = cl_read_head(c);
+    cr_assert(head > 0);
+    cr_expect(memmem(c->buf, head, "Content-Length: ", 16) != NULL);
+    cl_consume(c, head);
     response r; /* the next bytes must be the GET's response, not a HEAD body */
-    cr_assert_eq(cl_response(c, &r), 0);
-    cr_expect_eq(r.status, 200);
-    cr_expect(strstr(r.body, "\"method\":\"GET\"") != NULL, "%s", r.body);
+    cl_expect(c, &r, 200, "\"method\":\"GET\"");
     cl_close(c);
 }
 
 Test(http, upgrade_is_answered_then_closed)
 {
-    client *c = cl_connect();
-    cl_send(c, "GET /echo HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n");
     response r;
-    cr_assert_eq(cl_response(c, &r), 0);
-    cr_expect_eq(r.status, 200);
+    client *c = cl_exchange("GET /echo HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\n"
+                            "Connection: Upgrade\r\n\r\n", &r, 200, NULL);
     cr_expect(has_header(&r, "\r\nConnection: close\r\n"));
     cr_expect(cl_sees_close(c));
     cl_close(c);
@@ -1075,11 +1011,8 @@ Test(http_timeouts, trickled_headers_still_408, .init = setup_fast_timeouts, .fi
 
 Test(http_timeouts, slow_body_408, .init = setup_fast_timeouts, .fini = stop_server, .timeout = 10)
 {
-    client *c = cl_connect();
-    cl_send(c, "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\nabc");
     response r;
-    cr_assert_eq(cl_response(c, &r), 0);
-    cr_expect_eq(r.status, 408);
+    client *c = cl_exchange("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\nabc", &r, 408, NULL);
     cr_expect(strstr(r.body, "\"body_timeout\"") && strstr(r.body, "body_idle_timeout"), "%s", r.body);
     cl_close(c);
 }
@@ -1108,10 +1041,8 @@ Test(http_timeouts, request_timeout_408_for_a_trickled_body, .init = setup_fast_
 Test(http_timeouts, keepalive_idle_closes_silently, .init = setup_fast_timeouts, .fini = stop_server,
      .timeout = 10)
 {
-    client *c = cl_connect();
-    cl_send(c, "GET /echo HTTP/1.1\r\nHost: t\r\n\r\n");
     response r;
-    cr_assert_eq(cl_response(c, &r), 0);
+    client *c = cl_exchange("GET /echo HTTP/1.1\r\nHost: t\r\n\r\n", &r, 0, NULL);
     double t0 = now_s();
     cr_expect(cl_sees_close(c), "idle keep-alive connection not closed");
     double dt = now_s() - t0;
@@ -1255,10 +1186,9 @@ Test(http_scan, tchar_and_te)
  * connection closes after the answer) and on_request never sees it. */
 Test(http, on_head_refusal_comes_before_100_continue)
 {
-    client *c = cl_connect();
-    cl_send(c, "POST /locked HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n");
     response r;
-    cr_assert_eq(cl_response(c, &r), 0);
+    client *c = cl_exchange("POST /locked HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n"
+                            "Expect: 100-continue\r\n\r\n", &r, 0, NULL);
     cr_expect_eq(r.status, 401, "got %d before the key was checked", r.status);
     cr_expect(strstr(r.body, "{\"error\":{\"code\":\"unauthorized\"") != NULL, "%s", r.body);
     cr_expect(has_header(&r, "\r\nWWW-Authenticate: Bearer\r\n"), "%s", r.head);
@@ -1269,29 +1199,17 @@ Test(http, on_head_refusal_comes_before_100_continue)
     cr_expect_eq(atomic_load(&g_heads_seen), 1);
 }
 
-Test(http, on_head_refusal_before_body_too_large)
-{
-    expect_error("POST /locked HTTP/1.1\r\nHost: t\r\nContent-Length: 99999999\r\n\r\n", 401,
-                 "unauthorized");
-    expect_error("POST /locked HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n", 401,
-                 "unauthorized");
-}
-
 Test(http, on_head_accepting_keeps_100_continue_and_bodiless_requests_skip_it)
 {
     client *c = cl_connect();
     cl_send(c, "GET /locked HTTP/1.1\r\nHost: t\r\n\r\n"); /* no body: straight to on_request */
     response r;
-    cr_assert_eq(cl_response(c, &r), 0);
-    cr_expect_eq(r.status, 404);
+    cl_expect(c, &r, 404, NULL);
     cr_expect_eq(atomic_load(&g_heads_seen), 0);
     cl_send(c, "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n");
-    cr_assert_eq(cl_response(c, &r), 0);
-    cr_expect_eq(r.status, 100);
+    cl_expect(c, &r, 100, NULL);
     cl_send(c, "ok");
-    cr_assert_eq(cl_response(c, &r), 0);
-    cr_expect_eq(r.status, 200);
-    cr_expect(strstr(r.body, "\"path\":\"/echo\",\"query\":\"\",\"body_len\":2") != NULL, "%s", r.body);
+    cl_expect(c, &r, 200, "\"path\":\"/echo\",\"query\":\"\",\"body_len\":2");
     cr_expect_eq(atomic_load(&g_heads_seen), 1);
     cl_close(c);
 }
@@ -1307,12 +1225,8 @@ static const char *const MULTI_EXT_REQ =
 
 Test(http, several_chunk_extensions_accepted)
 {
-    client *c = cl_connect();
-    cl_send(c, MULTI_EXT_REQ);
     response r;
-    cr_assert_eq(cl_response(c, &r), 0);
-    cr_expect_eq(r.status, 200, "%d %s", r.status, r.body);
-    cr_expect(strstr(r.body, "\"query\":\"q=x\",\"body_len\":6") != NULL, "%s", r.body);
+    client *c = cl_exchange(MULTI_EXT_REQ, &r, 200, "\"query\":\"q=x\",\"body_len\":6");
     cl_close(c);
 }
 
@@ -1325,11 +1239,8 @@ Test(http, several_chunk_extensions_one_byte_per_segment)
     }
     cl_send(c, "GET /echo?q=after HTTP/1.1\r\nHost: t\r\n\r\n");
     response r;
-    cr_assert_eq(cl_response(c, &r), 0);
-    cr_expect_eq(r.status, 200, "%d %s", r.status, r.body);
-    cr_expect(strstr(r.body, "\"body_len\":6") != NULL, "%s", r.body);
-    cr_assert_eq(cl_response(c, &r), 0);
-    cr_expect(strstr(r.body, "\"query\":\"q=after\"") != NULL, "%s", r.body);
+    cl_expect(c, &r, 200, "\"body_len\":6");
+    cl_expect(c, &r, 0, "\"query\":\"q=after\"");
     cl_close(c);
 }
 
@@ -1344,28 +1255,12 @@ Test(http, chunk_extension_limit_counts_every_extension)
     expect_error(req, 413, "chunk_extension_too_large");
 }
 
-Test(http, chunk_extension_rules_kept)
-{
-    /* what RFC 9112 does not allow stays refused: whitespace (llhttp strict has no BWS), a
-     * value that is neither a token nor a quoted string */
-    expect_error("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n1 ;a=1\r\na\r\n0\r\n\r\n",
-                 400, "invalid_chunk_size");
-    expect_error("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n1;a=@\r\na\r\n0\r\n\r\n",
-                 400, "invalid_chunk_extension");
-    /* llhttp 8.1 has no quoted-pair in a quoted chunk-ext-val (documented in API.md) */
-    expect_error("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n1;a=\"\\\"\"\r\na\r\n0\r\n\r\n",
-                 400, "invalid_chunk_extension");
-}
-
 /* item 17: Last-Event-ID reaches the application. */
 Test(http, last_event_id_passed_to_the_application)
 {
-    client *c = cl_connect();
-    cl_send(c, "GET /lei HTTP/1.1\r\nHost: t\r\nLast-Event-ID:  17 \r\n\r\nGET /lei HTTP/1.1\r\nHost: t\r\n\r\n");
     response r;
-    cr_assert_eq(cl_response(c, &r), 0);
-    cr_expect(strstr(r.body, "{\"lei\":\"17\"}") != NULL, "%s", r.body);
-    cr_assert_eq(cl_response(c, &r), 0);
-    cr_expect(strstr(r.body, "{\"lei\":\"-\"}") != NULL, "%s", r.body);
+    client *c = cl_exchange("GET /lei HTTP/1.1\r\nHost: t\r\nLast-Event-ID:  17 \r\n\r\n"
+                            "GET /lei HTTP/1.1\r\nHost: t\r\n\r\n", &r, 0, "{\"lei\":\"17\"}");
+    cl_expect(c, &r, 0, "{\"lei\":\"-\"}");
     cl_close(c);
 }
