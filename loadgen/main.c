@@ -43,6 +43,12 @@ enum { REQ_INFO, REQ_CREATE, REQ_GET, REQ_DRIVE, REQ_DELETE };
 static void pump(lg_run *r);
 static void begin_teardown(lg_run *r);
 static void scrape(lg_run *r);
+static void request_complete(lg_conn *c);
+static void request_fail(lg_conn *c, const char *why);
+
+/* Every request but drive's (which adds on_line): request_complete and request_fail dispatch on
+ * its kind. */
+static const lg_conn_cb answer_cb = {.on_complete = request_complete, .on_fail = request_fail};
 
 /* ---------------------------------------------------------------- small helpers */
 
@@ -116,14 +122,8 @@ static void request_head(lg_run *r, proto_buf *b, const char *method, const char
 
 /* ---------------------------------------------------------------- info: GET /v1/model */
 
-static void info_complete(lg_conn *c)
+static void info_answer(lg_run *r, const lg_conn *c)
 {
-    lg_req *q = c->user;
-    lg_run *r = q->run;
-    r->in_flight--;
-    if (r->teardown)
-        return;
-    count_status(r, c->status);
     cJSON *j = c->status == 200 ? cJSON_ParseWithLength(c->body.data ? c->body.data : "", c->body.len) : NULL;
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "vocab_size");
     const cJSON *sb = cJSON_GetObjectItemCaseSensitive(j, "state_bytes");
@@ -145,16 +145,11 @@ static void info_complete(lg_conn *c)
                     r->o.vocab, r->vocab_size);
     }
     cJSON_Delete(j);
-    pump(r);
 }
 
-static void setup_fail(lg_conn *c, const char *why)
+/* A transport failure of info, create, get or delete. */
+static void setup_failed(lg_run *r, lg_req *q, const char *why)
 {
-    lg_req *q = c->user;
-    lg_run *r = q->run;
-    r->in_flight--;
-    if (r->teardown)
-        return;
     static char buf[200];
     snprintf(buf, sizeof buf, "%s", why);
     if (q->kind == REQ_INFO) {
@@ -166,21 +161,12 @@ static void setup_fail(lg_conn *c, const char *why)
         if (q->kind == REQ_CREATE || q->kind == REQ_GET)
             r->sessions[q->sess].dead = 1;
     }
-    pump(r);
 }
-
-static const lg_conn_cb info_cb = {.on_complete = info_complete, .on_fail = setup_fail};
 
 /* ---------------------------------------------------------------- create: POST /v1/sessions */
 
-static void create_complete(lg_conn *c)
+static void create_answer(lg_run *r, lg_req *q, const lg_conn *c)
 {
-    lg_req *q = c->user;
-    lg_run *r = q->run;
-    r->in_flight--;
-    if (r->teardown)
-        return;
-    count_status(r, c->status);
     lg_session *s = &r->sessions[q->sess];
     int want = q->kind == REQ_CREATE ? 201 : 200;
     cJSON *j = cJSON_ParseWithLength(c->body.data ? c->body.data : "", c->body.len);
@@ -216,10 +202,7 @@ static void create_complete(lg_conn *c)
         ring_push(r, q->sess);
     }
     cJSON_Delete(j);
-    pump(r);
 }
-
-static const lg_conn_cb create_cb = {.on_complete = create_complete, .on_fail = setup_fail};
 
 static void send_create(lg_run *r, int ci, int si)
 {
@@ -243,7 +226,7 @@ static void send_create(lg_run *r, int ci, int si)
     } else {
         request_head(r, &req, "POST", "/v1/sessions", 0, 0);
     }
-    issue(r, ci, &req, 0, &create_cb);
+    issue(r, ci, &req, 0, &answer_cb);
     proto_buf_free(&body);
     proto_buf_free(&req);
 }
@@ -296,14 +279,8 @@ static void check_content_type(lg_req *q, const lg_conn *c)
         lg_check_fail(&q->chk, LG_CHK_FRAMING, "Content-Type \"%.40s\", expected %s", c->content_type, want);
 }
 
-static void drive_complete(lg_conn *c)
+static void drive_answer(lg_run *r, lg_req *q, const lg_conn *c)
 {
-    lg_req *q = c->user;
-    lg_run *r = q->run;
-    r->in_flight--;
-    if (r->teardown)
-        return;
-    count_status(r, c->status);
     lg_session *s = &r->sessions[q->sess];
     lg_check *k = &q->chk;
     if (c->status == 200) {
@@ -349,16 +326,10 @@ static void drive_complete(lg_conn *c)
         r->dead++;
     else
         ring_push(r, q->sess);
-    pump(r);
 }
 
-static void drive_fail(lg_conn *c, const char *why)
+static void drive_failed(lg_run *r, lg_req *q, const char *why)
 {
-    lg_req *q = c->user;
-    lg_run *r = q->run;
-    r->in_flight--;
-    if (r->teardown)
-        return;
     lg_session *s = &r->sessions[q->sess];
     r->checks[LG_CHK_TRANSPORT]++;
     r->requests_bad++;
@@ -367,10 +338,9 @@ static void drive_fail(lg_conn *c, const char *why)
     s->busy = 0;
     s->dead = 1;
     r->dead++;
-    pump(r);
 }
 
-static const lg_conn_cb drive_cb = {.on_line = drive_line, .on_complete = drive_complete, .on_fail = drive_fail};
+static const lg_conn_cb drive_cb = {.on_line = drive_line, .on_complete = request_complete, .on_fail = request_fail};
 
 static int drive_should_stop(lg_run *r)
 {
@@ -440,14 +410,8 @@ static int send_drive(lg_run *r, int ci)
 
 /* ---------------------------------------------------------------- delete */
 
-static void delete_complete(lg_conn *c)
+static void delete_answer(lg_run *r, lg_req *q, const lg_conn *c)
 {
-    lg_req *q = c->user;
-    lg_run *r = q->run;
-    r->in_flight--;
-    if (r->teardown)
-        return;
-    count_status(r, c->status);
     if (c->status == 204 || c->status == 200) {
         r->deleted++;
     } else {
@@ -457,10 +421,7 @@ static void delete_complete(lg_conn *c)
         r->setup_failures++;
         add_example(r, "delete", r->sessions[q->sess].id, why);
     }
-    pump(r);
 }
-
-static const lg_conn_cb delete_cb = {.on_complete = delete_complete, .on_fail = setup_fail};
 
 static int send_delete(lg_run *r, int ci)
 {
@@ -476,9 +437,50 @@ static int send_delete(lg_run *r, int ci)
     q->sess = si;
     snprintf(path, sizeof path, "/v1/sessions/%s", r->sessions[si].id);
     request_head(r, &req, "DELETE", path, 0, 0);
-    issue(r, ci, &req, 0, &delete_cb);
+    issue(r, ci, &req, 0, &answer_cb);
     proto_buf_free(&req);
     return 1;
+}
+
+/* ---------------------------------------------------------------- every request's end */
+
+/* Where an answer or a failure begins: the request is no longer in flight. Its run, or NULL while
+ * the run tears down (the answer is then ignored). */
+static lg_run *request_ended(lg_conn *c)
+{
+    lg_req *q = c->user;
+    q->run->in_flight--;
+    return q->run->teardown ? NULL : q->run;
+}
+
+static void request_complete(lg_conn *c)
+{
+    lg_req *q = c->user;
+    lg_run *r = request_ended(c);
+    if (!r)
+        return;
+    count_status(r, c->status);
+    switch (q->kind) {
+    case REQ_INFO: info_answer(r, c); break;
+    case REQ_CREATE:
+    case REQ_GET: create_answer(r, q, c); break;
+    case REQ_DRIVE: drive_answer(r, q, c); break;
+    case REQ_DELETE: delete_answer(r, q, c); break;
+    }
+    pump(r);
+}
+
+static void request_fail(lg_conn *c, const char *why)
+{
+    lg_req *q = c->user;
+    lg_run *r = request_ended(c);
+    if (!r)
+        return;
+    if (q->kind == REQ_DRIVE)
+        drive_failed(r, q, why);
+    else
+        setup_failed(r, q, why);
+    pump(r);
 }
 
 /* ---------------------------------------------------------------- the phases */
@@ -507,7 +509,7 @@ static int assign(lg_run *r, int ci)
             proto_buf req = {0};
             r->reqs[ci].kind = REQ_INFO;
             request_head(r, &req, "GET", "/v1/model", 0, 0);
-            issue(r, ci, &req, 0, &info_cb);
+            issue(r, ci, &req, 0, &answer_cb);
             proto_buf_free(&req);
         }
         return 1;
@@ -598,41 +600,30 @@ static void add_mem_sample(lg_run *r, const char *text)
     m->proc_cpu_s = lg_proc_cpu(r->o.server_pid);
 }
 
-static void scrape_done(lg_run *r)
+/* A /metrics sample ends: text is the body of a 200 answer, NULL after a failure. */
+static void scrape_end(lg_run *r, const char *text)
 {
     r->scrape_inflight = 0;
-    if (r->final_scrape && !r->teardown)
+    if (r->teardown)
+        return;
+    if (text)
+        r->scrapes_ok++;
+    else
+        r->scrape_errors++;
+    add_mem_sample(r, text);
+    if (r->final_scrape)
         pump(r);
 }
 
 static void scrape_complete(lg_conn *c)
 {
-    lg_run *r = c->user;
-    if (r->teardown) {
-        r->scrape_inflight = 0;
-        return;
-    }
-    if (c->status == 200) {
-        r->scrapes_ok++;
-        add_mem_sample(r, c->body.data ? c->body.data : "");
-    } else {
-        r->scrape_errors++;
-        add_mem_sample(r, NULL);
-    }
-    scrape_done(r);
+    scrape_end(c->user, c->status == 200 ? (c->body.data ? c->body.data : "") : NULL);
 }
 
 static void scrape_fail(lg_conn *c, const char *why)
 {
-    lg_run *r = c->user;
     (void)why;
-    if (r->teardown) {
-        r->scrape_inflight = 0;
-        return;
-    }
-    r->scrape_errors++;
-    add_mem_sample(r, NULL);
-    scrape_done(r);
+    scrape_end(c->user, NULL);
 }
 
 static const lg_conn_cb scrape_cb = {.on_complete = scrape_complete, .on_fail = scrape_fail};
@@ -677,22 +668,22 @@ static void begin_teardown(lg_run *r)
     uv_close((uv_handle_t *)&r->sigterm, NULL);
 }
 
-static void on_deadline(uv_timer_t *t)
+static void abort_run(lg_run *r, const char *why)
 {
-    lg_run *r = t->data;
-    r->aborted = "deadline (--max-time) reached";
+    r->aborted = why;
     if (r->phase == LG_PH_DRIVE)
         r->cpu_drive1 = lg_proc_cpu(r->o.server_pid);
     begin_teardown(r);
 }
 
+static void on_deadline(uv_timer_t *t)
+{
+    abort_run(t->data, "deadline (--max-time) reached");
+}
+
 static void on_signal(uv_signal_t *s, int signum)
 {
-    lg_run *r = s->data;
-    r->aborted = signum == SIGINT ? "interrupted (SIGINT)" : "terminated (SIGTERM)";
-    if (r->phase == LG_PH_DRIVE)
-        r->cpu_drive1 = lg_proc_cpu(r->o.server_pid);
-    begin_teardown(r);
+    abort_run(s->data, signum == SIGINT ? "interrupted (SIGINT)" : "terminated (SIGTERM)");
 }
 
 /* ---------------------------------------------------------------- flags */

@@ -39,38 +39,37 @@ double lg_prom_value(const char *text, const char *name)
     return -1;
 }
 
-double lg_proc_rss(int pid)
+/* /proc/PID/NAME, read whole into buf (NUL-terminated, cut at cap - 1 bytes); 0, or -1 when there
+ * is no pid or no such file. */
+static int read_proc(int pid, const char *name, char *buf, size_t cap)
 {
     if (pid <= 0)
         return -1;
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", pid);
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/%s", pid, name);
     FILE *f = fopen(path, "r");
     if (!f)
         return -1;
-    double rss = -1;
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "VmRSS:", 6) == 0) {
-            rss = strtod(line + 6, NULL) * 1024.0; /* kB */
-            break;
-        }
-    }
+    size_t n = fread(buf, 1, cap - 1, f);
     fclose(f);
-    return rss;
+    buf[n] = '\0';
+    return 0;
+}
+
+double lg_proc_rss(int pid)
+{
+    char buf[8192];
+    if (read_proc(pid, "status", buf, sizeof buf))
+        return -1;
+    const char *v = strstr(buf, "\nVmRSS:"); /* never the first line (Name: is) */
+    return v ? strtod(v + 7, NULL) * 1024.0 : -1; /* kB */
 }
 
 double lg_proc_cpu(int pid)
 {
-    if (pid <= 0)
+    char buf[1024];
+    if (read_proc(pid, "stat", buf, sizeof buf))
         return -1;
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
     /* The command name may contain spaces: fields are counted after the last ')'. */
     char *p = strrchr(buf, ')');
     if (!p)

@@ -3,7 +3,8 @@
 
 Seeds are small and meaningful: valid inputs and near-misses (one thing wrong each). Every file
 name says what the seed is. Snapshot seeds need the model fingerprints, so they are made with
-librecur ($RECUR_BUILD/librecur.so, default build/) through ctypes; everything else is plain bytes.
+librecur ($RECUR_BUILD/librecur.so, default build/) through core/python/recur_model.py;
+everything else is plain bytes.
 
     python3 tests/fuzz/make_corpus.py            # rewrites every corpus directory
     python3 tests/fuzz/make_corpus.py snapshot server   # only these targets
@@ -14,7 +15,6 @@ compiled (FMA contraction); the fingerprints, which hash the seeded weights, do 
 therefore rewrite snapshot seeds with other payload bytes that load just as well.
 Reproduction inputs of fixed crashes live in corpus/NAME/crash-* and are never touched here.
 """
-import ctypes
 import json
 import math
 import os
@@ -159,9 +159,6 @@ def seeds_safetensors(configs):
     def m_nan(h, d):
         return h, b"\x00\x00\xc0\x7f" + d[4:]
 
-    def m_inf_f16(h, d):
-        return h, d
-
     def m_unknown_key(h, d):
         h[first]["extra"] = 1
 
@@ -174,19 +171,14 @@ def seeds_safetensors(configs):
     def m_meta_str(h, d):
         h["__metadata__"] = "x"
 
-    s.append(("cfg0-missing-tensor", sel + safetensors(c, mutate=m_missing)))
-    s.append(("cfg0-extra-tensor", sel + safetensors(c, mutate=m_extra)))
-    s.append(("cfg0-wrong-shape", sel + safetensors(c, mutate=m_shape)))
-    s.append(("cfg0-wrong-dtype", sel + safetensors(c, mutate=m_dtype)))
-    s.append(("cfg0-overlap", sel + safetensors(c, mutate=m_overlap)))
-    s.append(("cfg0-past-end", sel + safetensors(c, mutate=m_past_end)))
-    s.append(("cfg0-nan-weight", sel + safetensors(c, mutate=m_nan)))
-    s.append(("cfg0-unknown-key", sel + safetensors(c, mutate=m_unknown_key)))
-    s.append(("cfg0-frac-offset", sel + safetensors(c, mutate=m_float_offset)))
-    s.append(("cfg0-neg-offset", sel + safetensors(c, mutate=m_neg_offset)))
-    s.append(("cfg0-meta-string", sel + safetensors(c, mutate=m_meta_str)))
-    s.append(("cfg0-no-metadata", sel + safetensors(c, meta=False)))
-    s.append(("cfg0-reverse-order", sel + safetensors(c, order="reverse")))
+    for label, how in (("missing-tensor", {"mutate": m_missing}), ("extra-tensor", {"mutate": m_extra}),
+                       ("wrong-shape", {"mutate": m_shape}), ("wrong-dtype", {"mutate": m_dtype}),
+                       ("overlap", {"mutate": m_overlap}), ("past-end", {"mutate": m_past_end}),
+                       ("nan-weight", {"mutate": m_nan}), ("unknown-key", {"mutate": m_unknown_key}),
+                       ("frac-offset", {"mutate": m_float_offset}), ("neg-offset", {"mutate": m_neg_offset}),
+                       ("meta-string", {"mutate": m_meta_str}), ("no-metadata", {"meta": False}),
+                       ("reverse-order", {"order": "reverse"})):
+        s.append(("cfg0-" + label, sel + safetensors(c, **how)))
     good = safetensors(c)
     s.append(("cfg0-truncated-data", sel + good[:-1]))
     s.append(("cfg0-trailing-byte", sel + good + b"\x00"))
@@ -206,38 +198,20 @@ def seeds_safetensors(configs):
 # ---------------------------------------------------------------- snapshot
 
 
-def snapshot_seeds(configs):
-    build = os.environ.get("RECUR_BUILD") or os.path.join(ROOT, "build")
-    lib = ctypes.CDLL(os.path.join(build, "librecur.so"))
-    vp, u8p = ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint8)
-    lib.recur_model_init_seed.argtypes = [ctypes.c_char_p, ctypes.c_uint64, ctypes.POINTER(vp)]
-    lib.recur_workspace_create.argtypes = [vp, ctypes.c_int, ctypes.POINTER(vp)]
-    lib.recur_state_create.argtypes = [vp, ctypes.POINTER(vp)]
-    lib.recur_model_prefill.argtypes = [vp, vp, vp, ctypes.POINTER(ctypes.c_int32), ctypes.c_int64, vp]
-    lib.recur_snapshot_size.argtypes = [vp]
-    lib.recur_snapshot_size.restype = ctypes.c_size_t
-    lib.recur_snapshot_write.argtypes = [vp, u8p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]
-    lib.recur_state_destroy.argtypes = [vp]
-    lib.recur_workspace_free.argtypes = [vp]
-    lib.recur_model_free.argtypes = [vp]
+def snapshot(cfg, seed, tokens):
+    """The snapshot of a seeded model's state after folding tokens (core/python/recur_model.py)."""
+    sys.path.insert(0, os.path.join(ROOT, "core", "python"))
+    import recur_model
+    m = recur_model.Model.init_seed(cfg, seed, max_batch=1)
+    st = m.state()
+    if tokens:
+        m.prefill(st, tokens, want_logits=False)
+    return st.snapshot()
 
-    def snap(cfg, n_tokens):
-        m, ws, st = vp(), vp(), vp()
-        assert lib.recur_model_init_seed(json.dumps(cfg).encode(), 1, ctypes.byref(m)) == 0
-        assert lib.recur_workspace_create(m, 1, ctypes.byref(ws)) == 0
-        assert lib.recur_state_create(m, ctypes.byref(st)) == 0
-        if n_tokens:
-            toks = (ctypes.c_int32 * n_tokens)(*[(7 * i + 1) % cfg["vocab_size"] for i in range(n_tokens)])
-            assert lib.recur_model_prefill(m, ws, st, toks, n_tokens, None) == 0
-        n = lib.recur_snapshot_size(st)
-        buf = (ctypes.c_uint8 * n)()
-        assert lib.recur_snapshot_write(st, buf, n, None) == 0
-        lib.recur_state_destroy(st)
-        lib.recur_workspace_free(ws)
-        lib.recur_model_free(m)
-        return bytes(buf)
 
-    return snap
+def snap(cfg, n_tokens):
+    """The snapshot seeds' state: seed 1, tokens 1, 8, 15, ... (mod vocab)."""
+    return snapshot(cfg, 1, [(7 * i + 1) % cfg["vocab_size"] for i in range(n_tokens)])
 
 
 def fix_core_checksum(b):
@@ -252,7 +226,6 @@ def trailer(core, vocab, logits=None):
 
 
 def seeds_snapshot(configs):
-    snap = snapshot_seeds(configs)
     s = []
     for i, c in enumerate(configs):
         for n in (0, 3, 5):
@@ -485,36 +458,13 @@ def state_put_seeds():
              ("n4-trailer-inf-logits", 4, [float("inf")] + [0.0] * (V - 1)),
              ("n4-trailer-neg-inf-logits", 4, [float("-inf")] * V))
     for label, n, logits in cases:
-        b = snap_with_seed(cfg, seed, n)
+        b = snapshot(cfg, seed, list(range(1, n + 1)))
         if logits is not None:
             b = b + trailer(b, V, logits or None)
         head = ("PUT /v1/sessions/@S/state HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
                 "Content-Length: %d\r\n\r\n" % len(b)).encode()
         out.append(("state-put-" + label, b"\x02" + head + b + after))
     return out
-
-
-def snap_with_seed(cfg, seed, n_tokens):
-    build = os.environ.get("RECUR_BUILD") or os.path.join(ROOT, "build")
-    lib = ctypes.CDLL(os.path.join(build, "librecur.so"))
-    vp = ctypes.c_void_p
-    lib.recur_model_init_seed.argtypes = [ctypes.c_char_p, ctypes.c_uint64, ctypes.POINTER(vp)]
-    lib.recur_workspace_create.argtypes = [vp, ctypes.c_int, ctypes.POINTER(vp)]
-    lib.recur_state_create.argtypes = [vp, ctypes.POINTER(vp)]
-    lib.recur_model_prefill.argtypes = [vp, vp, vp, ctypes.POINTER(ctypes.c_int32), ctypes.c_int64, vp]
-    lib.recur_snapshot_size.argtypes = [vp]
-    lib.recur_snapshot_size.restype = ctypes.c_size_t
-    lib.recur_snapshot_write.argtypes = [vp, ctypes.POINTER(ctypes.c_uint8), ctypes.c_size_t, vp]
-    m, ws, st = vp(), vp(), vp()
-    assert lib.recur_model_init_seed(json.dumps(cfg).encode(), seed, ctypes.byref(m)) == 0
-    assert lib.recur_workspace_create(m, 1, ctypes.byref(ws)) == 0
-    assert lib.recur_state_create(m, ctypes.byref(st)) == 0
-    toks = (ctypes.c_int32 * n_tokens)(*range(1, n_tokens + 1))
-    assert lib.recur_model_prefill(m, ws, st, toks, n_tokens, None) == 0
-    n = lib.recur_snapshot_size(st)
-    buf = (ctypes.c_uint8 * n)()
-    assert lib.recur_snapshot_write(st, buf, n, None) == 0
-    return bytes(buf)
 
 
 # ---------------------------------------------------------------- main

@@ -261,24 +261,27 @@ static int on_message_begin(llhttp_t *p)
     return 0;
 }
 
+/* Appends n bytes to a fixed buffer of cap bytes holding *len; -1 (the parser stops) when they do
+ * not fit with room for a NUL. */
+static int append(char *buf, size_t cap, size_t *len, const char *at, size_t n)
+{
+    if (*len + n >= cap)
+        return -1;
+    memcpy(buf + *len, at, n);
+    *len += n;
+    return 0;
+}
+
 static int on_url(llhttp_t *p, const char *at, size_t n)
 {
     conn *c = p->data;
-    if (c->url_len + n >= sizeof c->url)
-        return -1;
-    memcpy(c->url + c->url_len, at, n);
-    c->url_len += n;
-    return 0;
+    return append(c->url, sizeof c->url, &c->url_len, at, n);
 }
 
 static int on_body(llhttp_t *p, const char *at, size_t n)
 {
     conn *c = p->data;
-    if (c->body_len + n >= sizeof c->body)
-        return -1;
-    memcpy(c->body + c->body_len, at, n);
-    c->body_len += n;
-    return 0;
+    return append(c->body, sizeof c->body, &c->body_len, at, n);
 }
 
 static int on_message_complete(llhttp_t *p)
