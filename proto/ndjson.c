@@ -113,23 +113,34 @@ void proto_gen_line(proto_buf *b, proto_framing f, uint64_t pos, int32_t token, 
     end(b, f);
 }
 
-void proto_fold_done(proto_buf *b, proto_framing f, uint64_t tokens_seen)
+/* ,"checkpoint":"<id>" when a checkpoint was taken at the end (ids are hex: no escaping). */
+static void put_checkpoint(proto_buf *b, const char *checkpoint)
+{
+    if (checkpoint)
+        proto_buf_printf(b, ",\"checkpoint\":\"%s\"", checkpoint);
+}
+
+void proto_fold_done(proto_buf *b, proto_framing f, uint64_t tokens_seen, const char *checkpoint)
 {
     begin_id(b, f, NULL);
     proto_buf_append(b, "{\"done\":true,\"tokens_seen\":", 27);
     put_u64(b, (unsigned long long)tokens_seen);
+    put_checkpoint(b, checkpoint);
     proto_buf_append(b, "}", 1);
     end(b, f);
     if (f == PROTO_FRAME_SSE)
         proto_buf_puts(b, "data: [DONE]\n\n");
 }
 
-void proto_gen_done(proto_buf *b, proto_framing f, const char *reason, uint64_t tokens_seen)
+void proto_gen_done(proto_buf *b, proto_framing f, const char *reason, uint64_t tokens_seen,
+                    const char *checkpoint)
 {
     begin_id(b, f, NULL);
     proto_buf_puts(b, "{\"done\":true,\"reason\":");
     proto_buf_json_str(b, reason, strlen(reason));
-    proto_buf_printf(b, ",\"tokens_seen\":%llu}", (unsigned long long)tokens_seen);
+    proto_buf_printf(b, ",\"tokens_seen\":%llu", (unsigned long long)tokens_seen);
+    put_checkpoint(b, checkpoint);
+    proto_buf_puts(b, "}");
     end(b, f);
     if (f == PROTO_FRAME_SSE)
         proto_buf_puts(b, "data: [DONE]\n\n");

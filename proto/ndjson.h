@@ -30,11 +30,13 @@ void proto_fold_line(proto_buf *b, proto_framing f, uint64_t pos, int32_t token,
  * token completes (may be empty while a multi-byte character is incomplete). */
 void proto_gen_line(proto_buf *b, proto_framing f, uint64_t pos, int32_t token, const char *text,
                     size_t text_len, float logprob);
-/* Last line of /tokens: {"done":true,"tokens_seen":N}. */
-void proto_fold_done(proto_buf *b, proto_framing f, uint64_t tokens_seen);
+/* Last line of /tokens: {"done":true,"tokens_seen":N}, with ,"checkpoint":"<id>" when
+ * checkpoint is not NULL (a checkpoint taken at the end, server/checkpoints.h). */
+void proto_fold_done(proto_buf *b, proto_framing f, uint64_t tokens_seen, const char *checkpoint);
 /* Last line of /generate: {"done":true,"reason":"...","tokens_seen":N}, plus "data: [DONE]"
  * in SSE framing. */
-void proto_gen_done(proto_buf *b, proto_framing f, const char *reason, uint64_t tokens_seen);
+void proto_gen_done(proto_buf *b, proto_framing f, const char *reason, uint64_t tokens_seen,
+                    const char *checkpoint);
 /* An error in the middle of a stream (the status line is already sent):
  * {"error":{"code":...,"message":...}} as a line. */
 void proto_stream_error(proto_buf *b, proto_framing f, const char *code, const char *message);

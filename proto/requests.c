@@ -127,6 +127,18 @@ static int get_number(const pj_span *item, double *out)
     return pj_number(*item, out) == 0 && isfinite(*out) ? 0 : -1;
 }
 
+/* An optional boolean member: 0 (absent: *out untouched), -1 not a boolean. */
+static int get_bool(const pj_doc *d, const char *name, int *out)
+{
+    const pj_span *it = member(d, name);
+    if (!it)
+        return 0;
+    if (pj_type_of(*it) != PJ_TRUE && pj_type_of(*it) != PJ_FALSE)
+        return -1;
+    *out = pj_type_of(*it) == PJ_TRUE;
+    return 0;
+}
+
 /* ---------------------------------------------------------------- tokens */
 
 static int decode_token_array(const pj_span *toks, const proto_limits *lim, proto_tokens_req *out,
@@ -277,8 +289,10 @@ int proto_decode_tokens_req(const uint8_t *body, size_t len, const proto_limits 
     pj_doc d;
     if (parse_object(body, len, &d, err))
         return -1;
-    static const char *const allowed[] = {"tokens", "text", "top_k", NULL};
+    static const char *const allowed[] = {"tokens", "text", "top_k", "checkpoint", NULL};
     int rc = check_fields(&d, allowed, err);
+    if (rc == 0 && get_bool(&d, "checkpoint", &out->checkpoint) != 0)
+        rc = fail_field(err, "checkpoint", "a boolean");
     if (rc == 0) {
         const pj_span *k = member(&d, "top_k");
         double v;
@@ -306,13 +320,40 @@ int proto_decode_create_req(const uint8_t *body, size_t len, const proto_limits 
     pj_doc d;
     if (parse_object(body, len, &d, err))
         return -1;
-    static const char *const allowed[] = {"tokens", "text", NULL};
+    static const char *const allowed[] = {"tokens", "text", "prefix_cache", NULL};
     int rc = check_fields(&d, allowed, err);
+    if (rc == 0 && get_bool(&d, "prefix_cache", &out->prefix_cache) != 0)
+        rc = fail_field(err, "prefix_cache", "a boolean");
     if (rc == 0)
         rc = decode_tokens_fields(&d, lim, out, err);
     if (rc != 0)
         proto_tokens_req_free(out);
     return rc;
+}
+
+int proto_decode_rollback_req(const uint8_t *body, size_t len, proto_rollback_req *out,
+                              proto_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (body_is_blank(body, len))
+        return fail(err, 400, "invalid_json", "request body must be a JSON object with \"checkpoint\"");
+    pj_doc d;
+    if (parse_object(body, len, &d, err))
+        return -1;
+    static const char *const allowed[] = {"checkpoint", NULL};
+    if (check_fields(&d, allowed, err))
+        return -1;
+    const pj_span *c = member(&d, "checkpoint");
+    if (!c)
+        return fail(err, 422, "missing_checkpoint", "the body needs \"checkpoint\"");
+    size_t n = pj_type_of(*c) == PJ_STRING ? pj_string_len(*c) : 0;
+    if (n == 0 || n >= sizeof out->checkpoint)
+        return fail_field(err, "checkpoint", "a checkpoint id (a string of 1 to 64 bytes)");
+    pj_string_decode(*c, (uint8_t *)out->checkpoint);
+    out->checkpoint[n] = '\0';
+    if (memchr(out->checkpoint, 0, n)) /* an id never holds a NUL: no prefix of it may match */
+        return fail_field(err, "checkpoint", "a checkpoint id (a string of 1 to 64 bytes)");
+    return 0;
 }
 
 int proto_decode_empty_req(const uint8_t *body, size_t len, proto_error *err)
@@ -413,8 +454,10 @@ int proto_decode_generate_req(const uint8_t *body, size_t len, const proto_limit
     if (parse_object(body, len, &d, err))
         return -1;
     static const char *const allowed[] = {"max_tokens", "temperature", "top_k", "top_p",
-                                          "seed", "stop", NULL};
+                                          "seed", "stop", "checkpoint", NULL};
     int rc = check_fields(&d, allowed, err);
+    if (rc == 0 && get_bool(&d, "checkpoint", &out->checkpoint) != 0)
+        rc = fail_field(err, "checkpoint", "a boolean");
     const pj_span *it;
     double v;
     if (rc == 0 && (it = member(&d, "max_tokens"))) {

@@ -51,6 +51,8 @@ typedef struct {
     size_t n;
     int present;      /* 1 when "tokens" or "text" was given */
     int top_k;        /* /tokens only: candidates per position, default 5 */
+    int prefix_cache; /* create only: "prefix_cache": true (server/prefix_cache.h) */
+    int checkpoint;   /* /tokens only: "checkpoint": true, one taken at the end */
 } proto_tokens_req;
 
 typedef struct {
@@ -63,7 +65,13 @@ typedef struct {
     size_t n_stop;
     char stop[PROTO_MAX_STOP][PROTO_MAX_STOP_BYTES + 1];
     size_t stop_len[PROTO_MAX_STOP];
+    int checkpoint;      /* "checkpoint": true: one taken at the end (server/checkpoints.h) */
 } proto_generate_req;
+
+/* POST /v1/sessions/{id}/rollback: {"checkpoint": "<id>"} (a string of 1 to 64 bytes). */
+typedef struct {
+    char checkpoint[65];
+} proto_rollback_req;
 
 /* POST /v1/sessions/{id}/tokens: body required, "tokens" xor "text" required, optional "top_k".
  * Returns 0, or -1 with *err filled. On success the caller frees out->tokens. */
@@ -75,6 +83,9 @@ int proto_decode_create_req(const uint8_t *body, size_t len, const proto_limits 
 /* POST /v1/sessions/{id}/generate: empty body (all defaults) or an object of the parameters. */
 int proto_decode_generate_req(const uint8_t *body, size_t len, const proto_limits *lim,
                               proto_generate_req *out, proto_error *err);
+/* POST /v1/sessions/{id}/rollback: "checkpoint" required (missing_checkpoint, invalid_checkpoint). */
+int proto_decode_rollback_req(const uint8_t *body, size_t len, proto_rollback_req *out,
+                              proto_error *err);
 /* A body that must be empty or "{}" (fork). */
 int proto_decode_empty_req(const uint8_t *body, size_t len, proto_error *err);
 

@@ -52,6 +52,7 @@ typedef struct srv_app {
     struct srv_residency *res; /* persistence and the resident budget (residency.c) */
     srv_held_state held;       /* requests held behind an off-loop body decode (offloop.c) */
     recur_tokenizer *tok;      /* the model folder's tokenizer, or the byte tokenizer (text.h) */
+    struct srv_pcache *pcache; /* the prefix-state cache (prefix_cache.h) */
 } srv_app;
 
 /* The HTTP callbacks (routes.c). */

@@ -83,6 +83,14 @@ static const opt OPTS[] = {
      "eviction and SIGTERM)"},
     {"evict_idle_ms", OPT_U64, F(evict_idle_ms), 0, BIG,
      "with state_dir: write and drop from memory sessions idle this long (0 = never)"},
+    {"prefix_cache_bytes", OPT_SIZE, F(prefix_cache_bytes), 0, BIG,
+     "memory of the exact prefix-state cache, entries and token ids counted (0 = cache off)"},
+    {"prefix_cache_disk_bytes", OPT_SIZE, F(prefix_cache_disk_bytes), 0, BIG,
+     "with state_dir: bytes of prefix-cache entries spilled to state_dir/prefix_cache (0 = none)"},
+    {"prefix_checkpoint_interval", OPT_U64, F(prefix_checkpoint_interval), 0, BIG,
+     "a cached prefill stores its state every this many tokens (0 = only at its end)"},
+    {"max_checkpoints_per_session", OPT_INT, F(max_checkpoints_per_session), 0, 1e6,
+     "checkpoints one session may hold -> 409"},
 };
 #define N_OPTS (sizeof OPTS / sizeof OPTS[0])
 
@@ -105,6 +113,10 @@ static void defaults(srv_config *c)
     c->max_queued_ops_per_session = 64;
     c->drain_timeout_ms = 30000;
     c->snapshot_interval_ms = 30000;
+    c->prefix_cache_bytes = (size_t)256 << 20;
+    c->prefix_cache_disk_bytes = (size_t)1 << 30;
+    c->prefix_checkpoint_interval = 1024;
+    c->max_checkpoints_per_session = 8;
 }
 
 static const opt *find_opt(const char *key)

@@ -44,6 +44,11 @@ typedef struct {
     uint64_t snapshot_interval_ms;   /* changed sessions written this often (0 = never) */
     uint64_t evict_idle_ms;          /* idle resident sessions written and dropped (0 = never) */
     int check_only;                  /* --check-config: validate, print, exit (not a key) */
+    /* prefix cache and checkpoints (prefix_cache.h, checkpoints.h) */
+    size_t prefix_cache_bytes;       /* memory bound of the prefix cache (0 = off) */
+    size_t prefix_cache_disk_bytes;  /* with state_dir: bound of its spill files (0 = no spill) */
+    uint64_t prefix_checkpoint_interval; /* tokens between stores in a long prefill (0 = none) */
+    int max_checkpoints_per_session;
 } srv_config;
 
 /* recurd's release (`recurd --version`, GET /v1/model, the startup log). */

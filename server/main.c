@@ -21,6 +21,7 @@
 #include "auth.h"
 #include "hostaddr.h"
 #include "log.h"
+#include "prefix_cache.h"
 #include "residency.h"
 #include "sd_notify.h"
 #include "state_blob.h"
@@ -67,6 +68,25 @@ static void on_drained(srv_server *s, void *appv)
     uv_close((uv_handle_t *)&g_sigint, close_cb_noop);
     srv_sched_stop(app->sched);
     srv_residency_shutdown(app); /* workers joined: write every changed session */
+    srv_pcache_shutdown(app->pcache); /* and every prefix-cache entry not on disk yet */
+}
+
+/* The prefix cache (prefix_cache.h), spilling to state_dir/prefix_cache when state_dir is set
+ * (srv_residency_start made state_dir). 0, or -1 after logging why. */
+static int start_prefix_cache(srv_app *app)
+{
+    char dir[SRV_PATH_MAX + 32] = "", err[600];
+    if (app->cfg.state_dir[0])
+        snprintf(dir, sizeof dir, "%s/prefix_cache", app->cfg.state_dir);
+    srv_pcache_config pcfg = {app->cfg.prefix_cache_bytes, app->cfg.prefix_cache_disk_bytes,
+                              app->cfg.prefix_checkpoint_interval, dir};
+    if (srv_pcache_create(&pcfg, app->model, app->loop, &app->pcache, err, sizeof err) != 0) {
+        char e[1400];
+        srv_log(SRV_LOG_ERROR, "prefix_cache_dir_unusable", "\"message\":\"%s; refusing to start\"",
+                srv_log_str(err, e, sizeof e));
+        return -1;
+    }
+    return 0;
 }
 
 static void on_close_timer(uv_timer_t *t)
@@ -185,6 +205,8 @@ int main(int argc, char **argv)
         return 1;
     if (srv_residency_start(app) != 0)
         return 1; /* state_dir unusable: logged */
+    if (start_prefix_cache(app) != 0)
+        return 1;
     rc = srv_sched_create(app->loop, app->model, app->cfg.workers, app->cfg.max_batch,
                           app->cfg.decode_workers,
                           app->cfg.prefill_slice, srv_ops_work_done, srv_ops_gen_progress, app,
@@ -236,6 +258,7 @@ int main(int argc, char **argv)
         srv_log(SRV_LOG_WARN, "loop_close_busy", "\"error\":\"%s\"", uv_strerror(rc));
     srv_sched_free(app->sched);
     srv_residency_free(app);
+    srv_pcache_free(app->pcache);
     srv_table_destroy(app->table);
     srv_text_free(app);
     recur_model_free(app->model);

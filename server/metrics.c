@@ -3,6 +3,7 @@
 #include <stdio.h>
 
 #include "metrics.h"
+#include "prefix_cache.h"
 #include "residency.h"
 
 /* "# HELP name help\n# TYPE name type\n": the head of a family whose samples follow. */
@@ -120,4 +121,5 @@ void srv_metrics_render(srv_app *app, proto_buf *b)
         srv_metric(b, "process_resident_memory_bytes", "gauge", "Resident set size.",
                    (unsigned long long)rss);
     srv_residency_metrics(app, b);
+    srv_pcache_metrics(app->pcache, b);
 }

@@ -38,6 +38,9 @@ void srv_body_decode(srv_body_kind kind, const uint8_t *body, size_t len, const 
     case SRV_BODY_DETOKENIZE:
         out->rc = proto_decode_detokenize_req(body, len, lim, &out->tr, &out->err);
         break;
+    case SRV_BODY_ROLLBACK:
+        out->rc = proto_decode_rollback_req(body, len, &out->rb, &out->err);
+        break;
     }
 }
 

@@ -45,6 +45,7 @@ typedef enum {
     SRV_BODY_EMPTY,    /* proto_decode_empty_req */
     SRV_BODY_TOKENIZE,   /* proto_decode_tokenize_req (into tr) */
     SRV_BODY_DETOKENIZE, /* proto_decode_detokenize_req (into tr) */
+    SRV_BODY_ROLLBACK,   /* proto_decode_rollback_req (into rb) */
 } srv_body_kind;
 
 /* A decoded request body. */
@@ -54,6 +55,7 @@ typedef struct {
     proto_error err;
     proto_tokens_req tr;  /* CREATE, TOKENS, (DE)TOKENIZE: the caller may take tr.tokens (set it to NULL) */
     proto_generate_req g; /* GENERATE */
+    proto_rollback_req rb; /* ROLLBACK */
 } srv_body;
 
 /* The one place a body is decoded, inline or on the threadpool. Thread-safe. */

@@ -5,7 +5,9 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "checkpoints.h"
 #include "log.h"
+#include "prefix_cache.h"
 #include "residency.h"
 #include "responses.h"
 #include "state_blob.h"
@@ -15,6 +17,8 @@ static const char *const REASONS[] = {"length", "stop", "cancelled"};
 
 static void pump(srv_session *s);
 static void stream_error_end(srv_op *op, int rc);
+static const char *ckpt_at_end(srv_op *op, char id[]);
+static void pc_after_fold(srv_op *op);
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -38,6 +42,7 @@ static void srv_op_free(srv_op *op)
     free(op->tokens);
     free(op->blob);
     free(op->ckpt);
+    free(op->gen_ids);
     proto_buf_free(&op->out);
     srv_gen_free(&op->run);
     free(op);
@@ -122,6 +127,10 @@ static void respond_session(srv_op *op, int status, srv_session *s)
     s->snapshot_bytes = srv_session_state_bytes(s, op->app->info->vocab_size); /* nothing in flight */
     proto_session_json(&b, s->id, s->tokens_seen, op->app->info->state_bytes, s->snapshot_bytes,
                        s->q_len > 0 ? s->q_len - 1 : 0);
+    if (op->pc_report) { /* a create that asked for the prefix cache: how much came from it */
+        b.len--;
+        proto_buf_printf(&b, ",\"cached_tokens\":%llu}", (unsigned long long)s->pc_cached);
+    }
     srv_respond(op->conn, status, "application/json", b.data, b.len, NULL);
     proto_buf_free(&b);
 }
@@ -131,6 +140,8 @@ static void finish(srv_op *op)
 {
     srv_session *s = op->sess;
     op_commit(op); /* a cancelled fold or generation keeps what it folded, if that is valid */
+    if (s->pc_hist && s->pc_hist_n != s->tokens_seen)
+        srv_pcache_hist_drop(s); /* cancelled or failed midway: the history is not known */
     s->last_used_ms = uv_now(op->app->loop); /* idle time counts from the end of the request */
     if (s->q_head == op) {
         s->q_head = op->next;
@@ -183,6 +194,53 @@ static void write_out(srv_op *op)
     proto_buf_clear(&op->out);
 }
 
+/* ---------------------------------------------------------------- prefix cache (prefix_cache.h) */
+
+/* The longest token history a session tracks: a prompt and a completion of one request each. */
+static size_t pc_hist_max(const srv_app *app)
+{
+    return 2 * app->cfg.max_tokens_per_request;
+}
+
+/* A fold or create completed: the session's history grows by its tokens (a create's prompt is
+ * the whole history), and the state after them is stored. */
+static void pc_after_fold(srv_op *op)
+{
+    srv_session *s = op->sess;
+    srv_app *app = op->app;
+    if (op->kind == SRV_OP_CREATE && op->pc_lookup && srv_pcache_enabled(app->pcache)) {
+        srv_pcache_hist_drop(s);
+        srv_pcache_hist_append(s, op->tokens, op->n, pc_hist_max(app));
+    } else if (op->kind == SRV_OP_FOLD && s->pc_hist) {
+        if (s->pc_hist_n + op->n != s->tokens_seen) { /* cannot happen: the history was exact */
+            srv_pcache_hist_drop(s);
+            return;
+        }
+        srv_pcache_hist_append(s, op->tokens, op->n, pc_hist_max(app));
+    }
+    if (s->pc_hist && s->pc_hist_n == s->tokens_seen)
+        srv_pcache_store(app->pcache, s->pc_hist, s->pc_hist_n, s);
+}
+
+/* A cached create's prefill slice ends at the next multiple of prefix_checkpoint_interval, where
+ * its state is stored (an edit late in a long prompt resumes from there). */
+static int64_t pc_slice_cap(const srv_op *op, int64_t n)
+{
+    uint64_t iv = op->pc_lookup ? srv_pcache_interval(op->app->pcache) : 0;
+    if (!iv)
+        return n;
+    uint64_t pos = op->sess->tokens_seen, next = (pos / iv + 1) * iv;
+    return (int64_t)(next - pos) < n ? (int64_t)(next - pos) : n;
+}
+
+static void pc_after_slice(srv_op *op)
+{
+    srv_session *s = op->sess;
+    uint64_t iv = op->pc_lookup ? srv_pcache_interval(op->app->pcache) : 0;
+    if (iv && op->done < op->n && s->tokens_seen % iv == 0 && s->tokens_seen == op->done)
+        srv_pcache_store(op->app->pcache, op->tokens, op->done, s);
+}
+
 /* ---------------------------------------------------------------- compute submission */
 
 /* On a worker, while op's work item is in flight (the loop does not touch op->out then): the
@@ -220,7 +278,7 @@ static void submit_fold_slice(srv_op *op)
         w->kind = SRV_WORK_PREFILL;
         size_t slice = (size_t)srv_sched_prefill_slice(app->sched);
         w->tokens = op->tokens + op->done;
-        w->n = (int64_t)(left < slice ? left : slice);
+        w->n = pc_slice_cap(op, (int64_t)(left < slice ? left : slice));
     }
     op->in_flight = 1;
     srv_sched_submit(app->sched, w);
@@ -246,6 +304,7 @@ static void submit_generation(srv_op *op)
     w->sp.top_p = op->gen.top_p;
     w->rng = &op->run.rng;
     w->gen = &op->run;
+    w->gen_ids = op->gen_ids;
     w->pos0 = s->tokens_seen;
     atomic_store(&op->run.hold, 0); /* continue_op submits only while the stream is writable */
     atomic_store(&op->run.yield, 0);
@@ -262,8 +321,16 @@ static void end_generation(srv_op *op, int reason)
         return;
     }
     app->counters.generations_by_reason[reason]++;
+    srv_session *s = op->sess;
+    if (s->pc_hist && op->gen_ids) { /* prompt + completion: the next turn's prefix */
+        srv_pcache_hist_append(s, op->gen_ids, (size_t)op->run.generated, pc_hist_max(app));
+        if (s->pc_hist && s->pc_hist_n == s->tokens_seen)
+            srv_pcache_store(app->pcache, s->pc_hist, s->pc_hist_n, s);
+    }
+    char cid[SRV_CKPT_ID_LEN + 1];
+    const char *ck = ckpt_at_end(op, cid);
     if (!op->cancelled) {
-        proto_gen_done(&op->out, op->framing, REASONS[reason], op->sess->tokens_seen);
+        proto_gen_done(&op->out, op->framing, REASONS[reason], op->sess->tokens_seen, ck);
         write_out(op);
         srv_stream_end(op->conn);
     }
@@ -277,8 +344,11 @@ static void end_fold(srv_op *op)
         stream_error_end(op, rc);
         return;
     }
+    pc_after_fold(op);
+    char cid[SRV_CKPT_ID_LEN + 1];
+    const char *ck = ckpt_at_end(op, cid);
     if (!op->cancelled) {
-        proto_fold_done(&op->out, op->framing, op->sess->tokens_seen);
+        proto_fold_done(&op->out, op->framing, op->sess->tokens_seen, ck);
         write_out(op);
         srv_stream_end(op->conn);
     }
@@ -347,6 +417,7 @@ static void continue_op(srv_op *op)
                 remove_session(app, s);
                 return;
             }
+            pc_after_fold(op);
             respond_session(op, 201, s);
             finish_and_pump(op);
         }
@@ -405,6 +476,7 @@ void srv_ops_work_done(srv_work *w, void *appv)
         return;
     }
     op->done += w->kind == SRV_WORK_STEP ? 1 : (size_t)w->n;
+    pc_after_slice(op);
     write_out(op);
     continue_op(op);
 }
@@ -465,6 +537,7 @@ static void start_put_state(srv_op *op)
         return;
     }
     s->tokens_seen = recur_state_tokens_seen(s->state);
+    srv_pcache_hist_drop(s);
     respond_session(op, 200, s);
 }
 
@@ -499,8 +572,119 @@ static void start_fork(srv_op *op)
     dst->has_logits = src->has_logits;
     memcpy(dst->lsm_c, src->lsm_c, sizeof dst->lsm_c);
     dst->tokens_seen = src->tokens_seen;
+    if (srv_ckpt_copy(dst, src) != 0) {
+        srv_table_remove(app->table, dst);
+        op_error(op, 503, "out_of_memory", "cannot copy the session's checkpoints");
+        return;
+    }
+    if (src->pc_hist)
+        srv_pcache_hist_append(dst, src->pc_hist, src->pc_hist_n, pc_hist_max(app));
     app->counters.sessions_created++;
     respond_session(op, 201, dst);
+}
+
+/* ---------------------------------------------------------------- checkpoints (checkpoints.h) */
+
+static void reject_ckpt_limit(srv_op *op)
+{
+    char msg[128];
+    snprintf(msg, sizeof msg, "max_checkpoints_per_session (%d) reached: delete one first",
+             op->app->cfg.max_checkpoints_per_session);
+    op_error(op, 409, "max_checkpoints_per_session", msg);
+}
+
+static void reject_ckpt_unknown(srv_op *op)
+{
+    op_error(op, 404, "checkpoint_not_found", "no such checkpoint on this session");
+}
+
+static void start_ckpt_take(srv_op *op)
+{
+    srv_app *app = op->app;
+    srv_session *s = op->sess;
+    char id[SRV_CKPT_ID_LEN + 1];
+    int rc = srv_ckpt_take(s, app->info->vocab_size, app->cfg.max_checkpoints_per_session, id);
+    if (rc == -1) {
+        reject_ckpt_limit(op);
+        return;
+    }
+    if (rc != 0) {
+        op_error(op, 503, "out_of_memory", "cannot capture the state");
+        return;
+    }
+    if (op->cancelled)
+        return;
+    proto_buf b;
+    proto_buf_init(&b);
+    proto_buf_printf(&b, "{\"checkpoint\":\"%s\",\"tokens_seen\":%llu}", id,
+                     (unsigned long long)s->tokens_seen);
+    srv_respond(op->conn, 201, "application/json", b.data, b.len, NULL);
+    proto_buf_free(&b);
+}
+
+static void start_ckpt_list(srv_op *op)
+{
+    if (op->cancelled)
+        return;
+    proto_buf b;
+    proto_buf_init(&b);
+    srv_ckpt_list_json(op->sess, &b);
+    srv_respond(op->conn, 200, "application/json", b.data, b.len, NULL);
+    proto_buf_free(&b);
+}
+
+static void start_ckpt_delete(srv_op *op)
+{
+    if (srv_ckpt_remove(op->sess, op->ckpt_id) != 0) {
+        reject_ckpt_unknown(op);
+        return;
+    }
+    if (!op->cancelled)
+        srv_respond(op->conn, 204, NULL, NULL, 0, NULL);
+}
+
+/* The state and tokens_seen of the checkpoint, back in O(state) (its blob's checks, then copies). */
+static void start_rollback(srv_op *op)
+{
+    srv_app *app = op->app;
+    srv_session *s = op->sess;
+    srv_ckpt *c = srv_ckpt_find(s, op->ckpt_id);
+    if (!c) {
+        reject_ckpt_unknown(op);
+        return;
+    }
+    const char *why = NULL;
+    if (srv_state_restore(app->model, app->info->vocab_size, s, c->blob, c->len, &why) != 0) {
+        op_error(op, 500, "checkpoint_invalid", "the checkpoint's state failed its checks");
+        return;
+    }
+    srv_pcache_hist_drop(s); /* its token history is not this checkpoint's */
+    respond_session(op, 200, s);
+}
+
+/* "checkpoint": true on a fold or generation: refused before anything runs when the session
+ * cannot hold one more (0 after answering). */
+static int ckpt_room(srv_op *op)
+{
+    if (!op->ckpt_at_end || op->sess->n_ckpts < op->app->cfg.max_checkpoints_per_session)
+        return 1;
+    reject_ckpt_limit(op);
+    finish_and_pump(op);
+    return 0;
+}
+
+/* At the end of a fold or generation that asked for it: the id for the done line, or NULL. */
+static const char *ckpt_at_end(srv_op *op, char id[])
+{
+    if (!op->ckpt_at_end)
+        return NULL;
+    srv_app *app = op->app;
+    int rc = srv_ckpt_take(op->sess, app->info->vocab_size, app->cfg.max_checkpoints_per_session, id);
+    if (rc != 0) {
+        srv_log(SRV_LOG_ERROR, "checkpoint_failed", "\"code\":%d", rc);
+        return NULL;
+    }
+    return id;
 }
 
 static void start_generate(srv_op *op)
@@ -512,6 +696,14 @@ static void start_generate(srv_op *op)
                           "the session has no next-token prediction yet: fold at least one token first");
         finish_and_pump(op);
         return;
+    }
+    op->ckpt_at_end = op->gen.checkpoint;
+    if (!ckpt_room(op))
+        return;
+    if (s->pc_hist && op->gen.max_tokens > 0) { /* recorded by the workers (scheduler.c) */
+        op->gen_ids = malloc((size_t)op->gen.max_tokens * sizeof *op->gen_ids);
+        if (!op->gen_ids)
+            abort();
     }
     uint64_t seed = op->gen.seed;
     if (!op->gen.has_seed && getrandom(&seed, sizeof seed, 0) != (ssize_t)sizeof seed)
@@ -549,6 +741,13 @@ static void start_fold(srv_op *op)
         op_error(op, 422, "max_context", msg);
         finish_and_pump(op);
         return;
+    }
+    if (op->kind == SRV_OP_FOLD && !ckpt_room(op))
+        return;
+    if (op->kind == SRV_OP_CREATE && op->pc_lookup) {
+        /* nothing folded yet: the longest stored prefix of the prompt, if any, becomes the state */
+        s->pc_cached = srv_pcache_restore(app->pcache, op->tokens, op->n, s);
+        op->done = (size_t)s->pc_cached;
     }
     if (op->kind == SRV_OP_FOLD) {
         op_checkpoint(op);
@@ -606,6 +805,22 @@ static void start(srv_op *op)
     case SRV_OP_FOLD:
     case SRV_OP_CREATE:
         start_fold(op);
+        return;
+    case SRV_OP_CKPT_TAKE:
+        start_ckpt_take(op);
+        finish_and_pump(op);
+        return;
+    case SRV_OP_CKPT_LIST:
+        start_ckpt_list(op);
+        finish_and_pump(op);
+        return;
+    case SRV_OP_CKPT_DELETE:
+        start_ckpt_delete(op);
+        finish_and_pump(op);
+        return;
+    case SRV_OP_ROLLBACK:
+        start_rollback(op);
+        finish_and_pump(op);
         return;
     }
 }

@@ -25,7 +25,11 @@ typedef enum {
     SRV_OP_PUT_STATE,
     SRV_OP_FOLD,
     SRV_OP_GENERATE,
-    SRV_OP_CREATE /* prefill of a session being created; answers 201 when done */
+    SRV_OP_CREATE, /* prefill of a session being created; answers 201 when done */
+    SRV_OP_CKPT_TAKE,   /* POST .../checkpoints (checkpoints.h) */
+    SRV_OP_CKPT_LIST,   /* GET .../checkpoints */
+    SRV_OP_CKPT_DELETE, /* DELETE .../checkpoints/{cid} */
+    SRV_OP_ROLLBACK     /* POST .../rollback */
 } srv_op_kind;
 
 struct srv_op {
@@ -42,8 +46,18 @@ struct srv_op {
     int32_t *tokens;    /* [n], owned */
     size_t n, done;
     int top_k;
+    /* CREATE: look the prompt up in the prefix cache first, store its states (prefix_cache.h);
+     * the session then tracks its tokens and reports pc_cached as "cached_tokens" */
+    int pc_lookup;
+    int pc_report;      /* CREATE: the response carries "cached_tokens" (asked for the cache) */
+    /* FOLD / GENERATE: take a checkpoint at the end ("checkpoint": true), its id in the done line */
+    int ckpt_at_end;
+    /* CKPT_DELETE / ROLLBACK: the checkpoint id as the client gave it (NUL-terminated) */
+    char ckpt_id[65];
     /* GENERATE */
     proto_generate_req gen;
+    int32_t *gen_ids;   /* [gen.max_tokens] the sampled ids (scheduler.c records them), for the
+                         * session's token history (pc_hist); NULL when it tracks none */
     srv_gen run;        /* the stream as the workers run it (generation.h) */
     /* FOLD / GENERATE: the session as the op found it (state checkpoint, then the logits), put
      * back when the op fails: a step turned non-finite or left the state outside the value

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoints.h"
 #include "log.h"
 #include "metrics.h"
 #include "ops.h"
@@ -71,6 +72,8 @@ typedef struct wjob {
     float *clogits;
     int chas_logits;
     int vocab;
+    uint8_t *csec;    /* with cstate: the session's checkpoint section, copied at the boundary */
+    size_t csec_len;
     uint64_t gen;     /* the session's mut_gen when serialized */
     int gen_valid;    /* no request was pending: the file holds everything up to gen */
     int err;          /* 0 or -errno, set by the worker */
@@ -336,10 +339,37 @@ static int serialize_state(int vocab, const recur_state *st, const float *logits
     return proto_state_write(st, logits, has_logits != 0, vocab, out, out_len);
 }
 
+/* The session's checkpoints (checkpoints.h) after its state blob, in the same file. */
+static int append_section(uint8_t **buf, size_t *len, const uint8_t *sec, size_t sec_len)
+{
+    if (!sec_len)
+        return 0;
+    uint8_t *b = realloc(*buf, *len + sec_len);
+    if (!b)
+        return RECUR_ENOMEM;
+    memcpy(b + *len, sec, sec_len);
+    *buf = b;
+    *len += sec_len;
+    return 0;
+}
+
+/* A session file: the state blob, then its checkpoints' section when it has any. */
 static int serialize(srv_residency *r, srv_session *s, uint8_t **out, size_t *out_len)
 {
-    return serialize_state(r->app->info->vocab_size, s->state, s->logits, s->has_logits, out,
-                           out_len);
+    int rc = serialize_state(r->app->info->vocab_size, s->state, s->logits, s->has_logits, out,
+                             out_len);
+    size_t sl = srv_ckpt_section_size(s);
+    if (rc || !sl)
+        return rc;
+    uint8_t *b = realloc(*out, *out_len + sl);
+    if (!b) {
+        free(*out);
+        return RECUR_ENOMEM;
+    }
+    srv_ckpt_section_write(s, b + *out_len);
+    *out = b;
+    *out_len += sl;
+    return 0;
 }
 
 static int is_clean(srv_residency *r, srv_session *s)
@@ -395,9 +425,17 @@ static int restore(srv_residency *r, const char *id, const uint8_t *buf, size_t 
     if (srv_table_adopt(t, id, uv_now(r->app->loop), &s) != 0)
         return -2;
     proto_state_fault f;
-    if (proto_state_load(r->app->model, s->state, r->app->info->vocab_size, buf, len, s->logits,
+    int vocab = r->app->info->vocab_size;
+    size_t blob_end = srv_ckpt_blob_end(buf, len, vocab); /* then the checkpoints, if any */
+    if (proto_state_load(r->app->model, s->state, vocab, buf, blob_end, s->logits,
                          &s->has_logits, &f) != 0) {
         *why = f.reason;
+        srv_table_drop(t, s);
+        return -1;
+    }
+    if (blob_end < len &&
+        srv_ckpt_section_read(s, r->app->model, vocab, r->app->cfg.max_checkpoints_per_session,
+                              buf + blob_end, len - blob_end, why) != 0) {
         srv_table_drop(t, s);
         return -1;
     }
@@ -417,6 +455,8 @@ static void work_cb(uv_work_t *req)
     wjob *j = req->data;
     if (j->cstate) {
         j->serr = serialize_state(j->vocab, j->cstate, j->clogits, j->chas_logits, &j->buf, &j->len);
+        if (!j->serr)
+            j->serr = append_section(&j->buf, &j->len, j->csec, j->csec_len);
         if (j->serr) {
             j->err = -EINVAL; /* nothing was written: reported as the loop's serialize failure */
             return;
@@ -472,6 +512,13 @@ static wjob *start_job_ex(srv_residency *r, srv_session *s, wkind kind, int copy
     if (copy && copy_take(r, s, &j->cstate, &j->clogits) == 0) {
         j->chas_logits = s->has_logits;
         j->vocab = r->app->info->vocab_size;
+        j->csec_len = srv_ckpt_section_size(s);
+        if (j->csec_len) {
+            j->csec = malloc(j->csec_len);
+            if (!j->csec)
+                abort();
+            srv_ckpt_section_write(s, j->csec);
+        }
     } else {
         int rc = serialize(r, s, &j->buf, &j->len);
         if (rc != 0) {
@@ -494,6 +541,7 @@ static wjob *start_job_ex(srv_residency *r, srv_session *s, wkind kind, int copy
         srv_log(SRV_LOG_ERROR, "snapshot_queue_failed", "\"error\":\"%s\"", uv_strerror(rc));
         if (j->cstate)
             copy_put(r, j->cstate, j->clogits);
+        free(j->csec);
         free(j->buf);
         free(j);
         return NULL;
@@ -721,6 +769,7 @@ static void after_cb(uv_work_t *req, int status)
     }
     if (j->cstate)
         copy_put(r, j->cstate, j->clogits);
+    free(j->csec);
     free(j->buf);
     free(j);
     pump(r);
@@ -1045,6 +1094,8 @@ int srv_residency_start(srv_app *app)
     r->max_resident = cfg->max_resident_sessions;
     r->snap_max = app->info->state_bytes + 4096 +
                   proto_state_trailer_size(app->info->vocab_size);
+    /* and its checkpoints (checkpoints.h): each a state blob and its 32 bytes of framing */
+    r->snap_max += (size_t)cfg->max_checkpoints_per_session * (proto_state_max_body(app->info) + 32) + 24;
     r->n_buckets = 1024;
     r->buckets = calloc(r->n_buckets, sizeof *r->buckets);
     if (!r->buckets)

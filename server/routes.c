@@ -19,6 +19,7 @@
 #include "metrics.h"
 #include "offloop.h"
 #include "ops.h"
+#include "prefix_cache.h"
 #include "requests.h"
 #include "residency.h"
 #include "responses.h"
@@ -165,12 +166,19 @@ static void handle_create(srv_app *app, srv_conn *c, const srv_request *req, srv
         return;
     }
     app->counters.sessions_created++;
+    int cached = tr.prefix_cache && srv_pcache_enabled(app->pcache);
     if (tr.n == 0) {
         proto_tokens_req_free(&tr);
+        if (cached) /* tracks its tokens from here: later folds and generations are stored */
+            srv_pcache_hist_append(s, NULL, 0, 2 * app->cfg.max_tokens_per_request);
         proto_buf b;
         proto_buf_init(&b);
         s->snapshot_bytes = srv_session_state_bytes(s, app->info->vocab_size);
         proto_session_json(&b, s->id, 0, app->info->state_bytes, s->snapshot_bytes, 0);
+        if (tr.prefix_cache) {
+            b.len--;
+            proto_buf_puts(&b, ",\"cached_tokens\":0}");
+        }
         respond_json(c, 201, &b);
         proto_buf_free(&b);
         return;
@@ -178,6 +186,8 @@ static void handle_create(srv_app *app, srv_conn *c, const srv_request *req, srv
     srv_op *op = srv_op_new(app, SRV_OP_CREATE, s, c); /* a fresh session's queue is empty */
     op->tokens = tr.tokens;
     op->n = tr.n;
+    op->pc_lookup = cached;
+    op->pc_report = tr.prefix_cache;
     srv_ops_enqueue(op);
 }
 
@@ -220,6 +230,7 @@ static void handle_tokens(srv_app *app, srv_conn *c, const srv_request *req, srv
     op->tokens = body->tr.tokens;
     op->n = body->tr.n;
     op->top_k = body->tr.top_k;
+    op->ckpt_at_end = body->tr.checkpoint;
     body->tr.tokens = NULL; /* taken */
     op->framing = proto_negotiate_framing(req->accept);
     srv_ops_enqueue(op);
@@ -260,6 +271,42 @@ static void handle_put_state(srv_app *app, srv_conn *c, const srv_request *req, 
     memcpy(op->blob, req->body, req->body_len);
     op->blob_len = req->body_len;
     srv_ops_enqueue(op);
+}
+
+/* Checkpoints (checkpoints.h): queued behind the session's earlier requests. */
+static void handle_ckpt_take(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
+                             srv_body *body)
+{
+    queue(app, c, s, SRV_OP_CKPT_TAKE);
+}
+
+static void handle_ckpt_list(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
+                             srv_body *body)
+{
+    queue(app, c, s, SRV_OP_CKPT_LIST);
+}
+
+/* The op for a checkpoint id (the path's last segment, or the body's "checkpoint"). */
+static void queue_ckpt_op(srv_app *app, srv_conn *c, srv_session *s, srv_op_kind kind,
+                          const char *cid)
+{
+    srv_op *op = new_op(app, c, s, kind);
+    if (!op)
+        return;
+    snprintf(op->ckpt_id, sizeof op->ckpt_id, "%s", cid);
+    srv_ops_enqueue(op);
+}
+
+static void handle_ckpt_delete(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
+                               srv_body *body)
+{
+    queue_ckpt_op(app, c, s, SRV_OP_CKPT_DELETE, strrchr(req->path, '/') + 1); /* {cid} */
+}
+
+static void handle_rollback(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
+                            srv_body *body)
+{
+    queue_ckpt_op(app, c, s, SRV_OP_ROLLBACK, body->rb.checkpoint);
 }
 
 /* POST /v1/tokenize: the body was encoded by its decoder (proto_decode_tokenize_req). */
@@ -308,7 +355,8 @@ enum {
 
 typedef struct {
     const char *method;
-    const char *pattern; /* literal bytes; {id} is one segment; a final "/?" an optional '/' */
+    const char *pattern; /* literal bytes; {id} is one segment; {cid} one more segment (not
+                          * copied: the handler reads it); a final "/?" an optional '/' */
     unsigned checks;     /* R_* */
     srv_body_kind body;  /* the JSON body it decodes (off the loop when large, offloop.h) */
     route_fn *handler;
@@ -332,6 +380,13 @@ static const route routes[] = {
     {"GET", "/v1/sessions/{id}/state", R_SESSION | R_QUEUED, SRV_BODY_NONE, handle_get_state},
     {"PUT", "/v1/sessions/{id}/state", R_BLOB | R_SESSION | R_QUEUED, SRV_BODY_NONE,
      handle_put_state},
+    {"POST", "/v1/sessions/{id}/checkpoints", R_JSON | R_SESSION | R_QUEUED, SRV_BODY_EMPTY,
+     handle_ckpt_take},
+    {"GET", "/v1/sessions/{id}/checkpoints", R_SESSION | R_QUEUED, SRV_BODY_NONE, handle_ckpt_list},
+    {"DELETE", "/v1/sessions/{id}/checkpoints/{cid}", R_SESSION | R_QUEUED, SRV_BODY_NONE,
+     handle_ckpt_delete},
+    {"POST", "/v1/sessions/{id}/rollback", R_JSON | R_SESSION | R_QUEUED, SRV_BODY_ROLLBACK,
+     handle_rollback},
 };
 #define N_ROUTES (sizeof routes / sizeof routes[0])
 
@@ -345,6 +400,14 @@ static int path_match(const char *pattern, const char *path, char id[ROUTE_ID_MA
     while (*p) {
         if (!strcmp(p, "/?"))
             return *s == '\0' || !strcmp(s, "/");
+        if (!strncmp(p, "{cid}", 5)) {
+            size_t n = strcspn(s, "/");
+            if (n == 0 || n > ROUTE_ID_MAX)
+                return 0;
+            s += n;
+            p += 5;
+            continue;
+        }
         if (!strncmp(p, "{id}", 4)) {
             size_t n = strcspn(s, "/");
             if (n == 0 || n > ROUTE_ID_MAX)

@@ -165,8 +165,11 @@ static void gen_lines(worker *wk, srv_work **batch, int B)
     proto_buf_clear(&wk->lines);
     for (int i = 0; i < B; i++) {
         srv_work *w = batch[i];
-        if (w->gen && w->err == 0)
+        if (w->gen && w->err == 0) {
+            if (w->gen_ids && w->gen->generated < w->gen->req->max_tokens)
+                w->gen_ids[w->gen->generated] = w->token; /* the session's token history */
             srv_gen_token(w->gen, w->pos0, w->token, w->logprob, &wk->lines);
+        }
         wk->line_end[i] = wk->lines.len;
     }
 }

@@ -66,6 +66,8 @@ typedef struct srv_work {
     recur_sampler_params sp;
     uint64_t *rng;
     srv_gen *gen;           /* a generation that steps on (see above), or NULL */
+    int32_t *gen_ids;       /* with gen: [gen->req->max_tokens] where each sampled id is recorded
+                             * (at index gen->generated), or NULL */
     int32_t token;          /* IN (fold) or OUT (sampled) */
     float logprob;          /* OUT: log p(token | before), when has_logprob */
     int has_logprob;

@@ -1,5 +1,6 @@
 /* session_table.c — resident sessions keyed by random 128-bit ids (session_table.h). */
 #include "session_table.h"
+#include "checkpoints.h"
 #include "state_blob.h"
 
 #include <errno.h>
@@ -50,8 +51,16 @@ srv_table *srv_table_create(const recur_model *m, int max_sessions)
     return t;
 }
 
+/* What a session owns besides its state and logits. */
+static void free_extras(srv_session *s)
+{
+    srv_ckpt_clear(s);
+    free(s->pc_hist);
+}
+
 static void free_session(srv_table *t, srv_session *s)
 {
+    free_extras(s);
     if (t->n_pool < POOL_MAX) {
         recur_state_reset(s->state);
         t->pool[t->n_pool] = s->state;
@@ -72,6 +81,7 @@ void srv_table_destroy(srv_table *t)
         srv_session *s = t->buckets[b];
         while (s) {
             srv_session *n = s->hnext;
+            free_extras(s);
             recur_state_destroy(s->state);
             free(s->logits);
             free(s);

@@ -35,6 +35,15 @@ typedef struct srv_session {
     int snap_wanted;        /* residency.c: a snapshot round found the session computing; its
                              * state is copied at the next boundary between two work items
                              * (srv_residency_capture), 1 + the kind of write */
+    /* prefix cache (prefix_cache.h): the exact token ids this session's state holds, from
+     * position 0, while it tracks them (created with the cache; NULL otherwise, and after a
+     * state upload, a rollback, a cancelled or failed request, or an eviction to disk) */
+    int32_t *pc_hist;       /* [pc_hist_n], capacity pc_hist_cap, owned */
+    size_t pc_hist_n, pc_hist_cap;
+    uint64_t pc_cached;     /* tokens of its create's prompt that came from the cache */
+    /* checkpoints (checkpoints.h): [n_ckpts], oldest first, owned */
+    struct srv_ckpt *ckpts;
+    int n_ckpts;
     struct srv_session *hnext; /* hash chain */
 } srv_session;
 

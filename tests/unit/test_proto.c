@@ -97,10 +97,10 @@ Test(ndjson, exact_lines_in_both_framings)
     proto_gen_line(&b, PROTO_FRAME_SSE, 4, 10, "\n", 1, -0.25f);
     cr_assert_str_eq(b.data, "id: 4\ndata: {\"pos\":4,\"token\":10,\"text\":\"\\n\",\"logprob\":-0.25}\n\n");
     proto_buf_clear(&b);
-    proto_gen_done(&b, PROTO_FRAME_SSE, "stop", 12);
+    proto_gen_done(&b, PROTO_FRAME_SSE, "stop", 12, NULL);
     cr_assert_str_eq(b.data, "id: done\ndata: {\"done\":true,\"reason\":\"stop\",\"tokens_seen\":12}\n\ndata: [DONE]\n\n");
     proto_buf_clear(&b);
-    proto_fold_done(&b, PROTO_FRAME_NDJSON, 3);
+    proto_fold_done(&b, PROTO_FRAME_NDJSON, 3, NULL);
     cr_assert_str_eq(b.data, "{\"done\":true,\"tokens_seen\":3}\n");
     proto_buf_free(&b);
 }

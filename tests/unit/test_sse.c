@@ -75,7 +75,7 @@ Test(sse, event_ids_and_cutting)
     float lps[1] = {-0.5f};
     proto_fold_line(&b, PROTO_FRAME_SSE, 41, 65, 1, -1.0f, ids, lps, 1);
     proto_gen_line(&b, PROTO_FRAME_SSE, 42, 10, "\n", 1, -0.25f);
-    proto_fold_done(&b, PROTO_FRAME_SSE, 43);
+    proto_fold_done(&b, PROTO_FRAME_SSE, 43, NULL);
     cr_assert_str_eq(b.data,
                      "id: 41\ndata: {\"pos\":41,\"token\":65,\"logprob\":-1,\"top\":[{\"token\":7,\"logprob\":-0.5}]}\n\n"
                      "id: 42\ndata: {\"pos\":42,\"token\":10,\"text\":\"\\n\",\"logprob\":-0.25}\n\n"
@@ -91,7 +91,7 @@ Test(sse, event_ids_and_cutting)
     cr_assert_eq(p, end);
     proto_buf_clear(&b);
     proto_gen_line(&b, PROTO_FRAME_NDJSON, 4, 66, "B", 1, -0.25f);
-    proto_gen_done(&b, PROTO_FRAME_NDJSON, "length", 5);
+    proto_gen_done(&b, PROTO_FRAME_NDJSON, "length", 5, NULL);
     cr_assert(strstr(b.data, "id:") == NULL);
     const char *n1 = proto_frame_next(b.data, b.data + b.len, PROTO_FRAME_NDJSON);
     cr_assert_str_eq(n1, "{\"done\":true,\"reason\":\"length\",\"tokens_seen\":5}\n");

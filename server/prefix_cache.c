@@ -1,0 +1,733 @@
+/* prefix_cache.c — the exact prefix-state cache: lookup, store, LRU, spill files
+ * (prefix_cache.h). */
+#include "prefix_cache.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoints.h"
+#include "log.h"
+#include "metrics.h"
+#include "persist.h"
+#include "state_blob.h"
+
+/* A spill file (little-endian), state_dir/prefix_cache/<id>.snap:
+ *   0  "RECURPX1"   8  u32 version (1)   12 u32 0
+ *   16 u64 model fingerprint   24 u64 n (tokens)   32 u64 blob length B
+ *   40 n x i32 token ids, then B bytes of state blob (proto/state_blob.h)
+ *   then u64 FNV-1a 64 over every byte before it.
+ * <id> = 10 hex digits of n, 16 of the ids' hash, then "000001" (the format): the name alone
+ * says what a file claims to hold, so the index is built at start without reading any file. */
+#define PX_MAGIC "RECURPX1"
+#define PX_HEAD 40
+#define PX_VERSION 1
+#define PX_ID_FORMAT "000001"
+#define PX_MAX_N 0xffffffffffULL /* n fits the name's 10 hex digits */
+/* Spill writes in flight at once; past it an evicted entry is dropped, not spilled. */
+#define SPILL_INFLIGHT 4
+
+typedef struct pentry {
+    uint64_t h;               /* hash of tokens[0..n) (prefix_hashes) */
+    size_t n;
+    int32_t *tokens;          /* [n], in memory only */
+    uint8_t *blob;            /* state blob, in memory only */
+    size_t blob_len;
+    int in_mem, on_disk;
+    size_t file_bytes;        /* on disk: its file (an upper bound for files found at start) */
+    struct spill *pending;    /* on disk: its write is in flight; these bytes are the file */
+    struct pentry *mprev, *mnext; /* memory LRU, head = most recent */
+    struct pentry *dprev, *dnext; /* disk LRU, head = most recent */
+} pentry;
+
+typedef struct spill {
+    uv_work_t req;
+    srv_pcache *pc;
+    pentry *e;                /* NULL once the entry is gone */
+    char id[33];
+    uint8_t *buf;             /* the file's bytes (checksum filled in by the worker) */
+    size_t len;
+    int err;
+} spill;
+
+typedef struct {
+    pentry *head, *tail;
+} plist;
+
+struct srv_pcache {
+    srv_pcache_config cfg;
+    const recur_model *m;
+    uint64_t fingerprint;
+    int vocab;
+    size_t blob_max;          /* the largest state blob of this model */
+    uv_loop_t *loop;
+    srv_persist *p;           /* spill directory, or NULL */
+    plist mem, disk;
+    int inflight;
+    srv_pcache_stats st;
+};
+
+/* ---------------------------------------------------------------- lists */
+
+static void m_unlink(plist *l, pentry *e)
+{
+    if (e->mprev) e->mprev->mnext = e->mnext; else l->head = e->mnext;
+    if (e->mnext) e->mnext->mprev = e->mprev; else l->tail = e->mprev;
+    e->mprev = e->mnext = NULL;
+}
+
+static void m_push(plist *l, pentry *e)
+{
+    e->mprev = NULL;
+    e->mnext = l->head;
+    if (l->head) l->head->mprev = e; else l->tail = e;
+    l->head = e;
+}
+
+static void d_unlink(plist *l, pentry *e)
+{
+    if (e->dprev) e->dprev->dnext = e->dnext; else l->head = e->dnext;
+    if (e->dnext) e->dnext->dprev = e->dprev; else l->tail = e->dprev;
+    e->dprev = e->dnext = NULL;
+}
+
+static void d_push(plist *l, pentry *e)
+{
+    e->dprev = NULL;
+    e->dnext = l->head;
+    if (l->head) l->head->dprev = e; else l->tail = e;
+    l->head = e;
+}
+
+/* ---------------------------------------------------------------- hashing, names */
+
+/* h(t[0..k)) for every k in [0, n]: FNV-1a 64 over each id's 4 little-endian bytes. out[n+1]. */
+static void prefix_hashes(const int32_t *t, size_t n, uint64_t *out)
+{
+    uint64_t h = RECUR_FNV_OFFSET;
+    out[0] = h;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t le[4];
+        recur_put_le32(le, (uint32_t)t[i]);
+        h = recur_fnv1a64(h, le, 4);
+        out[i + 1] = h;
+    }
+}
+
+static void entry_id(const pentry *e, char id[33])
+{
+    snprintf(id, 33, "%010llx%016llx" PX_ID_FORMAT, (unsigned long long)e->n,
+             (unsigned long long)e->h);
+}
+
+/* n and h from a file name's id; 0, or -1 for a name of another format. */
+static int parse_id(const char *id, size_t *n, uint64_t *h)
+{
+    char a[11], b[17];
+    if (strcmp(id + 26, PX_ID_FORMAT))
+        return -1;
+    memcpy(a, id, 10);
+    a[10] = '\0';
+    memcpy(b, id + 10, 16);
+    b[16] = '\0';
+    *n = (size_t)strtoull(a, NULL, 16);
+    *h = strtoull(b, NULL, 16);
+    return 0;
+}
+
+static size_t mem_cost(const pentry *e)
+{
+    return sizeof *e + e->n * sizeof(int32_t) + e->blob_len;
+}
+
+static size_t file_size(size_t n, size_t blob_len)
+{
+    return PX_HEAD + 4 * n + blob_len + 8;
+}
+
+/* ---------------------------------------------------------------- entries */
+
+static void free_mem_part(srv_pcache *pc, pentry *e)
+{
+    if (!e->in_mem)
+        return;
+    pc->st.bytes -= mem_cost(e);
+    pc->st.entries--;
+    m_unlink(&pc->mem, e);
+    free(e->tokens);
+    free(e->blob);
+    e->tokens = NULL;
+    e->blob = NULL;
+    e->in_mem = 0;
+}
+
+/* Forget e's file (removed from disk when remove is set). */
+static void drop_disk_part(srv_pcache *pc, pentry *e, int remove)
+{
+    if (!e->on_disk)
+        return;
+    if (remove) {
+        char id[33];
+        entry_id(e, id);
+        srv_persist_unlink(pc->p, id, 0);
+    }
+    pc->st.disk_bytes -= e->file_bytes;
+    pc->st.disk_entries--;
+    d_unlink(&pc->disk, e);
+    e->on_disk = 0;
+    if (e->pending) {
+        e->pending->e = NULL; /* the write completes on its own; its file is then removed */
+        e->pending = NULL;
+    }
+}
+
+static void entry_free_if_empty(pentry *e)
+{
+    if (!e->in_mem && !e->on_disk)
+        free(e);
+}
+
+/* Files over prefix_cache_disk_bytes: the least recently used go (not those being written). */
+static void trim_disk(srv_pcache *pc)
+{
+    pentry *e = pc->disk.tail;
+    while (e && pc->st.disk_bytes > pc->cfg.disk_bytes) {
+        pentry *prev = e->dprev;
+        if (!e->pending) {
+            drop_disk_part(pc, e, 1);
+            entry_free_if_empty(e);
+        }
+        e = prev;
+    }
+}
+
+/* The file bytes of a memory entry (checksum slot left 0). */
+static uint8_t *file_bytes(const srv_pcache *pc, const pentry *e, size_t *len)
+{
+    size_t n = file_size(e->n, e->blob_len);
+    uint8_t *b = malloc(n);
+    if (!b)
+        abort();
+    memcpy(b, PX_MAGIC, 8);
+    recur_put_le32(b + 8, PX_VERSION);
+    recur_put_le32(b + 12, 0);
+    recur_put_le64(b + 16, pc->fingerprint);
+    recur_put_le64(b + 24, e->n);
+    recur_put_le64(b + 32, e->blob_len);
+    for (size_t i = 0; i < e->n; i++)
+        recur_put_le32(b + PX_HEAD + 4 * i, (uint32_t)e->tokens[i]);
+    memcpy(b + PX_HEAD + 4 * e->n, e->blob, e->blob_len);
+    recur_put_le64(b + n - 8, 0);
+    *len = n;
+    return b;
+}
+
+static void seal(uint8_t *b, size_t len)
+{
+    recur_put_le64(b + len - 8, recur_fnv1a64(RECUR_FNV_OFFSET, b, len - 8));
+}
+
+/* ---------------------------------------------------------------- spill writes */
+
+static void spill_work(uv_work_t *req)
+{
+    spill *j = req->data;
+    j->err = srv_persist_write(j->pc->p, j->id, j->buf, j->len);
+}
+
+static void spill_after(uv_work_t *req, int status)
+{
+    spill *j = req->data;
+    srv_pcache *pc = j->pc;
+    pc->inflight--;
+    int err = status == UV_ECANCELED ? -ECANCELED : j->err;
+    if (err) {
+        pc->st.spill_failures++;
+        srv_log(SRV_LOG_WARN, "prefix_spill_failed", "\"error\":\"%s\"", strerror(-err));
+    } else {
+        pc->st.spill_writes++;
+    }
+    pentry *e = j->e;
+    if (e) {
+        e->pending = NULL;
+        if (err) {
+            drop_disk_part(pc, e, 1);
+            entry_free_if_empty(e);
+        }
+    } else if (!err) {
+        srv_persist_unlink(pc->p, j->id, 0); /* dropped while being written */
+    }
+    free(j->buf);
+    free(j);
+}
+
+/* e leaves memory: written to the spill directory when there is one (and room), else gone. */
+static void evict_one(srv_pcache *pc, pentry *e)
+{
+    pc->st.evictions++;
+    if (e->on_disk || !pc->p || pc->inflight >= SPILL_INFLIGHT ||
+        file_size(e->n, e->blob_len) > pc->cfg.disk_bytes) {
+        free_mem_part(pc, e);
+        entry_free_if_empty(e);
+        return;
+    }
+    spill *j = calloc(1, sizeof *j);
+    if (!j)
+        abort();
+    j->pc = pc;
+    j->e = e;
+    entry_id(e, j->id);
+    j->buf = file_bytes(pc, e, &j->len);
+    seal(j->buf, j->len); /* here, not on the worker: a lookup may read these bytes meanwhile */
+    j->req.data = j;
+    if (uv_queue_work(pc->loop, &j->req, spill_work, spill_after) != 0) {
+        free(j->buf);
+        free(j);
+        free_mem_part(pc, e);
+        entry_free_if_empty(e);
+        return;
+    }
+    pc->inflight++;
+    free_mem_part(pc, e);
+    e->on_disk = 1;
+    e->pending = j;
+    e->file_bytes = j->len;
+    pc->st.disk_bytes += j->len;
+    pc->st.disk_entries++;
+    d_push(&pc->disk, e);
+    trim_disk(pc);
+}
+
+/* Memory over prefix_cache_bytes: the least recently used go, never keep. */
+static void trim_mem(srv_pcache *pc, const pentry *keep)
+{
+    pentry *e = pc->mem.tail;
+    while (e && pc->st.bytes > pc->cfg.max_bytes) {
+        pentry *prev = e->mprev;
+        if (e != keep)
+            evict_one(pc, e);
+        e = prev;
+    }
+}
+
+/* Make e a memory entry (it owns tokens and blob from now on), most recently used; an entry
+ * larger than the whole bound is not kept (tokens and blob are freed). */
+static void put_mem(srv_pcache *pc, pentry *e, int32_t *tokens, uint8_t *blob, size_t blob_len)
+{
+    if (sizeof *e + e->n * sizeof *tokens + blob_len > pc->cfg.max_bytes) {
+        free(tokens);
+        free(blob);
+        entry_free_if_empty(e);
+        return;
+    }
+    e->tokens = tokens;
+    e->blob = blob;
+    e->blob_len = blob_len;
+    e->in_mem = 1;
+    m_push(&pc->mem, e);
+    pc->st.bytes += mem_cost(e);
+    pc->st.entries++;
+    trim_mem(pc, e);
+}
+
+static void touch(srv_pcache *pc, pentry *e)
+{
+    if (e->in_mem) {
+        m_unlink(&pc->mem, e);
+        m_push(&pc->mem, e);
+    }
+    if (e->on_disk) {
+        d_unlink(&pc->disk, e);
+        d_push(&pc->disk, e);
+    }
+}
+
+/* ---------------------------------------------------------------- reading a file */
+
+/* Check a spill file's bytes against what its name claims and against the prompt: 0 with the
+ * blob's span, 1 when it is sound but holds other ids (a hash collision: not a hit), or -1 with
+ * *why (the file is bad: quarantined). */
+static int check_file(const srv_pcache *pc, const pentry *e, const uint8_t *b, size_t len,
+                      const int32_t *prompt, const uint8_t **blob, size_t *blob_len,
+                      const char **why)
+{
+    *why = "prefix_format";
+    if (len < PX_HEAD + 8 || memcmp(b, PX_MAGIC, 8) || recur_get_le32(b + 8) != PX_VERSION ||
+        recur_get_le32(b + 12) != 0)
+        return -1;
+    if (recur_fnv1a64(RECUR_FNV_OFFSET, b, len - 8) != recur_get_le64(b + len - 8)) {
+        *why = "prefix_checksum";
+        return -1;
+    }
+    if (recur_get_le64(b + 16) != pc->fingerprint) {
+        *why = "othermodel";
+        return -1;
+    }
+    uint64_t n = recur_get_le64(b + 24), bl = recur_get_le64(b + 32);
+    if (n != e->n || n > (len - PX_HEAD - 8) / 4 || bl != len - PX_HEAD - 8 - 4 * n)
+        return -1;
+    uint64_t h = RECUR_FNV_OFFSET;
+    int same = 1;
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *t = b + PX_HEAD + 4 * i;
+        h = recur_fnv1a64(h, t, 4);
+        same &= (int32_t)recur_get_le32(t) == prompt[i];
+    }
+    if (h != e->h) {
+        *why = "prefix_hash"; /* its ids are not what its name says */
+        return -1;
+    }
+    *blob = b + PX_HEAD + 4 * n;
+    *blob_len = (size_t)bl;
+    return same ? 0 : 1;
+}
+
+/* Restore s from e's file (or its write in flight). 0 hit, 1 not a hit, -1 bad file (gone). On
+ * a hit e is back in memory. */
+static int restore_from_disk(srv_pcache *pc, pentry *e, const int32_t *tokens, srv_session *s,
+                             const recur_model *m)
+{
+    char id[33];
+    entry_id(e, id);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    int own = 0;
+    if (e->pending) { /* being written: these bytes are the file (the worker only reads them) */
+        buf = e->pending->buf;
+        len = e->pending->len;
+    } else {
+        int rc = srv_persist_read(pc->p, id, file_size(e->n, pc->blob_max), &buf, &len);
+        own = 1;
+        if (rc == -ENOENT) {
+            free(buf);
+            drop_disk_part(pc, e, 0);
+            entry_free_if_empty(e);
+            return -1;
+        }
+        if (rc != 0) {
+            const char *why = rc == -EFBIG ? "toolarge" : "notfile";
+            if (rc == -EFBIG || rc == -EINVAL || rc == -ELOOP) {
+                srv_persist_quarantine(pc->p, id, why);
+                pc->st.quarantined++;
+                drop_disk_part(pc, e, 0);
+                entry_free_if_empty(e);
+            }
+            free(buf);
+            return -1;
+        }
+    }
+    const uint8_t *blob;
+    size_t blob_len;
+    const char *why = NULL;
+    int rc = check_file(pc, e, buf, len, tokens, &blob, &blob_len, &why);
+    if (rc == 0 && srv_state_restore(m, pc->vocab, s, blob, blob_len, &why) != 0)
+        rc = -1;
+    if (rc == 0 && s->tokens_seen != e->n) { /* a blob whose tokens_seen is not its prefix's */
+        recur_state_reset(s->state);
+        s->has_logits = 0;
+        s->tokens_seen = 0;
+        why = "prefix_tokens_seen";
+        rc = -1;
+    }
+    if (rc < 0 && !e->pending) {
+        srv_persist_quarantine(pc->p, id, why ? why : "prefix_state");
+        pc->st.quarantined++;
+        drop_disk_part(pc, e, 0);
+        entry_free_if_empty(e);
+    }
+    if (rc == 0) {
+        pc->st.spill_loads++;
+        if (!e->in_mem) {
+            int32_t *t = malloc(e->n * sizeof *t);
+            uint8_t *b = malloc(blob_len);
+            if (!t || !b)
+                abort();
+            memcpy(t, tokens, e->n * sizeof *t);
+            memcpy(b, blob, blob_len);
+            touch(pc, e);
+            put_mem(pc, e, t, b, blob_len);
+        }
+    }
+    if (own)
+        free(buf);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- API */
+
+static void on_found(const char *id, void *ctx)
+{
+    srv_pcache *pc = ctx;
+    size_t n;
+    uint64_t h;
+    if (parse_id(id, &n, &h) != 0 || n == 0)
+        return; /* not ours: left alone */
+    pentry *e = calloc(1, sizeof *e);
+    if (!e)
+        abort();
+    e->n = n;
+    e->h = h;
+    e->on_disk = 1;
+    e->file_bytes = file_size(n, pc->blob_max); /* unread: its largest possible size */
+    pc->st.disk_bytes += e->file_bytes;
+    pc->st.disk_entries++;
+    d_push(&pc->disk, e);
+}
+
+static void on_pending(const char *id, void *ctx) {}
+
+int srv_pcache_create(const srv_pcache_config *cfg, const recur_model *m, uv_loop_t *loop,
+                      srv_pcache **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    srv_pcache *pc = calloc(1, sizeof *pc);
+    if (!pc)
+        abort();
+    pc->cfg = *cfg;
+    pc->cfg.spill_dir = NULL;
+    pc->m = m;
+    const recur_model_info *info = recur_model_get_info(m);
+    pc->fingerprint = info->fingerprint;
+    pc->vocab = info->vocab_size;
+    pc->blob_max = proto_state_max_body(info);
+    pc->loop = loop;
+    if (cfg->max_bytes && cfg->disk_bytes && cfg->spill_dir && cfg->spill_dir[0]) {
+        if (srv_persist_open(cfg->spill_dir, on_found, on_pending, pc, &pc->p, err, errlen) != 0) {
+            free(pc);
+            return -1;
+        }
+        pc->st.quarantined = srv_persist_scan_quarantined(pc->p);
+        trim_disk(pc);
+    }
+    *out = pc;
+    return 0;
+}
+
+int srv_pcache_enabled(const srv_pcache *pc)
+{
+    return pc && pc->cfg.max_bytes > 0;
+}
+
+uint64_t srv_pcache_interval(const srv_pcache *pc)
+{
+    return srv_pcache_enabled(pc) ? pc->cfg.interval : 0;
+}
+
+size_t srv_pcache_restore(srv_pcache *pc, const int32_t *tokens, size_t n, srv_session *s)
+{
+    if (!srv_pcache_enabled(pc) || n == 0)
+        return 0;
+    uint64_t *ph = malloc((n + 1) * sizeof *ph);
+    if (!ph)
+        abort();
+    prefix_hashes(tokens, n, ph);
+    /* Candidates are tried longest first; a candidate that turns out not to be a hit (another
+     * prefix with the same hash, or a bad file) is skipped and the next one tried. */
+    size_t tried_below = n + 1, got = 0;
+    for (;;) {
+        pentry *best = NULL;
+        for (int list = 0; list < 2; list++)
+            for (pentry *e = list ? pc->disk.head : pc->mem.head; e;
+                 e = list ? e->dnext : e->mnext) {
+                if (list && e->in_mem)
+                    continue; /* seen in the memory list */
+                if (e->n < tried_below && e->n <= n && ph[e->n] == e->h && (!best || e->n > best->n))
+                    best = e;
+            }
+        if (!best)
+            break;
+        tried_below = best->n;
+        if (best->in_mem) {
+            if (memcmp(best->tokens, tokens, best->n * sizeof *tokens) != 0)
+                continue;
+            const char *why;
+            if (srv_state_restore(pc->m, pc->vocab, s, best->blob, best->blob_len, &why) != 0) {
+                /* our own bytes: cannot fail; forget the entry rather than trust it */
+                free_mem_part(pc, best);
+                entry_free_if_empty(best);
+                continue;
+            }
+            touch(pc, best);
+            got = best->n;
+            break;
+        }
+        size_t bn = best->n;
+        if (restore_from_disk(pc, best, tokens, s, pc->m) == 0) {
+            got = bn;
+            break;
+        }
+    }
+    free(ph);
+    if (got) {
+        pc->st.hits++;
+        pc->st.hit_tokens += got;
+    } else {
+        pc->st.misses++;
+    }
+    return got;
+}
+
+void srv_pcache_store(srv_pcache *pc, const int32_t *tokens, size_t n, const srv_session *s)
+{
+    if (!srv_pcache_enabled(pc) || n == 0 || n > PX_MAX_N || s->tokens_seen != n)
+        return;
+    uint64_t *ph = malloc((n + 1) * sizeof *ph);
+    if (!ph)
+        abort();
+    prefix_hashes(tokens, n, ph);
+    uint64_t h = ph[n];
+    free(ph);
+    for (int list = 0; list < 2; list++)
+        for (pentry *e = list ? pc->disk.head : pc->mem.head, *next; e; e = next) {
+            next = list ? e->dnext : e->mnext;
+            if (e->n != n || e->h != h)
+                continue;
+            if (e->in_mem && !memcmp(e->tokens, tokens, n * sizeof *tokens)) {
+                touch(pc, e);
+                return;
+            }
+            if (list && !e->in_mem) {
+                if (e->pending)
+                    return; /* its file is being written: it stays the entry of that name */
+                drop_disk_part(pc, e, 1); /* superseded: the new entry takes its name */
+                entry_free_if_empty(e);
+            }
+        }
+    uint8_t *blob;
+    size_t blob_len;
+    if (srv_state_capture(s, pc->vocab, &blob, &blob_len) != 0)
+        return;
+    pentry *e = calloc(1, sizeof *e);
+    if (!e)
+        abort();
+    e->n = n;
+    e->h = h;
+    if (mem_cost(e) + blob_len > pc->cfg.max_bytes) { /* larger than the whole cache */
+        free(blob);
+        free(e);
+        return;
+    }
+    int32_t *t = malloc(n * sizeof *t);
+    if (!t)
+        abort();
+    memcpy(t, tokens, n * sizeof *t);
+    pc->st.stores++;
+    put_mem(pc, e, t, blob, blob_len);
+}
+
+void srv_pcache_shutdown(srv_pcache *pc)
+{
+    if (!pc || !pc->p)
+        return;
+    /* Oldest first, each to the head of the disk list: the most recent survive the disk bound. */
+    size_t written = 0, failed = 0;
+    for (pentry *e = pc->mem.tail; e; e = e->mprev) {
+        if (e->on_disk)
+            continue;
+        size_t len;
+        if (file_size(e->n, e->blob_len) > pc->cfg.disk_bytes)
+            continue;
+        uint8_t *b = file_bytes(pc, e, &len);
+        seal(b, len);
+        char id[33];
+        entry_id(e, id);
+        int rc = srv_persist_write(pc->p, id, b, len);
+        free(b);
+        if (rc != 0) {
+            failed++;
+            continue;
+        }
+        written++;
+        e->on_disk = 1;
+        e->file_bytes = len;
+        pc->st.disk_bytes += len;
+        pc->st.disk_entries++;
+        d_push(&pc->disk, e);
+        trim_disk(pc);
+    }
+    srv_log(failed ? SRV_LOG_ERROR : SRV_LOG_INFO, "prefix_cache_flush",
+            "\"written\":%zu,\"failed\":%zu,\"files\":%zu", written, failed, pc->st.disk_entries);
+}
+
+void srv_pcache_free(srv_pcache *pc)
+{
+    if (!pc)
+        return;
+    while (pc->mem.head) {
+        pentry *e = pc->mem.head;
+        free_mem_part(pc, e);
+        entry_free_if_empty(e);
+    }
+    while (pc->disk.head) {
+        pentry *e = pc->disk.head;
+        drop_disk_part(pc, e, 0);
+        entry_free_if_empty(e);
+    }
+    srv_persist_close(pc->p);
+    free(pc);
+}
+
+srv_pcache_stats srv_pcache_get_stats(const srv_pcache *pc)
+{
+    srv_pcache_stats z;
+    memset(&z, 0, sizeof z);
+    return pc ? pc->st : z;
+}
+
+void srv_pcache_metrics(const srv_pcache *pc, proto_buf *b)
+{
+    srv_pcache_stats st = srv_pcache_get_stats(pc);
+    srv_metric(b, "recurd_prefix_cache_hits_total", "counter",
+               "Cached creates whose prompt started with a stored prefix.", st.hits);
+    srv_metric(b, "recurd_prefix_cache_hit_tokens_total", "counter",
+               "Prompt tokens restored from the prefix cache instead of folded.", st.hit_tokens);
+    srv_metric(b, "recurd_prefix_cache_misses_total", "counter",
+               "Cached creates with no stored prefix.", st.misses);
+    srv_metric(b, "recurd_prefix_cache_bytes", "gauge",
+               "Bytes of prefix-cache entries in memory (entries, token ids, states).", st.bytes);
+    srv_metric(b, "recurd_prefix_cache_entries", "gauge", "Prefix-cache entries in memory.",
+               st.entries);
+    srv_metric(b, "recurd_prefix_cache_evictions_total", "counter",
+               "Entries that left memory over prefix_cache_bytes (spilled or dropped).",
+               st.evictions);
+    srv_metric(b, "recurd_prefix_cache_disk_bytes", "gauge",
+               "Bytes of prefix-cache spill files (upper bounds for files found at start).",
+               st.disk_bytes);
+    srv_metric(b, "recurd_prefix_cache_spill_writes_total", "counter",
+               "Prefix-cache entries written to state_dir/prefix_cache.", st.spill_writes);
+    srv_metric(b, "recurd_prefix_cache_spill_loads_total", "counter",
+               "Prefix-cache hits read back from a spill file.", st.spill_loads);
+    srv_metric(b, "recurd_prefix_cache_quarantined_total", "counter",
+               "Spill files that failed a check, moved to quarantine/.", st.quarantined);
+}
+
+/* ---------------------------------------------------------------- a session's history */
+
+void srv_pcache_hist_drop(srv_session *s)
+{
+    free(s->pc_hist);
+    s->pc_hist = NULL;
+    s->pc_hist_n = s->pc_hist_cap = 0;
+}
+
+void srv_pcache_hist_append(srv_session *s, const int32_t *ids, size_t n, size_t max_tokens)
+{
+    if (s->pc_hist_n + n > max_tokens) {
+        srv_pcache_hist_drop(s);
+        return;
+    }
+    if (!s->pc_hist || s->pc_hist_n + n > s->pc_hist_cap) {
+        size_t cap = s->pc_hist_cap ? s->pc_hist_cap : 64;
+        while (cap < s->pc_hist_n + n)
+            cap *= 2;
+        int32_t *h = realloc(s->pc_hist, cap * sizeof *h);
+        if (!h)
+            abort();
+        s->pc_hist = h;
+        s->pc_hist_cap = cap;
+    }
+    if (n)
+        memcpy(s->pc_hist + s->pc_hist_n, ids, n * sizeof *ids);
+    s->pc_hist_n += n;
+}

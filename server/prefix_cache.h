@@ -1,0 +1,107 @@
+/*
+ * prefix_cache.h — the exact prefix-state cache (issue 14; docs/API.md "Prefix cache").
+ *
+ * A stateless client resends its whole conversation every turn. The state after any prefix is
+ * a fixed few hundred KiB, so recurd keeps the states of prefixes it has computed and a new
+ * prompt folds only the tokens after the longest stored prefix of it:
+ *
+ *   - an entry is (the exact token ids t[0..n), the state after them): a state blob of
+ *     proto/state_blob.h (core snapshot with tokens_seen = n, model fingerprint and checksum,
+ *     plus the next-token logits), so a restored session scores and samples its next token
+ *     exactly like the session that stored it;
+ *   - a lookup hashes every prefix of the prompt once (FNV-1a 64 over the ids), takes the
+ *     longest stored entry whose length and hash match, and uses it only when its token ids
+ *     equal the prompt's first n ids, every one (a hash never decides a hit);
+ *   - entries are stored at the end of every prompt (create with the cache), every
+ *     prefix_checkpoint_interval tokens of a long prefill (absolute positions k * interval, so
+ *     an edit late in a long prompt resumes from the last multiple of the interval before it),
+ *     and at the end of every fold and generation on a session that tracks its tokens
+ *     (srv_session.pc_hist): prompt + completion, the exact prefix a client's next turn starts
+ *     with. A generation's last sampled token is already folded when it ends (every step of a
+ *     generation samples a token and folds it in the same work item: scheduler.c run_steps), so
+ *     the state stored is that of prompt + every completion token, and its logits predict the
+ *     token after them;
+ *   - memory is bounded by prefix_cache_bytes, byte-accurate: an entry costs its struct, its
+ *     token array and its blob (malloc's own overhead is not counted); least recently used
+ *     entries go first;
+ *   - with state_dir, an entry evicted from memory is written (threadpool, atomic, persist.h) to
+ *     state_dir/prefix_cache/<id>.snap, and at SIGTERM every entry not yet on disk is; files are
+ *     bounded by prefix_cache_disk_bytes (least recently used removed first). A file is read
+ *     back on a lookup that needs it (on the loop thread) and trusted for nothing: its header,
+ *     its own checksum, the model fingerprint, the token ids, then the state blob's checks;
+ *     a file that fails is moved to state_dir/prefix_cache/quarantine/ and never used;
+ *   - prefix_cache_bytes 0 turns the cache off (no lookups, no stores, no files).
+ *
+ * Threads: the loop thread owns the cache (lookups, stores, evictions); only spill writes run on
+ * libuv's threadpool, on bytes handed over to them.
+ *
+ * How ops use it (ops.h):
+ *   - SRV_OP_CREATE with op->pc_lookup = 1 (session API: "prefix_cache": true): before folding,
+ *     srv_pcache_restore; the session reports cached_tokens (srv_session.pc_cached); the prefill
+ *     stores at interval boundaries and at its end; the session then tracks its tokens
+ *     (pc_hist), so every later fold and generation on it stores its end state too.
+ *   - a session created without it never touches the cache.
+ */
+#ifndef SRV_PREFIX_CACHE_H
+#define SRV_PREFIX_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "buf.h"
+#include "recur.h"
+#include "session_table.h"
+
+typedef struct srv_pcache srv_pcache;
+
+typedef struct {
+    size_t max_bytes;      /* prefix_cache_bytes: memory bound; 0 = the cache is off */
+    size_t disk_bytes;     /* prefix_cache_disk_bytes: spill files bound (0 = no spill) */
+    uint64_t interval;     /* prefix_checkpoint_interval: tokens between prefill stores (0 = none) */
+    const char *spill_dir; /* "" or NULL: no spill (no state_dir); else state_dir/prefix_cache */
+} srv_pcache_config;
+
+/* A cache for model m (its fingerprint stamps the files). Opens and scans the spill directory
+ * (created 0700, locked, its temp files removed, persist.h) when spill_dir is set: every file
+ * there becomes a disk entry, unread until a lookup needs it. Returns 0, or -1 with err (the
+ * daemon refuses to start). *out is NULL-safe to free. */
+int srv_pcache_create(const srv_pcache_config *cfg, const recur_model *m, uv_loop_t *loop,
+                      srv_pcache **out, char *err, size_t errlen);
+/* SIGTERM (workers joined): write every memory entry not yet on disk, most recent first, on the
+ * loop thread, within the disk bound. */
+void srv_pcache_shutdown(srv_pcache *pc);
+/* After the loop has run to its end (no spill write in flight). */
+void srv_pcache_free(srv_pcache *pc);
+
+int srv_pcache_enabled(const srv_pcache *pc);          /* pc && max_bytes > 0 */
+uint64_t srv_pcache_interval(const srv_pcache *pc);    /* 0 when off */
+
+/* Restore into s (a fresh session: tokens_seen 0, nothing in flight) the state after the longest
+ * stored prefix t[0..m) of tokens[0..n), m <= n. Returns m (0: a miss, s unchanged). Counts a hit
+ * (and m hit tokens) or a miss. */
+size_t srv_pcache_restore(srv_pcache *pc, const int32_t *tokens, size_t n, srv_session *s);
+
+/* Store s's state (nothing in flight; s->tokens_seen == n) as the state after tokens[0..n).
+ * An entry for the same ids is only marked recently used. Entries larger than the whole bound
+ * are not stored. n == 0 stores nothing. */
+void srv_pcache_store(srv_pcache *pc, const int32_t *tokens, size_t n, const srv_session *s);
+
+/* Figures for /metrics and tests. */
+typedef struct {
+    uint64_t hits, hit_tokens, misses, evictions, stores;
+    uint64_t spill_writes, spill_failures, spill_loads, quarantined;
+    size_t bytes, entries;            /* in memory */
+    size_t disk_bytes, disk_entries;  /* files (disk_bytes: upper bounds for files found at start) */
+} srv_pcache_stats;
+srv_pcache_stats srv_pcache_get_stats(const srv_pcache *pc);
+/* The recurd_prefix_cache_* lines. */
+void srv_pcache_metrics(const srv_pcache *pc, proto_buf *b);
+
+/* The session's token history (srv_session.pc_hist): append n ids, or stop tracking (free it)
+ * when the history would pass max_tokens (2 * max_tokens_per_request: the longest prefix a
+ * request can store). */
+void srv_pcache_hist_append(srv_session *s, const int32_t *ids, size_t n, size_t max_tokens);
+void srv_pcache_hist_drop(srv_session *s);
+
+#endif /* SRV_PREFIX_CACHE_H */
