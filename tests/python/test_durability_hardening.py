@@ -166,7 +166,7 @@ def test_delete_on_a_read_only_state_dir_never_comes_back(tmp_path):
         with pd(sd) as d:
             assert info(d, sid) == 404
             assert info(d, keep)["tokens_seen"] == 2
-        assert sorted(os.listdir(sd)) == sorted(["quarantine", keep + ".snap"])
+        assert sorted(os.listdir(sd)) == sorted(["quarantine", "prefix_cache", keep + ".snap"])
     finally:
         if mounted:
             umount(sd)
@@ -217,7 +217,7 @@ def test_delete_whose_unlink_fails_leaves_a_durable_tombstone_across_kill9(tmp_p
         assert scanned["tombstones"] == 1 and scanned["removals_pending"] == 0
         assert info(d, sid) == 404
         assert metrics(d)["recurd_snapshots_quarantined_total"] == 0
-    assert sorted(os.listdir(sd)) == sorted(["quarantine", keep + ".snap"])
+    assert sorted(os.listdir(sd)) == sorted(["quarantine", "prefix_cache", keep + ".snap"])
 
 
 # ---------------------------------------------------------------------------- item 1
