@@ -141,6 +141,7 @@ static recur_model *open_model(const opts *o, const char *dir)
     recur_model *m = NULL;
     int rc;
     const char *what;
+    char err[512] = ""; /* what recur_model_load_ex names (file, config key, tensor) */
     if (o->config) {
         long len;
         char *text = read_file(o->config, 1 << 20, &len);
@@ -151,11 +152,11 @@ static recur_model *open_model(const opts *o, const char *dir)
         free(text);
         what = o->config;
     } else {
-        rc = recur_model_load(dir, &m);
+        rc = recur_model_load_ex(dir, &m, err, sizeof err);
         what = dir;
     }
     if (rc) {
-        fprintf(stderr, "%s: cannot load model %s: %s\n", prog, what, recur_strerror(rc));
+        fprintf(stderr, "%s: cannot load model %s: %s%s%s\n", prog, what, recur_strerror(rc), err[0] ? ": " : "", err);
         if (rc == RECUR_EIO && !o->config)
             fprintf(stderr, "%s: (a model is a directory with config.json and model.safetensors)\n", prog);
         return NULL;

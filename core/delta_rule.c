@@ -65,7 +65,7 @@ static int dr_check(const recur_dims *d, const float *q, const float *k, const f
     int nonfinite = !isfinite(scale), range = 0;
     for (int64_t i = 0; i < n; i++) {
         nonfinite |= !isfinite(beta[i]);
-        range |= !(beta[i] > 0.0f && beta[i] <= 1.0f);
+        range |= !(beta[i] > 0.0f && beta[i] <= 2.0f); /* (0, 2]: allow_neg_eigval doubles it */
     }
     if (g)
         for (int64_t i = 0; i < n; i++) {

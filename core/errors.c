@@ -9,7 +9,7 @@ const char *recur_strerror(int err)
     case RECUR_ESHAPE: return "invalid shape: a dimension is out of range or sizes overflow";
     case RECUR_ENOMEM: return "out of memory";
     case RECUR_ENONFINITE: return "non-finite value in a gate, beta, gamma or scale";
-    case RECUR_ERANGE: return "value out of its domain (gate > 0, gamma outside (0,1], beta outside (0,1])";
+    case RECUR_ERANGE: return "value out of its domain (gate > 0, gamma outside (0,1], beta outside (0,2])";
     case RECUR_EIO: return "I/O error: file could not be opened, read or mapped";
     case RECUR_EFORMAT: return "malformed file or buffer";
     case RECUR_EMISMATCH: return "belongs to another model (fingerprint or shape mismatch)";

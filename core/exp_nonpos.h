@@ -53,4 +53,19 @@ static inline float recur__exp_nonpos(float x)
     return out;
 }
 
+/* silu(x) = x sigma(x) with sigma(x) = (x >= 0 ? 1 : e) / (1 + e), e = exp(-|x|) <= 1: only a
+ * non-positive argument is exponentiated (recur__exp_nonpos, rel. error < 1e-7) and the select is
+ * arithmetic, so loops over it vectorise (libm's expf does not). */
+static inline float recur__silu(float x)
+{
+    uint32_t xi;
+    memcpy(&xi, &x, sizeof xi);
+    float neg = (float)(xi >> 31); /* 1 for x < 0 */
+    uint32_t ai = xi & 0x7fffffffu;
+    float ax;
+    memcpy(&ax, &ai, sizeof ax);
+    float e = recur__exp_nonpos(-ax);
+    return x * (1.0f + neg * (e - 1.0f)) / (1.0f + e);
+}
+
 #endif /* RECUR_EXP_NONPOS_H */

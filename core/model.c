@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include "model_internal.h"
 #include "packed_gemm.h"
+#include "short_conv.h"
 
 /* ---------------------------------------------------------------- tensor table */
 
@@ -27,29 +28,51 @@ static const char *const suffixes[T_N_LAYER_TENSORS] = {
     [T_GATE] = "mlp.gate_proj.weight",
     [T_UP] = "mlp.up_proj.weight",
     [T_DOWN] = "mlp.down_proj.weight",
+    /* the native family has none of the roles below; names for messages and seeded models */
+    [T_CONV_Q] = "mixer.q_conv1d.weight",
+    [T_CONV_K] = "mixer.k_conv1d.weight",
+    [T_CONV_V] = "mixer.v_conv1d.weight",
+    [T_CONV_QB] = "mixer.q_conv1d.bias",
+    [T_CONV_KB] = "mixer.k_conv1d.bias",
+    [T_CONV_VB] = "mixer.v_conv1d.bias",
+    [T_GK_DOWN] = "mixer.gk_proj.0.weight",
+    [T_GK_UP] = "mixer.gk_proj.1.weight",
+    [T_GK_BIAS] = "mixer.gk_proj.1.bias",
 };
 
-/* Shape of a tensor role for a layer of kind `kind`; returns 0 when the role is absent. */
-static int tensor_shape(const recur_config *c, recur_mixer_kind kind, recur_layer_tensor t,
-                        int64_t shape[2], int *ndim)
+/* Shape of a tensor role of layer l; returns 0 when the layer has no such tensor. */
+static int tensor_shape(const recur_config *c, int l, recur_layer_tensor t, int64_t shape[2], int *ndim)
 {
+    const recur_mixer_kind kind = c->mixers[l];
+    const recur_block *B = &c->block[l];
     int64_t d = c->d_model, H = c->n_heads, HK = H * c->head_k, HV = H * c->head_v, ff = c->d_ff;
+    int64_t QK = (int64_t)B->qk_heads * c->head_k; /* q / k projection width */
     int gla = kind == RECUR_MIXER_GLA;
     int delta = kind == RECUR_MIXER_DELTANET || kind == RECUR_MIXER_GATED_DELTANET;
     int gdn = kind == RECUR_MIXER_GATED_DELTANET;
+    int conv = B->conv_size > 0, W = B->conv_size;
     int64_t r = 0, k = 0; /* k == 0: one-dimensional */
     switch (t) {
-    case T_ATTN_NORM: case T_MLP_NORM: r = d; break;
-    case T_Q: case T_K: r = HK; k = d; break;
-    case T_V: case T_G: r = HV; k = d; break;
-    case T_GK: if (!gla) return 0; r = HK; k = d; break;
-    case T_B: if (!delta) return 0; r = H; k = d; break;
+    case T_ATTN_NORM: r = d; break;
+    case T_MLP_NORM: if (!B->mlp) return 0; r = d; break;
+    case T_Q: case T_K: r = QK; k = d; break;
+    case T_V: r = HV; k = d; break;
+    case T_G: if (!B->out_gate) return 0; r = HV; k = d; break;
+    case T_GK: if (!gla || B->gate_rank) return 0; r = HK; k = d; break;
+    case T_GK_DOWN: if (!gla || !B->gate_rank) return 0; r = B->gate_rank; k = d; break;
+    case T_GK_UP: if (!gla || !B->gate_rank) return 0; r = HK; k = B->gate_rank; break;
+    case T_GK_BIAS: if (!gla || !B->gate_rank) return 0; r = HK; break;
+    case T_B: if (!delta || !B->beta_proj) return 0; r = H; k = d; break;
     case T_A: if (!gdn) return 0; r = H; k = d; break;
     case T_A_LOG: case T_DT_BIAS: if (!gdn) return 0; r = H; break;
-    case T_O_NORM: r = c->head_v; break;
+    case T_O_NORM: if (!B->o_norm_weight) return 0; r = c->head_v; break;
     case T_O: r = d; k = HV; break;
-    case T_GATE: case T_UP: r = ff; k = d; break;
-    case T_DOWN: r = d; k = ff; break;
+    case T_GATE: case T_UP: if (!B->mlp) return 0; r = ff; k = d; break;
+    case T_DOWN: if (!B->mlp) return 0; r = d; k = ff; break;
+    case T_CONV_Q: case T_CONV_K: if (!conv) return 0; r = QK; k = W; break;
+    case T_CONV_V: if (!conv) return 0; r = HV; k = W; break;
+    case T_CONV_QB: case T_CONV_KB: if (!conv || !B->conv_bias) return 0; r = QK; break;
+    case T_CONV_VB: if (!conv || !B->conv_bias) return 0; r = HV; break;
     default: return 0;
     }
     shape[0] = r;
@@ -61,15 +84,20 @@ static int tensor_shape(const recur_config *c, recur_mixer_kind kind, recur_laye
 /* p + i elements of type wt */
 static void *elem_at(void *p, size_t i, recur_wtype wt) { return (char *)p + i * recur__wtype_size(wt); }
 
-/* The arena place of a layer tensor (for T_UP: the second half of w_gate_up). */
-static void *layer_place(const recur_config *c, recur_layer *L, recur_layer_tensor t, recur_wtype wt)
+/* The arena place of a layer tensor (for T_UP: the second half of w_gate_up; conv parts: their
+ * channels of conv_w / conv_b). */
+static void *layer_place(const recur_config *c, int l, recur_layer *L, recur_layer_tensor t, recur_wtype wt)
 {
+    const size_t W = (size_t)c->block[l].conv_size;
+    const size_t ck = (size_t)(L->off_k - L->conv_in), cv = (size_t)(L->off_v - L->conv_in);
     switch (t) {
     case T_ATTN_NORM: return L->attn_norm;
     case T_Q: return L->wq;
     case T_K: return L->wk;
     case T_V: return L->wv;
-    case T_GK: return L->wgk;
+    case T_GK: case T_GK_DOWN: return L->wgk;
+    case T_GK_UP: return L->w_gk_up;
+    case T_GK_BIAS: return L->gk_bias;
     case T_B: return L->wb;
     case T_A: return L->wa;
     case T_A_LOG: return L->A_log;
@@ -81,6 +109,12 @@ static void *layer_place(const recur_config *c, recur_layer *L, recur_layer_tens
     case T_GATE: return L->w_gate_up;
     case T_UP: return elem_at(L->w_gate_up, (size_t)c->d_ff * c->d_model, wt);
     case T_DOWN: return L->w_down;
+    case T_CONV_Q: return L->conv_w;
+    case T_CONV_K: return L->conv_w + ck * W;
+    case T_CONV_V: return L->conv_w + cv * W;
+    case T_CONV_QB: return L->conv_b;
+    case T_CONV_KB: return L->conv_b + ck;
+    case T_CONV_VB: return L->conv_b + cv;
     default: return NULL;
     }
 }
@@ -102,7 +136,7 @@ int recur__weight_meta(const recur_config *c, int layer, int t, recur_weight_ref
         default: return 0;
         }
     } else {
-        if (!tensor_shape(c, c->mixers[layer], (recur_layer_tensor)t, shape, &ndim)) return 0;
+        if (!tensor_shape(c, layer, (recur_layer_tensor)t, shape, &ndim)) return 0;
         snprintf(ref->name, sizeof ref->name, "layers.%d.%s", layer, suffixes[t]);
     }
     ref->ptr = NULL;
@@ -115,7 +149,8 @@ int recur__weight_meta(const recur_config *c, int layer, int t, recur_weight_ref
                    (layer >= 0 && (t == T_ATTN_NORM || t == T_MLP_NORM || t == T_O_NORM));
     /* every 2-D layer tensor is (part of) a GEMM matrix; of the globals lm_head, and embed when
      * the LM head is its packed copy */
-    ref->is_matrix = ndim == 2 && (layer >= 0 || t == 2 || c->tied_embeddings);
+    ref->is_matrix = ndim == 2 && (layer >= 0 || t == 2 || c->tied_embeddings) &&
+                     !(layer >= 0 && t >= T_CONV_Q && t <= T_CONV_V); /* conv taps stay fp32 */
     return 1;
 }
 
@@ -133,7 +168,7 @@ int recur__weight(recur_model *m, int layer, int t, recur_weight_ref *ref)
             return 1;
         }
     } else {
-        place = layer_place(c, &m->layers[layer], (recur_layer_tensor)t, m->wtype);
+        place = layer_place(c, layer, &m->layers[layer], (recur_layer_tensor)t, m->wtype);
     }
     if (half && ref->is_matrix) ref->half = place;
     else ref->ptr = place;
@@ -160,7 +195,7 @@ void recur__big_free(void *p, size_t bytes)
 
 #define ALIGN_FLOATS 16 /* 64-byte alignment for every tensor group */
 #define ARENA_MAX_FLOATS ((size_t)1 << 31) /* 8 GiB of weights */
-#define CANON_MAX 2048 /* recur__config_canonical's text: 64 layers of mixer names fit */
+#define CANON_MAX 16384 /* recur__config_canonical's text: 64 layers of mixer names and block descriptions fit */
 static size_t round_up(size_t n) { return (n + ALIGN_FLOATS - 1) / ALIGN_FLOATS * ALIGN_FLOATS; }
 
 int recur__model_alloc(const recur_config *c, recur_wtype wt, recur_model **out)
@@ -184,36 +219,51 @@ int recur__model_alloc(const recur_config *c, recur_wtype wt, recur_model **out)
         TAKE_MATRIX(m->lm_head, vocab, d); /* tied: filled from embed when packed */
         for (int l = 0; l < c->n_layers; l++) {
             recur_layer *L = &m->layers[l];
+            const recur_block *B = &c->block[l];
             recur_mixer_kind kind = c->mixers[l];
             int gla = kind == RECUR_MIXER_GLA;
             int delta = kind == RECUR_MIXER_DELTANET || kind == RECUR_MIXER_GATED_DELTANET;
             int gdn = kind == RECUR_MIXER_GATED_DELTANET;
-            size_t n_in = 2 * HK + 2 * HV + (gla ? HK : 0) + (delta ? H : 0) + (gdn ? H : 0);
+            size_t QK = (size_t)B->qk_heads * K, gk = gla ? (B->gate_rank ? (size_t)B->gate_rank : HK) : 0;
+            /* q | k | v | g | gk | b | a */
+            size_t o_g = 2 * QK + HV, o_gk = o_g + (B->out_gate ? HV : 0), o_b = o_gk + gk;
+            size_t o_a = o_b + (delta && B->beta_proj ? H : 0), n_in = o_a + (gdn ? H : 0);
             if (pass) {
                 L->kind = kind;
                 L->n_in = (int)n_in;
-                L->off_g = (int)(2 * HK + HV);
-                L->off_gk = gla ? (int)(2 * HK + 2 * HV) : -1;
-                L->off_b = delta ? (int)(2 * HK + 2 * HV + (gla ? HK : 0)) : -1;
-                L->off_a = gdn ? L->off_b + (int)H : -1;
+                L->off_k = (int)QK;
+                L->off_v = (int)(2 * QK);
+                L->off_g = B->out_gate ? (int)o_g : -1;
+                L->off_gk = gla ? (int)o_gk : -1;
+                L->off_b = delta && B->beta_proj ? (int)o_b : -1;
+                L->off_a = gdn ? (int)o_a : -1;
+                L->conv_in = 0;
+                L->conv_ch = B->conv_size ? (int)(2 * QK + HV) : 0;
             }
             TAKE(L->attn_norm, d);
             TAKE_MATRIX(L->w_in, n_in, d);
             if (pass) {
                 L->wq = L->w_in;
-                L->wk = elem_at(L->w_in, HK * d, wt);
-                L->wv = elem_at(L->w_in, 2 * HK * d, wt);
-                L->wg = elem_at(L->w_in, (size_t)L->off_g * d, wt);
-                L->wgk = gla ? elem_at(L->w_in, (size_t)L->off_gk * d, wt) : NULL;
-                L->wb = delta ? elem_at(L->w_in, (size_t)L->off_b * d, wt) : NULL;
-                L->wa = gdn ? elem_at(L->w_in, (size_t)L->off_a * d, wt) : NULL;
+                L->wk = elem_at(L->w_in, QK * d, wt);
+                L->wv = elem_at(L->w_in, 2 * QK * d, wt);
+                L->wg = B->out_gate ? elem_at(L->w_in, o_g * d, wt) : NULL;
+                L->wgk = gla ? elem_at(L->w_in, o_gk * d, wt) : NULL;
+                L->wb = L->off_b >= 0 ? elem_at(L->w_in, o_b * d, wt) : NULL;
+                L->wa = gdn ? elem_at(L->w_in, o_a * d, wt) : NULL;
+            }
+            if (gla && B->gate_rank) { TAKE_MATRIX(L->w_gk_up, HK, B->gate_rank); TAKE(L->gk_bias, HK); }
+            if (B->conv_size) {
+                TAKE(L->conv_w, (2 * QK + HV) * (size_t)B->conv_size);
+                if (B->conv_bias) TAKE(L->conv_b, 2 * QK + HV);
             }
             if (gdn) { TAKE(L->A_log, H); TAKE(L->dt_bias, H); }
-            TAKE(L->o_norm, V);
+            TAKE(L->o_norm, V); /* ones when the block has no o_norm weight (set below) */
             TAKE_MATRIX(L->wo, d, HV);
-            TAKE(L->mlp_norm, d);
-            TAKE_MATRIX(L->w_gate_up, 2 * ff, d);
-            TAKE_MATRIX(L->w_down, d, ff);
+            if (B->mlp) {
+                TAKE(L->mlp_norm, d);
+                TAKE_MATRIX(L->w_gate_up, 2 * ff, d);
+                TAKE_MATRIX(L->w_down, d, ff);
+            }
         }
 #undef TAKE_MATRIX
 #undef TAKE
@@ -224,6 +274,9 @@ int recur__model_alloc(const recur_config *c, recur_wtype wt, recur_model **out)
             if (!m->arena) { free(m); return RECUR_ENOMEM; }
         }
     }
+    for (int l = 0; l < c->n_layers; l++)
+        if (!c->block[l].o_norm_weight)
+            for (size_t i = 0; i < V; i++) m->layers[l].o_norm[i] = 1.0f;
 
     /* state layout: recurrent layers share one block, softmax layers get their own KV caches */
     size_t rec = 0;
@@ -233,7 +286,11 @@ int recur__model_alloc(const recur_config *c, recur_wtype wt, recur_model **out)
         if (L->n_in > m->max_in) m->max_in = L->n_in;
         L->state_off = rec;
         if (L->kind == RECUR_MIXER_SOFTMAX) { L->state_floats = 0; m->n_softmax++; continue; }
-        L->state_floats = HK * V + (L->kind == RECUR_MIXER_LINEAR ? HK : 0);
+        /* the core's S [H][K][V] (linear: then z [H][K]), then the conv state [W-1][C] */
+        L->conv_state_off = HK * V + (L->kind == RECUR_MIXER_LINEAR ? HK : 0);
+        size_t W = (size_t)c->block[l].conv_size;
+        L->state_floats = L->conv_state_off + (W ? (W - 1) * (size_t)L->conv_ch : 0);
+        if (W && (int)(W * (size_t)L->conv_ch) > m->max_conv) m->max_conv = (int)(W * (size_t)L->conv_ch);
         rec += L->state_floats;
     }
     m->rec_floats = rec;
@@ -257,18 +314,24 @@ static int pack_weights(recur_model *m)
     int d = c->d_model, HV = c->n_heads * c->head_v, ff = c->d_ff;
     size_t most = (size_t)c->vocab_size * d;
     for (int l = 0; l < c->n_layers; l++) {
-        size_t n[] = {(size_t)m->layers[l].n_in * d, (size_t)d * HV, (size_t)2 * ff * d, (size_t)d * ff};
-        for (int i = 0; i < 4; i++) if (n[i] > most) most = n[i];
+        size_t n[] = {(size_t)m->layers[l].n_in * d, (size_t)d * HV, (size_t)2 * ff * d, (size_t)d * ff,
+                      (size_t)m->max_conv, (size_t)c->n_heads * c->head_k * c->block[l].gate_rank};
+        for (int i = 0; i < 6; i++) if (n[i] > most) most = n[i];
     }
     const recur_wtype wt = m->wtype;
-    void *tmp = malloc(most * recur__wtype_size(wt));
+    void *tmp = malloc(most * sizeof(float));
     if (!tmp) return RECUR_ENOMEM;
     for (int l = 0; l < c->n_layers; l++) {
         recur_layer *L = &m->layers[l];
+        const recur_block *B = &c->block[l];
         pack_in_place(L->w_in, L->n_in, d, wt, tmp);
         pack_in_place(L->wo, d, HV, wt, tmp);
-        pack_in_place(L->w_gate_up, 2 * ff, d, wt, tmp);
-        pack_in_place(L->w_down, d, ff, wt, tmp);
+        if (B->mlp) {
+            pack_in_place(L->w_gate_up, 2 * ff, d, wt, tmp);
+            pack_in_place(L->w_down, d, ff, wt, tmp);
+        }
+        if (L->w_gk_up) pack_in_place(L->w_gk_up, c->n_heads * c->head_k, B->gate_rank, wt, tmp);
+        if (L->conv_w) recur__short_conv_transpose(L->conv_w, L->conv_ch, B->conv_size, tmp);
     }
     /* tied fp32: packed from embed; tied half: embed's halves were staged in lm_head */
     if (c->tied_embeddings && wt == RECUR_WT_F32) recur__pack(m->lm_head, m->embed, c->vocab_size, d);

@@ -41,6 +41,38 @@ static int get_int(const cJSON *it, int64_t lo, int64_t hi, int64_t *out)
     return RECUR_OK;
 }
 
+recur_block recur__block_native(const recur_config *c, recur_mixer_kind k)
+{
+    int delta = k == RECUR_MIXER_DELTANET || k == RECUR_MIXER_GATED_DELTANET;
+    recur_block b = {
+        .qk_heads = c->n_heads, .qk_act = delta ? RECUR_ACT_SILU : RECUR_ACT_NONE, .v_act = RECUR_ACT_NONE,
+        .qk_l2 = delta, .beta_proj = delta, .beta_scale = 1.0f, .gate_norm = 16.0f, .gate_clamp = -1e30f,
+        .out_gate = 1, .o_norm_weight = 1, .mlp = 1, .eps = c->norm_eps,
+    };
+    return b;
+}
+
+int recur__config_check(const recur_config *c)
+{
+    if (c->vocab_size < 2 || c->vocab_size > RECUR_MAX_VOCAB || c->d_model < 1 || c->d_model > MAX_D_MODEL ||
+        c->n_layers < 1 || c->n_layers > RECUR_MAX_LAYERS || c->n_heads < 1 || c->n_heads > MAX_HEADS ||
+        c->head_k < 1 || c->head_k > RECUR_MAX_DIM || c->head_v < 1 || c->head_v > RECUR_MAX_DIM ||
+        c->d_ff < 1 || c->d_ff > MAX_D_FF || c->max_context < 1 || c->max_context > RECUR_MAX_CONTEXT)
+        return RECUR_ESHAPE;
+    if ((int64_t)c->n_heads * c->head_k > MAX_HEADS_DIM || (int64_t)c->n_heads * c->head_v > MAX_HEADS_DIM)
+        return RECUR_ESHAPE;
+    for (int l = 0; l < c->n_layers; l++) {
+        const recur_block *b = &c->block[l];
+        if (b->qk_heads < 1 || c->n_heads % b->qk_heads) return RECUR_ESHAPE;
+        if (b->conv_size && (b->conv_size < 2 || b->conv_size > RECUR_MAX_CONV)) return RECUR_ESHAPE;
+        if (b->gate_rank < 0 || b->gate_rank > MAX_D_MODEL) return RECUR_ESHAPE;
+        if (!(b->eps > 0 && b->eps <= 1) || !(c->norm_eps > 0 && c->norm_eps <= 1)) return RECUR_ERANGE;
+        if (!(b->beta_scale > 0 && b->beta_scale <= 2) || !(b->gate_norm > 0) || !(b->gate_clamp <= 0))
+            return RECUR_ERANGE;
+    }
+    return RECUR_OK;
+}
+
 static const char *const known_keys[] = {
     "name", "vocab_size", "d_model", "n_layers", "n_heads", "head_k", "head_v", "d_ff",
     "mixers", "tied_embeddings", "max_context", "norm_eps",
@@ -61,6 +93,7 @@ static int parse_root(const cJSON *root, recur_config *c)
     }
     memset(c, 0, sizeof *c);
     snprintf(c->name, sizeof c->name, "recur");
+    snprintf(c->family, sizeof c->family, "native");
     c->tied_embeddings = 1;
     c->max_context = DEFAULT_MAX_CONTEXT;
     c->norm_eps = 1e-5;
@@ -113,6 +146,7 @@ static int parse_root(const cJSON *root, recur_config *c)
         if (!isfinite(e) || e <= 0 || e > 1) return RECUR_ERANGE;
         c->norm_eps = e;
     }
+    for (int i = 0; i < c->n_layers; i++) c->block[i] = recur__block_native(c, c->mixers[i]);
     return RECUR_OK;
 }
 
@@ -145,6 +179,15 @@ int recur__config_canonical(const recur_config *c, char *buf, size_t cap)
                      c->tied_embeddings, (long long)c->max_context, c->norm_eps);
     for (int l = 0; l < c->n_layers && n >= 0 && (size_t)n < cap; l++)
         n += snprintf(buf + n, cap - (size_t)n, "%s%s", l ? "," : "", recur_mixer_name(c->mixers[l]));
+    /* another family: its block descriptions too (a native model's text, and so its fingerprint,
+     * is what it always was) */
+    for (int l = 0; strcmp(c->family, "native") != 0 && l < c->n_layers && n >= 0 && (size_t)n < cap; l++) {
+        const recur_block *b = &c->block[l];
+        n += snprintf(buf + n, cap - (size_t)n, "%s%s:%d,%d,%d,%d,%d,%d,%d,%.9g,%d,%.9g,%.9g,%d,%d,%d,%.17g",
+                      l ? ";" : " family=", l ? "" : c->family, b->qk_heads, b->conv_size, b->conv_bias,
+                      (int)b->qk_act, (int)b->v_act, b->qk_l2, b->beta_proj, (double)b->beta_scale, b->gate_rank,
+                      (double)b->gate_norm, (double)b->gate_clamp, b->out_gate, b->o_norm_weight, b->mlp, b->eps);
+    }
     if (n < 0 || (size_t)n >= cap) return RECUR_ESHAPE;
     return n;
 }

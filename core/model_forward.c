@@ -18,6 +18,7 @@
 #include "mixer.h"
 #include "model_internal.h"
 #include "packed_gemm.h"
+#include "short_conv.h"
 
 #define PREFILL_PIECE 256 /* tokens per prefill piece (a multiple of the chunk) */
 #define PREFILL_CHUNK 64
@@ -39,6 +40,7 @@ struct recur_workspace {
     float *ff;      /* [R][2*d_ff] gate | up, then silu(gate)*up in the first half */
     float *scores;  /* [RECUR__SOFTMAX_QBLOCK][max_context] softmax layers only (prefill) */
     float *backup;  /* [rec_floats] a session's recurrent state before a prefill (rollback) */
+    float *conv_tmp;/* [max_conv]  short convolution scratch (short_conv.h) */
     void *block;    /* every buffer above (recur__big_alloc) */
     size_t block_bytes;
 };
@@ -56,7 +58,7 @@ int recur_workspace_create(const recur_model *m, int max_batch, recur_workspace 
         R * d, R * d, R * (size_t)m->max_in, R * H * K, R * H * K, R * H * V, R * H * K, R * H, R * H,
         R * H * V, R * 2 * (size_t)c->d_ff,
         m->n_softmax ? (size_t)RECUR__SOFTMAX_QBLOCK * (size_t)c->max_context : 0,
-        m->rec_floats,
+        m->rec_floats, (size_t)m->max_conv,
     };
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += (sizes[i] + 15) / 16 * 16;
@@ -65,7 +67,7 @@ int recur_workspace_create(const recur_model *m, int max_batch, recur_workspace 
     if (!ws || !b) { free(ws); recur__big_free(b, total * sizeof(float)); return RECUR_ENOMEM; }
     memset(b, 0, total * sizeof(float)); /* touch once, here, never on the hot path */
     float **slots[] = {&ws->x, &ws->h, &ws->proj, &ws->q, &ws->k, &ws->v, &ws->gk, &ws->gs,
-                       &ws->beta, &ws->o, &ws->ff, &ws->scores, &ws->backup};
+                       &ws->beta, &ws->o, &ws->ff, &ws->scores, &ws->backup, &ws->conv_tmp};
     size_t off = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         *slots[i] = b + off;
@@ -93,20 +95,7 @@ static inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* softplus(x) = log(1 + e^x), without overflow */
 static inline float softplus(float x) { return fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x))); }
 
-/* silu(x) = x sigma(x) with sigma(x) = (x >= 0 ? 1 : e) / (1 + e), e = exp(-|x|) <= 1: only a
- * non-positive argument is exponentiated (recur__exp_nonpos, rel. error < 1e-7) and the select is
- * arithmetic, so loops over it vectorise (libm's expf does not). */
-static inline float silu_v(float x)
-{
-    uint32_t xi;
-    memcpy(&xi, &x, sizeof xi);
-    float neg = (float)(xi >> 31); /* 1 for x < 0 */
-    uint32_t ai = xi & 0x7fffffffu;
-    float ax;
-    memcpy(&ax, &ai, sizeof ax);
-    float e = recur__exp_nonpos(-ax);
-    return x * (1.0f + neg * (e - 1.0f)) / (1.0f + e);
-}
+#define silu_v recur__silu /* exp_nonpos.h */
 
 /* sum(x^2): 16 independent float lanes (vectorisable without reassociation), added in double */
 static double sumsq(const float *x, int n)
@@ -195,24 +184,60 @@ static int mixer_rows(const recur_model *m, const recur_layer *L, recur_workspac
 
 /* ---------------------------------------------------------------- the block stack */
 
-/* Split the projected row into the core's inputs (docs/MODEL.md, Mixer table). */
+/* x <- act(x) over n values */
+static void activate(float *x, size_t n, recur_act act)
+{
+    switch (act) {
+    case RECUR_ACT_NONE: break;
+    case RECUR_ACT_SILU: for (size_t i = 0; i < n; i++) x[i] = silu_v(x[i]); break;
+    case RECUR_ACT_RELU: for (size_t i = 0; i < n; i++) x[i] = fmaxf(x[i], 0.0f); break;
+    case RECUR_ACT_ELU1: for (size_t i = 0; i < n; i++) x[i] = x[i] > 0.0f ? x[i] + 1.0f : expf(x[i]); break;
+    }
+}
+
+/* q or k of one row: the projection's qk_heads heads -> act, L2norm per head -> the mixer's H heads
+ * (head h reads head h / (H / qk_heads); expanded in place from the top so no source is
+ * overwritten before it is read). */
+static void qk_rows(const recur_block *B, float *dst, const float *src, int H, int K)
+{
+    const size_t QK = (size_t)B->qk_heads * K;
+    memcpy(dst, src, QK * sizeof(float));
+    activate(dst, QK, B->qk_act);
+    if (B->qk_l2)
+        for (int hd = 0; hd < B->qk_heads; hd++) l2norm(dst + (size_t)hd * K, K);
+    const int G = H / B->qk_heads;
+    if (G > 1)
+        for (int hd = H - 1; hd > 0; hd--)
+            memcpy(dst + (size_t)hd * K, dst + (size_t)(hd / G) * K, (size_t)K * sizeof(float));
+}
+
+/* Split the projected rows into the core's inputs (docs/MODEL.md "Blocks"). */
 static void preprocess_rows(const recur_model *m, const recur_layer *L, recur_workspace *ws, int R)
 {
+    const recur_block *B = &m->cfg.block[L - m->layers];
     const int H = m->cfg.n_heads, K = m->cfg.head_k, V = m->cfg.head_v;
     const size_t HK = (size_t)H * K, HV = (size_t)H * V;
+    if (L->w_gk_up) /* low-rank GLA gate: gk = W_up (W_down h) + bias, W_down h in the projection */
+        linear_rows(m, R, (int)HK, B->gate_rank, ws->proj + L->off_gk, L->n_in, L->w_gk_up, 0.0f, ws->gk, (int)HK);
     for (int r = 0; r < R; r++) {
         const float *p = ws->proj + (size_t)r * L->n_in;
-        float *q = ws->q + r * HK, *k = ws->k + r * HK, *v = ws->v + r * HV;
-        memcpy(q, p, HK * sizeof(float));
-        memcpy(k, p + HK, HK * sizeof(float));
-        memcpy(v, p + 2 * HK, HV * sizeof(float));
+        float *v = ws->v + r * HV;
+        qk_rows(B, ws->q + r * HK, p, H, K);
+        qk_rows(B, ws->k + r * HK, p + L->off_k, H, K);
+        memcpy(v, p + L->off_v, HV * sizeof(float));
+        activate(v, HV, B->v_act);
         switch (L->kind) {
-        case RECUR_MIXER_GLA:
-            /* g = logsigmoid(gk_proj h) / 16 = -softplus(-x) / 16; kept finite like the gated
-             * DeltaNet gate below (fmaxf also maps NaN to the bound) */
-            for (size_t i = 0; i < HK; i++)
-                ws->gk[r * HK + i] = fmaxf(-softplus(-p[L->off_gk + i]) / 16.0f, -1e30f);
+        case RECUR_MIXER_GLA: {
+            /* g = max(logsigmoid(gk) / gate_norm, gate_clamp), logsigmoid(x) = -softplus(-x); the
+             * clamp (-1e30 when none is configured) keeps it finite like the gated DeltaNet gate
+             * below (fmaxf also maps NaN to the bound) */
+            float *g = ws->gk + r * HK;
+            if (L->w_gk_up)
+                for (size_t i = 0; i < HK; i++) g[i] = fmaxf(-softplus(-(g[i] + L->gk_bias[i])) / B->gate_norm, B->gate_clamp);
+            else
+                for (size_t i = 0; i < HK; i++) g[i] = fmaxf(-softplus(-p[L->off_gk + i]) / B->gate_norm, B->gate_clamp);
             break;
+        }
         case RECUR_MIXER_GATED_DELTANET:
             /* g = -exp(A_log) * softplus(a_proj h + dt_bias); an overflow to -inf (or NaN from
              * overflowing activations) is kept finite, exp(g) is 0 either way: the chunkwise kernel
@@ -222,15 +247,28 @@ static void preprocess_rows(const recur_model *m, const recur_layer *L, recur_wo
                     fmaxf(-expf(L->A_log[hd]) * softplus(p[L->off_a + hd] + L->dt_bias[hd]), -1e30f);
             /* fall through */
         case RECUR_MIXER_DELTANET:
-            /* q, k = L2norm(silu(.)) per head ; beta = sigmoid(b_proj h), kept inside (0, 1] */
-            for (size_t i = 0; i < HK; i++) { q[i] = silu_v(q[i]); k[i] = silu_v(k[i]); }
-            for (int hd = 0; hd < H; hd++) { l2norm(q + (size_t)hd * K, K); l2norm(k + (size_t)hd * K, K); }
+            /* beta = beta_scale * sigmoid(b_proj h) (or beta_scale without b_proj), kept inside
+             * (0, beta_scale] */
             for (int hd = 0; hd < H; hd++)
-                ws->beta[(size_t)r * H + hd] = fmaxf(sigmoid(p[L->off_b + hd]), FLT_MIN);
+                ws->beta[(size_t)r * H + hd] =
+                    L->off_b >= 0 ? fmaxf(B->beta_scale * sigmoid(p[L->off_b + hd]), FLT_MIN) : B->beta_scale;
             break;
         default:
             break;
         }
+    }
+}
+
+/* The short convolution over the rows' convolved columns: decode, row r with its session's conv
+ * state; prefill, the rows in order with the one session's. */
+static void conv_rows(const recur_model *m, const recur_layer *L, recur_workspace *ws, recur_state *const *states,
+                      int R, int prefill)
+{
+    const recur_block *B = &m->cfg.block[L - m->layers];
+    for (int r = 0; r < (prefill ? 1 : R); r++) {
+        float *st = states[r]->rec + L->state_off + L->conv_state_off;
+        recur__short_conv_rows(prefill ? R : 1, L->conv_ch, B->conv_size, ws->proj + (size_t)r * L->n_in + L->conv_in,
+                               (size_t)L->n_in, L->conv_w, L->conv_b, 0, st, ws->conv_tmp);
     }
 }
 
@@ -245,7 +283,6 @@ static int forward_rows(const recur_model *m, recur_workspace *ws, recur_state *
     const recur_config *c = &m->cfg;
     const int d = c->d_model, H = c->n_heads, V = c->head_v, ff = c->d_ff;
     const size_t HV = (size_t)H * V;
-    const float eps = (float)c->norm_eps;
 
     // x = embed[token]
     for (int r = 0; r < R; r++)
@@ -253,10 +290,14 @@ static int forward_rows(const recur_model *m, recur_workspace *ws, recur_state *
 
     for (int l = 0; l < c->n_layers; l++) {
         const recur_layer *L = &m->layers[l];
+        const recur_block *B = &c->block[l];
+        const float eps = (float)B->eps;
         // h = RMSNorm_attn(x) ; proj = [q|k|v|g|gk|b|a] = W_in h
         for (int r = 0; r < R; r++)
             rmsnorm(ws->h + (size_t)r * d, ws->x + (size_t)r * d, L->attn_norm, d, eps);
         linear_rows(m, R, L->n_in, d, ws->h, d, L->w_in, 0.0f, ws->proj, L->n_in);
+        // q|k|v = shortconv(q|k|v) ; then activations, norms, gates
+        if (L->conv_ch) conv_rows(m, L, ws, states, R, prefill);
         preprocess_rows(m, L, ws, R);
 
         // o = core(q, k, v, gates; state)
@@ -269,11 +310,14 @@ static int forward_rows(const recur_model *m, recur_workspace *ws, recur_state *
         // o_i = RMSNorm_o(o_i) per head ; o = o * silu(g_proj h) ; x += o_proj o
         for (int r = 0; r < R; r++) {
             float *o = ws->o + r * HV;
-            const float *g = ws->proj + (size_t)r * L->n_in + L->off_g;
             for (int hd = 0; hd < H; hd++) rmsnorm(o + (size_t)hd * V, o + (size_t)hd * V, L->o_norm, V, eps);
-            for (size_t i = 0; i < HV; i++) o[i] *= silu_v(g[i]);
+            if (L->off_g >= 0) {
+                const float *g = ws->proj + (size_t)r * L->n_in + L->off_g;
+                for (size_t i = 0; i < HV; i++) o[i] *= silu_v(g[i]);
+            }
         }
         linear_rows(m, R, d, (int)HV, ws->o, (int)HV, L->wo, 1.0f, ws->x, d);
+        if (!B->mlp) continue;
 
         // h = RMSNorm_mlp(x) ; x += down( silu(gate h) * (up h) )
         for (int r = 0; r < R; r++)
@@ -289,7 +333,7 @@ static int forward_rows(const recur_model *m, recur_workspace *ws, recur_state *
     if (logits) {
         // logits = lm_head RMSNorm_f(x)
         for (int r = 0; r < R; r++)
-            rmsnorm(ws->h + (size_t)r * d, ws->x + (size_t)r * d, m->norm_f, d, eps);
+            rmsnorm(ws->h + (size_t)r * d, ws->x + (size_t)r * d, m->norm_f, d, (float)c->norm_eps);
         linear_rows(m, R, c->vocab_size, d, ws->h, d, m->lm_head, 0.0f, logits, c->vocab_size);
     }
     return RECUR_OK;

@@ -34,14 +34,55 @@
 #define RECUR_MAX_CONTEXT (1 << 24)
 #define RECUR_MAX_CONFIG_BYTES (1 << 20)
 
+/* Activations of the block description (recur_block). */
+typedef enum { RECUR_ACT_NONE = 0, RECUR_ACT_SILU = 1, RECUR_ACT_RELU = 2, RECUR_ACT_ELU1 = 3 } recur_act;
+
+#define RECUR_MAX_CONV 16 /* short convolution kernel, at most */
+
+/* What one layer's block computes besides its mixer kind (docs/MODEL.md "Blocks"): the native
+ * stack is one setting of it (recur__block_native), a checkpoint family sets its own.
+ *   h = RMSNorm_eps(x); p = W_in h = [q | k | v | g | gk | b | a] (parts present as below)
+ *   q | k | v <- short causal depthwise conv over time (conv_size taps, optional bias), if any
+ *   q, k <- qk_act(.), L2-normalised per head if qk_l2; v <- v_act(v)
+ *   q, k heads: qk_heads; mixer heads n_heads (a multiple): mixer head h reads q/k head
+ *   h / (n_heads / qk_heads) (FLA's grouped value heads)
+ *   beta = beta_scale * sigmoid(b) (beta_proj) or 1; gla: g = max(logsigmoid(gk) / gate_norm,
+ *   gate_clamp), gk = W_gk2 (W_gk1 h) + bias when gate_rank > 0 (low rank), else gk_proj h
+ *   o <- RMSNorm_eps(o) per head (weight o_norm, or ones without one); o <- o * silu(g) if out_gate
+ *   x += o_proj o; then, if mlp: x += SwiGLU(RMSNorm_eps(x)). */
+typedef struct {
+    int qk_heads;        /* heads of the q and k projections (n_heads when not grouped) */
+    int conv_size;       /* 0: no short convolution; else 2 .. RECUR_MAX_CONV taps */
+    int conv_bias;
+    recur_act qk_act, v_act;
+    int qk_l2;
+    int beta_proj;       /* beta from b_proj (delta kinds); 0: beta = 1 */
+    float beta_scale;    /* 1, or 2 (negative eigenvalues allowed) */
+    int gate_rank;       /* gla: 0 full gk_proj [H*K][d]; r > 0 low rank [r][d] then [H*K][r] + bias */
+    float gate_norm;     /* gla: logsigmoid divisor */
+    float gate_clamp;    /* gla: lower clamp of the log gate */
+    int out_gate;        /* g_proj and o * silu(g) */
+    int o_norm_weight;   /* o_norm has a weight tensor */
+    int mlp;             /* SwiGLU sub-block present */
+    double eps;          /* the layer's RMSNorms (attn_norm, o_norm, mlp_norm) */
+} recur_block;
+
 typedef struct {
     char name[64];
+    char family[24];    /* "native", or the Hugging Face model_type the checkpoint came from */
+    int family_variant; /* the family's own detail that changes no math (e.g. a tensor's name) */
     int vocab_size, d_model, n_layers, n_heads, head_k, head_v, d_ff;
     int tied_embeddings;
     int64_t max_context;
-    double norm_eps;
+    double norm_eps;    /* the final norm (norm_f); each block has its own (recur_block.eps) */
     recur_mixer_kind mixers[RECUR_MAX_LAYERS];
+    recur_block block[RECUR_MAX_LAYERS];
 } recur_config;
+
+/* The native stack's block for mixer kind k (docs/MODEL.md "Mixer"). */
+recur_block recur__block_native(const recur_config *c, recur_mixer_kind k);
+/* Bounds shared by every family's config (RECUR_ESHAPE naming nothing: the caller names it). */
+int recur__config_check(const recur_config *c);
 
 /* Parse and validate config JSON text of len bytes (strict: unknown keys, duplicates, wrong
  * types and out-of-range values are RECUR_EFORMAT / RECUR_ESHAPE). */
@@ -55,7 +96,11 @@ int recur__config_canonical(const recur_config *c, char *buf, size_t cap);
 /* Tensor roles in the order of docs/MODEL.md's table (the fingerprint and seeded init follow it). */
 typedef enum {
     T_ATTN_NORM, T_Q, T_K, T_V, T_GK, T_B, T_A, T_A_LOG, T_DT_BIAS, T_G, T_O_NORM, T_O,
-    T_MLP_NORM, T_GATE, T_UP, T_DOWN, T_N_LAYER_TENSORS
+    T_MLP_NORM, T_GATE, T_UP, T_DOWN,
+    /* beyond the native table (absent from native models, so their order and fingerprint stay):
+     * the short convolution's taps [C][W] of q, k, v and their biases [C]; GLA's low-rank gate */
+    T_CONV_Q, T_CONV_K, T_CONV_V, T_CONV_QB, T_CONV_KB, T_CONV_VB, T_GK_DOWN, T_GK_UP, T_GK_BIAS,
+    T_N_LAYER_TENSORS
 } recur_layer_tensor;
 
 typedef struct {
@@ -66,7 +111,11 @@ typedef struct {
     /* wq .. wa: rows of w_in, row-major; valid only until recur__model_finish packs w_in */
     void *wq, *wk, *wv;         /* [H*K][d], [H*K][d], [H*V][d] */
     void *wg;                   /* [H*V][d]  output gate */
-    void *wgk;                  /* [H*K][d]  gla only */
+    void *wgk;                  /* [H*K][d]  gla only; low rank: [r][d] (gk_proj.0) */
+    void *w_gk_up;              /* [H*K][r]  gla low rank (gk_proj.1), packed */
+    float *gk_bias;             /* [H*K]     gla low rank */
+    float *conv_w;              /* [C][W] taps while loading, [W][C] after finish; C = conv_ch */
+    float *conv_b;              /* [C] or NULL */
     void *wb;                   /* [H][d]    deltanet, gated_deltanet */
     void *wa;                   /* [H][d]    gated_deltanet */
     float *A_log, *dt_bias;     /* [H]       gated_deltanet */
@@ -76,9 +125,11 @@ typedef struct {
     void *w_gate_up;            /* [2*d_ff][d]: gate_proj rows then up_proj rows; packed */
     void *w_down;               /* [d][d_ff]  packed */
     int n_in;                   /* P: rows of w_in */
-    int off_g, off_gk, off_b, off_a; /* column offsets inside one row of the projected [P] vector */
+    int off_k, off_v, off_g, off_gk, off_b, off_a; /* column offsets inside one projected [P] row (-1: absent) */
+    int conv_in, conv_ch;       /* the convolved columns [conv_in, conv_in + conv_ch) of a projected row */
     size_t state_off;           /* recurrent layers: float offset in the state block */
-    size_t state_floats;        /* recurrent layers: floats of this layer's state */
+    size_t state_floats;        /* recurrent layers: floats of this layer's state (core + conv) */
+    size_t conv_state_off;      /* conv: float offset of its state [W-1][C] inside the layer's state */
 } recur_layer;
 
 struct recur_model {
@@ -94,6 +145,7 @@ struct recur_model {
     size_t rec_floats;          /* floats of every recurrent layer's state (one block) */
     int n_softmax;              /* layers with a KV cache */
     int max_in;                 /* max n_in over layers */
+    int max_conv;               /* max conv_ch * conv_size over layers (0: no conv) */
 };
 
 /* One tensor of the model: its safetensors name, shape and place(s) in the arena. A tensor is

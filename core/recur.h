@@ -11,7 +11,7 @@
  *   v, o      [T][H][V]
  *   g scalar  [T][H]        natural-log decay, g <= 0
  *   g vector  [T][H][K]     natural-log decay per key dimension, g <= 0
- *   beta      [T][H]        in (0,1]
+ *   beta      [T][H]        in (0,2]  (> 1: negative eigenvalues of I - beta k k^T, FLA's allow_neg_eigval)
  *   S         [H][K][V]     key-major state; IN: the initial state, OUT: the final state
  *   z         [H][K]        linear-attention normaliser state, IN/OUT like S
  * T is int64_t; offsets are computed in int64_t/size_t. Every form includes the current token:
@@ -34,7 +34,7 @@ extern "C" {
 #define RECUR_ESHAPE -2     /* a dimension is out of range or sizes overflow */
 #define RECUR_ENOMEM -3     /* an allocation failed */
 #define RECUR_ENONFINITE -4 /* a gate, beta, gamma or scale is NaN or infinite */
-#define RECUR_ERANGE -5     /* a finite value is out of its domain (g > 0, gamma outside (0,1], beta outside (0,1]) */
+#define RECUR_ERANGE -5     /* a finite value is out of its domain (g > 0, gamma outside (0,1], beta outside (0,2]) */
 #define RECUR_EIO -6        /* a file could not be opened, read or mapped */
 #define RECUR_EFORMAT -7    /* a file or buffer is malformed (config, safetensors, snapshot) */
 #define RECUR_EMISMATCH -8  /* a snapshot or weights file belongs to another model */
@@ -96,7 +96,7 @@ int recur_gla(const recur_dims *d, const float *q, const float *k, const float *
 
 /* Delta rule: S_t = (I - beta_t k_t k_t^T) exp(g_t) S_{t-1} + beta_t k_t v_t^T ; o_t = scale S_t^T q_t.
  * g NULL is DeltaNet (g = 0), g [T][H] is gated DeltaNet. Keys are expected L2-normalised
- * (not checked); beta [T][H] in (0,1]. Chunkwise uses the WY/UT form with a unit-lower-
+ * (not checked); beta [T][H] in (0,2]. Chunkwise uses the WY/UT form with a unit-lower-
  * triangular solve (blocked forward substitution on the chunk product kernel, chunk_mm.h);
  * parallel is chunkwise with one chunk. */
 int recur_delta_rule(const recur_dims *d, const float *q, const float *k, const float *v,
@@ -170,6 +170,12 @@ int recur_model_load(const char *dir, recur_model **out);
 
 /* Like recur_model_load, with the config and weights files named separately. */
 int recur_model_load_files(const char *config_path, const char *weights_path, recur_model **out);
+
+/* recur_model_load of any folder recurd serves (docs/MODELS.md): the native stack, or a Hugging
+ * Face checkpoint whose config.json "model_type" names a family recurd implements, with
+ * model.safetensors or a sharded model.safetensors.index.json. err (may be NULL) receives a
+ * message naming what is wrong (file, config key, tensor) on failure. */
+int recur_model_load_ex(const char *dir, recur_model **out, char *err, size_t errlen);
 
 /* A model from config JSON text with weights initialised from a seed (tests, benchmarks). */
 int recur_model_init_seed(const char *config_json, uint64_t seed, recur_model **out);

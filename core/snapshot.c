@@ -1,9 +1,12 @@
 /* snapshot.c — a session state as bytes (docs/DESIGN.md §6, docs/MODEL.md "Snapshot"), little-endian:
  *
- *   0  "RECURST1"   8  u32 version (1)   12 u32 n_layers   16 u64 model fingerprint
+ *   0  "RECURST1"   8  u32 version (2)   12 u32 n_layers   16 u64 model fingerprint
  *   24 u64 tokens_seen   32 u64 payload bytes P   40 P bytes of fp32 state, layer by layer
- *   (linear: S then z; other recurrent kinds: S; softmax: K rows [n][H][K] then V rows [n][H][V],
- *   n = tokens_seen)   40+P  u64 FNV-1a 64 of bytes [0, 40+P).
+ *   (linear: S then z; other recurrent kinds: S; then, for a layer with a short convolution, its
+ *   last W-1 inputs [W-1][C]; softmax: K rows [n][H][K] then V rows [n][H][V], n = tokens_seen)
+ *   40+P  u64 FNV-1a 64 of bytes [0, 40+P).
+ * Version 1 (before short convolutions) is read too, for models without a convolution: its bytes
+ * are exactly version 2's for them.
  *
  * Reading validates everything before the state is touched, in an order that names the real
  * fault: framing (magic, version, length), then the checksum (so a flipped bit anywhere is a
@@ -17,7 +20,8 @@
 #include "model_internal.h"
 
 #define SNAP_MAGIC "RECURST1"
-#define SNAP_VERSION 1u
+#define SNAP_VERSION 2u    /* 2: a layer's state may end with its short convolution's inputs */
+#define SNAP_VERSION_V1 1u /* before short convolutions: the same bytes for a model without one */
 #define SNAP_HEADER 40
 #define VALUE_MAX_BITS 0x53800000u /* 2^40 as fp32 bits: |x| <= 2^40 <=> (bits & 0x7fffffff) <= this */
 
@@ -88,10 +92,11 @@ static int check_payload(const recur_model *m, const uint8_t *p, uint64_t n)
             size_t f = (size_t)n * (HK + HV);
             rc = check_values(p, f, 0);
             p += f * 4;
-        } else if (L->kind == RECUR_MIXER_LINEAR) { /* S [H][K][V] then z [H][K], z a sum of elu+1 > 0 */
-            size_t fs = L->state_floats - HK;
+        } else if (L->kind == RECUR_MIXER_LINEAR) { /* S [H][K][V], z [H][K] (a sum of elu+1 > 0), conv */
+            size_t fs = L->conv_state_off - HK;
             rc = check_values(p, fs, 0);
             if (!rc) rc = check_values(p + fs * 4, HK, 1);
+            if (!rc) rc = check_values(p + L->conv_state_off * 4, L->state_floats - L->conv_state_off, 0);
             p += L->state_floats * 4;
         } else {
             rc = check_values(p, L->state_floats, 0);
@@ -160,7 +165,8 @@ int recur_snapshot_check(const recur_model *m, const uint8_t *buf, size_t len)
     size_t total;
     int rc = recur_snapshot_length(buf, len, &total);
     if (rc) return rc;
-    if (get_u32(buf + 8) != SNAP_VERSION) return RECUR_EFORMAT;
+    uint32_t version = get_u32(buf + 8);
+    if (version != SNAP_VERSION && !(version == SNAP_VERSION_V1 && m->max_conv == 0)) return RECUR_EFORMAT;
     if (len < total) return same_model(m, buf) ? RECUR_ETRUNCATED : RECUR_EMISMATCH;
     if (len > total) return RECUR_EFORMAT; /* trailing bytes */
     size_t P = total - SNAP_HEADER - 8;
@@ -217,9 +223,10 @@ int recur_state_check(const recur_state *s, uint64_t from)
             rc = check_values((const uint8_t *)(s->kcache[l] + from * HK), (size_t)(n - from) * HK, 0);
             if (!rc) rc = check_values((const uint8_t *)(s->vcache[l] + from * HV), (size_t)(n - from) * HV, 0);
         } else if (L->kind == RECUR_MIXER_LINEAR) {
-            size_t fs = L->state_floats - HK;
+            size_t fs = L->conv_state_off - HK;
             rc = check_values(S, fs, 0);
             if (!rc) rc = check_values(S + fs * 4, HK, 1);
+            if (!rc) rc = check_values(S + L->conv_state_off * 4, L->state_floats - L->conv_state_off, 0);
         } else {
             rc = check_values(S, L->state_floats, 0);
         }

@@ -120,6 +120,7 @@ static void on_signal(uv_signal_t *h, int signum)
 static int load_model(srv_app *app)
 {
     int rc;
+    char load_err[512] = ""; /* what recur_model_load_ex names (file, config key, tensor) */
     if (app->cfg.model_config[0]) {
         char *json = read_file(app->cfg.model_config, 1 << 20);
         if (!json) {
@@ -131,14 +132,14 @@ static int load_model(srv_app *app)
         rc = recur_model_init_seed(json, app->cfg.model_seed, &app->model);
         free(json);
     } else {
-        rc = recur_model_load(app->cfg.model, &app->model);
+        rc = recur_model_load_ex(app->cfg.model, &app->model, load_err, sizeof load_err);
     }
     if (rc != 0) {
-        char p[512];
-        srv_log(SRV_LOG_ERROR, "model_load_failed", "\"path\":\"%s\",\"error\":\"%s\"",
+        char p[512], e[1024];
+        srv_log(SRV_LOG_ERROR, "model_load_failed", "\"path\":\"%s\",\"error\":\"%s\",\"detail\":\"%s\"",
                 srv_log_str(app->cfg.model_config[0] ? app->cfg.model_config : app->cfg.model, p,
                             sizeof p),
-                recur_strerror(rc));
+                recur_strerror(rc), srv_log_str(load_err[0] ? load_err : recur_strerror(rc), e, sizeof e));
         return -1;
     }
     app->info = recur_model_get_info(app->model);

@@ -263,7 +263,7 @@ def gla(q, k, v, g, *, scale=None, form="chunkwise", chunk_size=64, initial_stat
 def delta_rule(q, k, v, beta, *, g=None, scale=None, form="chunkwise", chunk_size=64,
                initial_state=None):
     """Delta rule ``S_t = (I - beta_t k_t k_t^T) exp(g_t) S_{t-1} + beta_t k_t v_t^T``.
-    Keys are expected L2-normalised (not checked); ``beta [T,H]`` in (0,1]; ``g=None`` is DeltaNet,
+    Keys are expected L2-normalised (not checked); ``beta [T,H]`` in (0,2]; ``g=None`` is DeltaNet,
     ``g [T,H]`` (<= 0) gated DeltaNet. Returns ``(o [T,H,V], S [H,K,V])``."""
     q, k, v, d = _qkv(q, k, v)
     f, cs, sc = _form(form), _chunk(chunk_size), _scale(scale)

@@ -61,6 +61,7 @@ _U64 = ctypes.POINTER(ctypes.c_uint64)
 for _name, _res, _args in [
     ("recur_strerror", ctypes.c_char_p, [ctypes.c_int]),
     ("recur_model_load", ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(_P)]),
+    ("recur_model_load_ex", ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(_P), ctypes.c_char_p, ctypes.c_size_t]),
     ("recur_model_load_files", ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(_P)]),
     ("recur_model_init_seed", ctypes.c_int, [ctypes.c_char_p, ctypes.c_uint64, ctypes.POINTER(_P)]),
     ("recur_model_free", None, [_P]),
@@ -124,7 +125,9 @@ class Model:
     @classmethod
     def load(cls, path, max_batch=64):
         h = _P()
-        _check(_lib.recur_model_load(os.fsencode(path), ctypes.byref(h)), "load %s" % path)
+        err = ctypes.create_string_buffer(1024)
+        rc = _lib.recur_model_load_ex(os.fsencode(path), ctypes.byref(h), err, len(err))
+        _check(rc, "load %s: %s" % (path, err.value.decode("utf-8", "replace")))
         return cls(h.value, max_batch)
 
     @classmethod

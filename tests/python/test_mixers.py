@@ -380,16 +380,17 @@ def test_bad_gamma_and_beta_raise(form):
         gam = np.array([0.9, bad], np.float32)
         _expect_error(lambda: recur.retention(q, k, v, gamma=gam, initial_state=S, **kw),
                       [q, k, v, gam, S], code)
-    for bad, code in ((0.0, recur.RECUR_ERANGE), (-0.1, recur.RECUR_ERANGE), (1.5, recur.RECUR_ERANGE),
-                      (1.0001, recur.RECUR_ERANGE), (np.nan, recur.RECUR_ENONFINITE),
+    for bad, code in ((0.0, recur.RECUR_ERANGE), (-0.1, recur.RECUR_ERANGE), (2.5, recur.RECUR_ERANGE),
+                      (2.0001, recur.RECUR_ERANGE), (np.nan, recur.RECUR_ENONFINITE),
                       (-np.inf, recur.RECUR_ENONFINITE)):
         bb = _with(beta, (19, 0), bad)
         _expect_error(lambda: recur.delta_rule(q, k, v, bb, initial_state=S, **kw), [q, k, v, bb, S], code)
         _expect_error(lambda: recur.delta_rule(q, k, v, bb, g=g, initial_state=S, **kw),
                       [q, k, v, bb, g, S], code)
-    # boundary values that are allowed: gamma = 1 and beta = 1 (recur.h: (0,1])
+    # boundary values that are allowed: gamma = 1 and beta = 2 (recur.h: (0,1], (0,2])
     recur.retention(q, k, v, gamma=np.array([1.0, 1.0], np.float32), **kw)
     recur.delta_rule(q, k, v, np.ones_like(beta), **kw)
+    recur.delta_rule(q, k, v, 2 * np.ones_like(beta), **kw)
 
 
 def test_bad_shapes_raise():

@@ -347,7 +347,7 @@ Test(delta, bad_arguments_return_their_code_and_change_nothing)
         {good, 0, 0, 4, INFINITY, .5f, -.5f, RECUR_ENONFINITE},
         {good, 0, 2, 4, 0, 0.0f, -.5f, RECUR_ERANGE},
         {good, 0, 1, 4, 0, -0.1f, -.5f, RECUR_ERANGE},
-        {good, 0, 0, 4, 0, 1.0001f, -.5f, RECUR_ERANGE},
+        {good, 0, 0, 4, 0, 2.0001f, -.5f, RECUR_ERANGE},
         {good, 0, 2, 4, 0, NAN, -.5f, RECUR_ENONFINITE},
         {good, 0, 2, 4, 0, INFINITY, -.5f, RECUR_ENONFINITE},
         {good, 0, 2, 4, 0, .5f, 1e-6f, RECUR_ERANGE},
