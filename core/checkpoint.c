@@ -80,7 +80,7 @@ static int check_numbering(const char **uniq, int nu, char *err, size_t errlen)
         size_t n = strlen(s);
         int k, m;
         char tail[32];
-        if (n < 29 || sscanf(s + n - 29, "-%5d-of-%5d%19s", &k, &m, tail) != 3 || strcmp(tail, ".safetensors"))
+        if (n < 27 || sscanf(s + n - 27, "-%5d-of-%5d%19s", &k, &m, tail) != 3 || strcmp(tail, ".safetensors"))
             continue;
         numbered++;
         if (total < 0) total = m;
@@ -179,7 +179,7 @@ static int open_sharded(const char *dir, const char *text, size_t len, recur__ck
     for (int i = 0; i < n; i++)
         if (!recur__st_find(&c->files[which[i]], names[i])) {
             rc = recur__errf(err, errlen, "model.safetensors.index.json maps tensor \"%.80s\" to shard %s, "
-                             "which does not hold it", names[i], shards[which[i]]);
+                             "which does not hold it", names[i], u[which[i]]);
             goto out;
         }
     if ((rc = build_list(c, err, errlen))) goto out;

@@ -45,7 +45,8 @@ class _Info(ctypes.Structure):
                 ("d_ff", ctypes.c_int), ("tied_embeddings", ctypes.c_int),
                 ("max_context", ctypes.c_int64), ("mixers", ctypes.c_int * MAX_LAYERS),
                 ("n_params", ctypes.c_int64), ("state_bytes", ctypes.c_size_t),
-                ("fingerprint", ctypes.c_uint64)]
+                ("fingerprint", ctypes.c_uint64), ("weight_bytes", ctypes.c_size_t),
+                ("weights_dtype", ctypes.c_char * 8), ("softmax_layers", ctypes.c_int)]
 
 
 class _Sampler(ctypes.Structure):
@@ -118,6 +119,7 @@ class Model:
             "d_ff": i.d_ff, "tied_embeddings": bool(i.tied_embeddings), "max_context": i.max_context,
             "mixers": [MIXERS[i.mixers[l]] for l in range(i.n_layers)], "n_params": i.n_params,
             "state_bytes": i.state_bytes, "fingerprint": i.fingerprint,
+            "weight_bytes": i.weight_bytes, "weights_dtype": i.weights_dtype.decode(),
         }
         self.vocab = i.vocab_size
         self.max_batch = max_batch
