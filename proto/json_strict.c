@@ -351,20 +351,15 @@ value:
             return -1;
         goto after;
     case 't':
-        if (end - p < 4 || memcmp(p, "true", 4))
-            return bad(v, p, "invalid literal");
-        p += 4;
-        goto after;
     case 'f':
-        if (end - p < 5 || memcmp(p, "false", 5))
+    case 'n': {
+        const char *lit = *p == 't' ? "true" : *p == 'f' ? "false" : "null";
+        size_t n = strlen(lit);
+        if ((size_t)(end - p) < n || memcmp(p, lit, n))
             return bad(v, p, "invalid literal");
-        p += 5;
+        p += n;
         goto after;
-    case 'n':
-        if (end - p < 4 || memcmp(p, "null", 4))
-            return bad(v, p, "invalid literal");
-        p += 4;
-        goto after;
+    }
     default:
         if (*p == '-' || (*p >= '0' && *p <= '9')) {
             if (scan_number(v, &p))
@@ -522,14 +517,23 @@ void pj_array_begin(pj_span array, pj_iter *it)
     it->first = 1;
 }
 
-int pj_array_next(pj_iter *it, pj_span *elem)
+/* Where the iterator's next member starts (past the ',' after the first one), NULL after the last. */
+static const uint8_t *iter_member(pj_iter *it)
 {
     const uint8_t *p = skip_ws(it->p, it->end);
     if (p >= it->end)
-        return 0;
+        return NULL;
     if (!it->first)
         p = skip_ws(p + 1, it->end); /* the ',' */
     it->first = 0;
+    return p;
+}
+
+int pj_array_next(pj_iter *it, pj_span *elem)
+{
+    const uint8_t *p = iter_member(it);
+    if (!p)
+        return 0;
     const uint8_t *e = pj_value_end(p);
     *elem = (pj_span){p, (size_t)(e - p)};
     it->p = e;
@@ -543,12 +547,9 @@ void pj_object_begin(pj_span object, pj_iter *it)
 
 int pj_object_next(pj_iter *it, pj_span *key, pj_span *val)
 {
-    const uint8_t *p = skip_ws(it->p, it->end);
-    if (p >= it->end)
+    const uint8_t *p = iter_member(it);
+    if (!p)
         return 0;
-    if (!it->first)
-        p = skip_ws(p + 1, it->end); /* the ',' */
-    it->first = 0;
     const uint8_t *e = string_end(p);
     *key = (pj_span){p, (size_t)(e - p)};
     p = skip_ws(skip_ws(e, it->end) + 1, it->end); /* the ':' */

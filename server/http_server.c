@@ -7,23 +7,26 @@
 
 #include "http_internal.h"
 
+static const srv_http_limits DEFAULT_LIMITS = {
+    .max_request_line = 8 * 1024,
+    .max_header_bytes = 16 * 1024,
+    .max_headers = 100,
+    .max_body = 1024 * 1024,
+    .max_chunk_ext_bytes = 16 * 1024,
+    .header_timeout = 10000,
+    .body_idle_timeout = 10000,
+    .request_timeout = 60000,
+    .keepalive_idle = 5000,
+    .max_requests_per_conn = 1000,
+    .send_stall_timeout = 60000,
+    .write_high_watermark = 256 * 1024,
+    .write_low_watermark = 64 * 1024,
+    .max_connections = 1024,
+};
+
 void srv_http_limits_default(srv_http_limits *l)
 {
-    memset(l, 0, sizeof *l);
-    l->max_request_line = 8 * 1024;
-    l->max_header_bytes = 16 * 1024;
-    l->max_headers = 100;
-    l->max_body = 1024 * 1024;
-    l->max_chunk_ext_bytes = 16 * 1024;
-    l->header_timeout = 10000;
-    l->body_idle_timeout = 10000;
-    l->request_timeout = 60000;
-    l->keepalive_idle = 5000;
-    l->max_requests_per_conn = 1000;
-    l->send_stall_timeout = 60000;
-    l->write_high_watermark = 256 * 1024;
-    l->write_low_watermark = 64 * 1024;
-    l->max_connections = 1024;
+    *l = DEFAULT_LIMITS;
 }
 
 static void on_flush_handle_closed(uv_handle_t *h);

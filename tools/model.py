@@ -135,6 +135,12 @@ def _segment_decay(b, inclusive):
 # All cores: q, k [B,H,T,K], v [B,H,T,V]; gates in natural log (<= 0); return (o [B,H,T,V], state).
 # Every form includes the current token: S_t absorbs (k_t, v_t) before o_t = scale * S_t^T q_t.
 
+def _state_or_zeros(q, v, state):
+    """state, else a zero S [B,H,K,V] for q [B,H,T,K] and v [B,H,T,V]."""
+    B, H, _, K = q.shape
+    return q.new_zeros(B, H, K, v.shape[-1]) if state is None else state
+
+
 def linear_recurrent(q, k, v, scale, state=None):
     """S_t = S_{t-1} + phi(k_t) v_t^T, z_t = z_{t-1} + phi(k_t),
     o_t = (scale phi(q_t))^T S_t / ((scale phi(q_t))^T z_t + 1e-6), phi = elu + 1."""
@@ -181,8 +187,7 @@ def gated_recurrent(q, k, v, g, scale, state=None, gamma=None):
     g: [B,H,T] (scalar gate per head) or [B,H,T,K] (per key dim); or gamma [H] (retention: S_t =
     gamma S_{t-1} + k_t v_t^T, gamma used directly)."""
     B, H, T, K = q.shape
-    V = v.shape[-1]
-    S = q.new_zeros(B, H, K, V) if state is None else state
+    S = _state_or_zeros(q, v, state)
     outs = []
     for t in range(T):
         if gamma is not None:
@@ -199,8 +204,7 @@ def gated_recurrent(q, k, v, g, scale, state=None, gamma=None):
 def gated_chunkwise(q, k, v, g, scale, state=None, chunk_size=64):
     """Chunkwise form of gated_recurrent; g [B,H,T] (scalar) or [B,H,T,K] (vector)."""
     B, H, T, K = q.shape
-    V = v.shape[-1]
-    S = q.new_zeros(B, H, K, V) if state is None else state
+    S = _state_or_zeros(q, v, state)
     C = chunk_size
     qc, kc, vc, gc = _chunks(q, C), _chunks(k, C), _chunks(v, C), _chunks(g, C)
     b = gc.cumsum(3)                                             # within-chunk cumulative log gate
@@ -234,8 +238,7 @@ def delta_recurrent(q, k, v, beta, g, scale, state=None):
     """S_t = (I - beta_t k_t k_t^T) exp(g_t) S_{t-1} + beta_t k_t v_t^T ; o_t = scale S_t^T q_t.
     beta [B,H,T]; g [B,H,T] or None (DeltaNet)."""
     B, H, T, K = q.shape
-    V = v.shape[-1]
-    S = q.new_zeros(B, H, K, V) if state is None else state
+    S = _state_or_zeros(q, v, state)
     outs = []
     for t in range(T):
         if g is not None:
@@ -257,8 +260,7 @@ def delta_chunkwise(q, k, v, beta, g, scale, state=None, chunk_size=64):
       U = U0 - W S0,  U0 = (I+A)^-1 (beta*V),  W = (I+A)^-1 ((beta e^b)*K).
     """
     B, H, T, K = q.shape
-    V = v.shape[-1]
-    S = q.new_zeros(B, H, K, V) if state is None else state
+    S = _state_or_zeros(q, v, state)
     C = chunk_size
     qc, kc, vc, bc = _chunks(q, C), _chunks(k, C), _chunks(v, C), _chunks(beta, C)
     if g is None:

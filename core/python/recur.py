@@ -186,6 +186,15 @@ def _state(initial_state, shape, name):
     return s
 
 
+def _run_state_mixer(name, d, initial_state, *args):
+    """``recur_<name>(dims, *args, S, o)`` with S [H,K,V] the initial state (zeros for None) and a
+    fresh o [T,H,V]: returns ``(o, S)``."""
+    S = _state(initial_state, (d.H, d.K, d.V), "initial_state")
+    o = np.empty((d.T, d.H, d.V), dtype=np.float32)
+    _check(_fn("recur_" + name)(ctypes.byref(d), *args, _ptr(S), _ptr(o)), name)
+    return o, S
+
+
 # ---------------------------------------------------------------- mixers
 
 def linear_attention(q, k, v, *, normalize=True, feature_map="elu1", scale=None,
@@ -231,12 +240,7 @@ def retention(q, k, v, *, gamma=None, scale=None, form="chunkwise", chunk_size=6
         if g.shape != (d.H,):
             _shape_error("gamma", g.shape, (d.H,))
         gp = _ptr(g)
-    S = _state(initial_state, (d.H, d.K, d.V), "initial_state")
-    o = np.empty((d.T, d.H, d.V), dtype=np.float32)
-    rc = _fn("recur_retention")(ctypes.byref(d), _ptr(q), _ptr(k), _ptr(v), gp, sc, f, cs,
-                                _ptr(S), _ptr(o))
-    _check(rc, "retention")
-    return o, S
+    return _run_state_mixer("retention", d, initial_state, _ptr(q), _ptr(k), _ptr(v), gp, sc, f, cs)
 
 
 def gla(q, k, v, g, *, scale=None, form="chunkwise", chunk_size=64, initial_state=None):
@@ -252,12 +256,7 @@ def gla(q, k, v, g, *, scale=None, form="chunkwise", chunk_size=64, initial_stat
         per_key = 1
     else:
         _shape_error("g", g.shape, f"({d.T}, {d.H}) or ({d.T}, {d.H}, {d.K})")
-    S = _state(initial_state, (d.H, d.K, d.V), "initial_state")
-    o = np.empty((d.T, d.H, d.V), dtype=np.float32)
-    rc = _fn("recur_gla")(ctypes.byref(d), _ptr(q), _ptr(k), _ptr(v), _ptr(g), per_key, sc, f, cs,
-                          _ptr(S), _ptr(o))
-    _check(rc, "gla")
-    return o, S
+    return _run_state_mixer("gla", d, initial_state, _ptr(q), _ptr(k), _ptr(v), _ptr(g), per_key, sc, f, cs)
 
 
 def delta_rule(q, k, v, beta, *, g=None, scale=None, form="chunkwise", chunk_size=64,
@@ -276,12 +275,8 @@ def delta_rule(q, k, v, beta, *, g=None, scale=None, form="chunkwise", chunk_siz
         if g.shape != (d.T, d.H):
             _shape_error("g", g.shape, (d.T, d.H))
         gp = _ptr(g)
-    S = _state(initial_state, (d.H, d.K, d.V), "initial_state")
-    o = np.empty((d.T, d.H, d.V), dtype=np.float32)
-    rc = _fn("recur_delta_rule")(ctypes.byref(d), _ptr(q), _ptr(k), _ptr(v), _ptr(beta), gp, sc, f, cs,
-                                 _ptr(S), _ptr(o))
-    _check(rc, "delta_rule")
-    return o, S
+    return _run_state_mixer("delta_rule", d, initial_state, _ptr(q), _ptr(k), _ptr(v), _ptr(beta), gp,
+                            sc, f, cs)
 
 
 def softmax_attention(q, k, v, *, scale=None):

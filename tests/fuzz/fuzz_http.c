@@ -25,8 +25,7 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "auth.h"
-#include "http.h"
+#include "fuzz_http_app.h"
 
 static uv_loop_t loop;
 static srv_server *server;
@@ -46,32 +45,13 @@ static void on_request(srv_conn *c, const srv_request *r, void *app)
     }
 }
 
-/* A request with a body to /locked is refused from its head (as a wrong API key is): 401 before
- * any 100 Continue or body byte, then the connection closes. */
-static int on_head(const srv_request *head, srv_refusal *r, void *app)
-{
-    if (strcmp(head->path, "/locked"))
-        return 0;
-    return srv_auth_refuse(r, "locked");
-}
-
-static void on_close(srv_conn *c, void *app) {}
-static void on_drain(srv_conn *c, void *app) {}
-
 static void init(void)
 {
     signal(SIGPIPE, SIG_IGN);
     uv_loop_init(&loop);
     srv_http_limits l;
-    srv_http_limits_default(&l);
-    l.max_request_line = 256;
-    l.max_header_bytes = 1024;
-    l.max_headers = 16;
-    l.max_body = 4096;
+    fuzz_small_limits(&l, 600000);
     l.max_chunk_ext_bytes = 64;
-    l.header_timeout = l.body_idle_timeout = l.request_timeout = 600000;
-    l.keepalive_idle = 600000;
-    l.send_stall_timeout = 600000;
     l.max_requests_per_conn = 50;
     srv_http_callbacks cb = {.on_request = on_request, .on_close = on_close, .on_drain = on_drain,
                              .on_head = on_head};

@@ -29,7 +29,7 @@
 #include <string.h>
 
 #include "fuzz_client.h"
-#include "auth.h"
+#include "fuzz_http_app.h"
 
 static uv_loop_t g_loop;
 static srv_server *g_srv;
@@ -94,33 +94,14 @@ static void on_request(srv_conn *c, const srv_request *req, void *app)
     }
 }
 
-/* A request with a body to /locked is refused from its head (as a wrong API key is): 401 before
- * any 100 Continue or body byte, then the connection closes. */
-static int on_head(const srv_request *head, srv_refusal *r, void *app)
-{
-    if (strcmp(head->path, "/locked"))
-        return 0;
-    return srv_auth_refuse(r, "locked");
-}
-
-static void on_close(srv_conn *c, void *app) {}
-static void on_drain(srv_conn *c, void *app) {}
-
 static int busy(void) { return g_async_pending > 0; }
 
 static void setup(void)
 {
     if (uv_loop_init(&g_loop)) abort();
     srv_http_limits l;
-    srv_http_limits_default(&l);
-    l.max_request_line = 256;
-    l.max_header_bytes = 1024;
-    l.max_headers = 16;
-    l.max_body = 4096;
+    fuzz_small_limits(&l, 30000);
     l.max_chunk_ext_bytes = 256;
-    l.header_timeout = l.body_idle_timeout = l.request_timeout = 30000;
-    l.keepalive_idle = 30000;
-    l.send_stall_timeout = 30000;
     l.max_requests_per_conn = 8;
     l.write_high_watermark = 8192;
     l.write_low_watermark = 2048;

@@ -17,6 +17,7 @@ import time
 import requests
 
 from daemon import Daemon, ROOT
+from session_helpers import info
 
 TINY = os.path.join(ROOT, "tests", "fixtures", "tiny_model.json")
 
@@ -32,12 +33,6 @@ def create(d, tokens=None):
                       timeout=30)
     assert r.status_code == 201, r.text
     return r.json()["id"]
-
-
-def info(d, sid):
-    r = requests.get(d.url("/v1/sessions/%s" % sid), timeout=30)
-    assert r.status_code == 200, r.text
-    return r.json()
 
 
 def fold(d, sid, tokens, http=None):

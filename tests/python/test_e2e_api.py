@@ -1,4 +1,5 @@
 """End-to-end tests of recurd's HTTP API (docs/DESIGN.md §5) against the real daemon on loopback."""
+import contextlib
 import json
 import os
 import random
@@ -12,6 +13,7 @@ import pytest
 import requests
 
 from daemon import Daemon, RECURD, ROOT, TINY_MODEL, read_to_eof
+from session_helpers import info
 
 JSON = {"Content-Type": "application/json"}
 TOL = 1e-4
@@ -33,12 +35,6 @@ def create(d, tokens=None, text=None, expect=201):
         body["text"] = text
     r = requests.post(d.url("/v1/sessions"), json=body if body else None, timeout=30)
     assert r.status_code == expect, r.text
-    return r.json()
-
-
-def info(d, sid):
-    r = requests.get(d.url("/v1/sessions/%s" % sid), timeout=30)
-    assert r.status_code == 200, r.text
     return r.json()
 
 
@@ -700,19 +696,23 @@ def test_readme_curl_flow(d, tmp_path):
 
 # ---------------------------------------------------------------------------- fork / state
 
+def assert_same_continuation(d, a, b, cont, **gen):
+    """Sessions a and b generate the same tokens (generate's gen), then fold cont alike."""
+    ga, _ = generate(d, a, **gen)
+    gb, _ = generate(d, b, **gen)
+    assert ga == gb
+    la, _ = fold(d, a, cont)
+    lb, _ = fold(d, b, cont)
+    assert la == lb
+
+
 def test_fork_gives_identical_continuations(d):
     s = create(d, tokens=rand_tokens(40, 5))
     r = requests.post(d.url("/v1/sessions/%s/fork" % s["id"]), timeout=10)
     assert r.status_code == 201
     f = r.json()
     assert f["id"] != s["id"] and f["tokens_seen"] == 40
-    ga, _ = generate(d, s["id"], max_tokens=16, temperature=0)
-    gb, _ = generate(d, f["id"], max_tokens=16, temperature=0)
-    assert ga == gb
-    cont = rand_tokens(10, 6)
-    la, _ = fold(d, s["id"], cont)
-    lb, _ = fold(d, f["id"], cont)
-    assert la == lb
+    assert_same_continuation(d, s["id"], f["id"], rand_tokens(10, 6), max_tokens=16, temperature=0)
     # and they are independent afterwards
     fold(d, s["id"], [1, 2, 3])
     assert info(d, s["id"])["tokens_seen"] == 69 and info(d, f["id"])["tokens_seen"] == 66
@@ -731,13 +731,7 @@ def test_state_roundtrip(d):
     assert r.status_code in (200, 201), r.text
     assert r.json()["tokens_seen"] == 70 and info(d, n["id"])["tokens_seen"] == 70
     # identical continuation: generation (needs the next-token logits) and folding
-    ga, _ = generate(d, s["id"], max_tokens=10, seed=11)
-    gb, _ = generate(d, n["id"], max_tokens=10, seed=11)
-    assert ga == gb
-    cont = rand_tokens(5, 8)
-    la, _ = fold(d, s["id"], cont)
-    lb, _ = fold(d, n["id"], cont)
-    assert la == lb
+    assert_same_continuation(d, s["id"], n["id"], rand_tokens(5, 8), max_tokens=10, seed=11)
     # the state after the continuation is byte-identical too
     sa = requests.get(d.url("/v1/sessions/%s/state" % s["id"]), timeout=10).content
     sb = requests.get(d.url("/v1/sessions/%s/state" % n["id"]), timeout=10).content
@@ -1098,20 +1092,26 @@ def test_idle_sessions_expire():
 
 # ---------------------------------------------------------------------------- shutdown
 
-def test_sigterm_exits_0():
-    d = Daemon().start()
+@contextlib.contextmanager
+def killed_at_end(*args):
+    """A daemon the test stops itself (by signals): killed at the end whatever happened."""
+    d = Daemon(*args).start()
     try:
-        s = create(d, tokens=[1, 2])
-        generate(d, s["id"], max_tokens=2, seed=1)
-        assert d.terminate(30) == 0
-        assert any('"event":"exit"' in l for l in d.logs())
+        yield d
     finally:
         d.kill()
 
 
+def test_sigterm_exits_0():
+    with killed_at_end() as d:
+        s = create(d, tokens=[1, 2])
+        generate(d, s["id"], max_tokens=2, seed=1)
+        assert d.terminate(30) == 0
+        assert any('"event":"exit"' in l for l in d.logs())
+
+
 def test_second_sigterm_exits_at_once():
-    d = Daemon("--drain-timeout-ms", "60000").start()
-    try:
+    with killed_at_end("--drain-timeout-ms", "60000") as d:
         s = create(d, tokens=[1, 2])
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -1128,13 +1128,10 @@ def test_second_sigterm_exits_at_once():
         code = d.proc.wait(10)
         assert time.time() - t0 < 2 and code != 0
         sock.close()
-    finally:
-        d.kill()
 
 
 def test_sigterm_drains_inflight_stream():
-    d = Daemon("--drain-timeout-ms", "300").start()
-    try:
+    with killed_at_end("--drain-timeout-ms", "300") as d:
         s = create(d, tokens=[1, 2])
         with requests.post(d.url("/v1/sessions/%s/generate" % s["id"]),
                            json={"max_tokens": 8192, "temperature": 0}, stream=True,
@@ -1145,5 +1142,3 @@ def test_sigterm_drains_inflight_stream():
             lines = [json.loads(x) for x in it if x]
         assert lines[-1]["done"] is True and lines[-1]["reason"] in ("cancelled", "length")
         assert d.proc.wait(30) == 0
-    finally:
-        d.kill()

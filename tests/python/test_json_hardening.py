@@ -16,6 +16,7 @@ import pytest
 import requests
 
 from daemon import Daemon, ROOT
+from session_helpers import info
 
 TINY = os.path.join(ROOT, "tests", "fixtures", "tiny_model.json")
 
@@ -32,12 +33,6 @@ def create(d, body=None):
     return r.json()["id"]
 
 
-def info(d, sid):
-    r = requests.get(d.url("/v1/sessions/%s" % sid), timeout=30)
-    assert r.status_code == 200, r.text
-    return r.json()
-
-
 def post_raw(d, path, body):
     """POST exactly these body bytes (no re-encoding by a JSON library)."""
     return requests.post(d.url(path), data=body, timeout=30,
@@ -51,6 +46,11 @@ def lines(r):
 def error_code(r, status):
     assert r.status_code == status, (r.status_code, r.text)
     return r.json()["error"]["code"]
+
+
+def tokens_error(d, sid, body, status):
+    """POST body to the session's /tokens, asserted to answer status: the error code."""
+    return error_code(post_raw(d, "/v1/sessions/%s/tokens" % sid, body), status)
 
 
 # ---------------------------------------------------------------------------- item 8: NUL
@@ -96,10 +96,8 @@ def test_nul_in_stop_string_is_matched_whole(d):
 
 def test_nul_in_key_is_not_the_field(d):
     sid = create(d)
-    r = post_raw(d, "/v1/sessions/%s/tokens" % sid, b'{"tokens\\u0000x":[1]}')
-    assert error_code(r, 422) == "unknown_field"
-    r = post_raw(d, "/v1/sessions/%s/tokens" % sid, b'{"tokens":[1],"tokens\\u0000":[2]}')
-    assert error_code(r, 422) == "unknown_field"
+    assert tokens_error(d, sid, b'{"tokens\\u0000x":[1]}', 422) == "unknown_field"
+    assert tokens_error(d, sid, b'{"tokens":[1],"tokens\\u0000":[2]}', 422) == "unknown_field"
     assert info(d, sid)["tokens_seen"] == 0
 
 
@@ -142,8 +140,7 @@ NOT_JSON = [
 @pytest.mark.parametrize("body", NOT_JSON, ids=lambda b: repr(b)[:40])
 def test_non_json_is_invalid_json(d, body):
     sid = create(d)
-    r = post_raw(d, "/v1/sessions/%s/tokens" % sid, body)
-    assert error_code(r, 400) == "invalid_json", body
+    assert tokens_error(d, sid, body, 400) == "invalid_json", body
     assert info(d, sid)["tokens_seen"] == 0
     r = post_raw(d, "/v1/sessions", body)
     assert error_code(r, 400) == "invalid_json", body
@@ -154,8 +151,7 @@ def test_non_json_is_invalid_json(d, body):
 def test_strict_json_still_accepts_what_rfc8259_allows(d):
     sid = create(d)
     body = b' \r\n\t{ "tokens" : [ 0 , -0 , 1.0 , 1e0 , 10E-1 , 2.5e+0e0 ] }'
-    r = post_raw(d, "/v1/sessions/%s/tokens" % sid, body)
-    assert error_code(r, 400) == "invalid_json"  # "2.5e+0e0" is not a number
+    assert tokens_error(d, sid, body, 400) == "invalid_json"  # "2.5e+0e0" is not a number
     body = b' \r\n\t{ "tokens" : [ 0 , -0 , 1.0 , 1e0 , 10E-1 , 0.3e1 ] } \n'
     r = post_raw(d, "/v1/sessions/%s/tokens" % sid, body)
     assert r.status_code == 200, r.text
@@ -170,19 +166,14 @@ def test_strict_json_still_accepts_what_rfc8259_allows(d):
 
 def test_duplicate_and_depth_rules_kept(d):
     sid = create(d)
-    r = post_raw(d, "/v1/sessions/%s/tokens" % sid, b'{"tokens":[1],"\\u0074okens":[2]}')
-    assert error_code(r, 400) == "duplicate_key"
-    r = post_raw(d, "/v1/sessions/%s/tokens" % sid, b'{"tokens":[1],"x":{"a":1,"a":2}}')
-    assert error_code(r, 400) == "duplicate_key"
+    assert tokens_error(d, sid, b'{"tokens":[1],"\\u0074okens":[2]}', 400) == "duplicate_key"
+    assert tokens_error(d, sid, b'{"tokens":[1],"x":{"a":1,"a":2}}', 400) == "duplicate_key"
     # a syntax error anywhere wins over a duplicate key (the body is not JSON at all)
-    r = post_raw(d, "/v1/sessions/%s/tokens" % sid, b'{"a":1,"a":2,"b":01}')
-    assert error_code(r, 400) == "invalid_json"
+    assert tokens_error(d, sid, b'{"a":1,"a":2,"b":01}', 400) == "invalid_json"
     deep = b'{"x":' + b"[" * 2000 + b"]" * 2000 + b"}"
-    r = post_raw(d, "/v1/sessions/%s/tokens" % sid, deep)
-    assert error_code(r, 400) == "invalid_json"
+    assert tokens_error(d, sid, deep, 400) == "invalid_json"
     ok_depth = b'{"tokens":[1],"x":' + b"[" * 100 + b"]" * 100 + b"}"
-    r = post_raw(d, "/v1/sessions/%s/tokens" % sid, ok_depth)
-    assert error_code(r, 422) == "unknown_field"
+    assert tokens_error(d, sid, ok_depth, 422) == "unknown_field"
     assert info(d, sid)["tokens_seen"] == 0
 
 

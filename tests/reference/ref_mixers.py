@@ -33,6 +33,14 @@ def _state(initial, shape):
     return np.zeros(shape) if initial is None else np.array(initial, dtype=np.float64)
 
 
+def _state_mixer_inputs(q, k, v, scale, initial_state):
+    """float64 q, k, v; the scale s; the state S [H,K,V] (initial_state or zeros); o [T,H,V] zeros."""
+    q, k, v = _f64(q), _f64(k), _f64(v)
+    T, H, K = q.shape
+    V = v.shape[2]
+    return q, k, v, _scale(scale, K), _state(initial_state, (H, K, V)), np.zeros((T, H, V))
+
+
 def multiscale_decays(H):
     """gamma_h = 1 - 2^(-5-h), h = 0..H-1."""
     return 1.0 - 2.0 ** (-5.0 - np.arange(H, dtype=np.float64))
@@ -74,13 +82,9 @@ def linear_attention(q, k, v, *, normalize=True, feature_map_name="elu1", scale=
 
 
 def retention(q, k, v, *, gamma=None, scale=None, initial_state=None):
-    q, k, v = _f64(q), _f64(k), _f64(v)
-    T, H, K = q.shape
-    V = v.shape[2]
-    s = _scale(scale, K)
+    q, k, v, s, S, o = _state_mixer_inputs(q, k, v, scale, initial_state)
+    T, H = q.shape[:2]
     gam = multiscale_decays(H) if gamma is None else _f64(gamma)
-    S = _state(initial_state, (H, K, V))
-    o = np.zeros((T, H, V))
     qr = q[:, :, None, :]
     for t in range(T):
         S = gam[:, None, None] * S + k[t][:, :, None] * v[t][:, None, :]
@@ -90,14 +94,11 @@ def retention(q, k, v, *, gamma=None, scale=None, initial_state=None):
 
 def gla(q, k, v, g, *, scale=None, initial_state=None):
     """g [T,H] (scalar gate per head) or [T,H,K] (per key dim), natural log."""
-    q, k, v, g = _f64(q), _f64(k), _f64(v), _f64(g)
+    q, k, v, s, S, o = _state_mixer_inputs(q, k, v, scale, initial_state)
     T, H, K = q.shape
-    V = v.shape[2]
-    s = _scale(scale, K)
-    S = _state(initial_state, (H, K, V))
+    g = _f64(g)
     if g.ndim == 2:
         g = np.broadcast_to(g[:, :, None], (T, H, K))
-    o = np.zeros((T, H, V))
     for t in range(T):
         S = np.exp(g[t])[:, :, None] * S + k[t][:, :, None] * v[t][:, None, :]   # Diag(e^g) S
         o[t] = s * np.einsum("hk,hkv->hv", q[t], S)
@@ -106,12 +107,9 @@ def gla(q, k, v, g, *, scale=None, initial_state=None):
 
 def delta_rule(q, k, v, beta, *, g=None, scale=None, initial_state=None):
     """S_t = (I - b k k^T) e^{g} S_{t-1} + b k v^T  ==  A - b k (k^T A - v^T) with A = e^g S_{t-1}."""
-    q, k, v, beta = _f64(q), _f64(k), _f64(v), _f64(beta)
-    T, H, K = q.shape
-    V = v.shape[2]
-    s = _scale(scale, K)
-    S = _state(initial_state, (H, K, V))
-    o = np.zeros((T, H, V))
+    q, k, v, s, S, o = _state_mixer_inputs(q, k, v, scale, initial_state)
+    T = q.shape[0]
+    beta = _f64(beta)
     decay = None if g is None else np.exp(_f64(g))[:, :, None, None]   # [T,H,1,1]
     qr, kr = q[:, :, None, :], k[:, :, None, :]                         # rows [T,H,1,K]
     kc = k[:, :, :, None] * beta[:, :, None, None]                      # b_t k_t as columns
@@ -127,12 +125,9 @@ def delta_rule(q, k, v, beta, *, g=None, scale=None, initial_state=None):
 def delta_rule_dense(q, k, v, beta, *, g=None, scale=None, initial_state=None):
     """The same recurrence with the transition matrix written out: (I - b k k^T) e^g S + b k v^T.
     Slower; used to cross-check delta_rule()."""
-    q, k, v, beta = _f64(q), _f64(k), _f64(v), _f64(beta)
+    q, k, v, s, S, o = _state_mixer_inputs(q, k, v, scale, initial_state)
     T, H, K = q.shape
-    V = v.shape[2]
-    s = _scale(scale, K)
-    S = _state(initial_state, (H, K, V))
-    o = np.zeros((T, H, V))
+    beta = _f64(beta)
     I = np.eye(K)
     for t in range(T):
         for h in range(H):

@@ -197,6 +197,8 @@ static void *server_main(void *arg)
     return NULL;
 }
 
+/* Every test server's limits: sizes a test reaches, 2 s timeouts (5 s for a whole request);
+ * max_requests_per_conn and max_connections keep their defaults. */
 static void test_limits(srv_http_limits *l)
 {
     srv_http_limits_default(l);
@@ -205,11 +207,8 @@ static void test_limits(srv_http_limits *l)
     l->max_headers = 20;
     l->max_body = 65536;
     l->max_chunk_ext_bytes = 256;
-    l->header_timeout = 2000;
-    l->body_idle_timeout = 2000;
+    l->header_timeout = l->body_idle_timeout = l->keepalive_idle = l->send_stall_timeout = 2000;
     l->request_timeout = 5000;
-    l->keepalive_idle = 2000;
-    l->send_stall_timeout = 2000;
     l->write_high_watermark = 64 * 1024;
     l->write_low_watermark = 16 * 1024;
 }

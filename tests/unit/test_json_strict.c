@@ -212,6 +212,15 @@ Test(json_strict, array_cursor_walks_nested_values)
 
 static const proto_limits LIM = {.vocab_size = 256, .max_tokens_per_request = 16};
 
+/* The error of a /tokens body the decoder must refuse (asserted). */
+static proto_error tokens_refusal(const char *b)
+{
+    proto_tokens_req r;
+    proto_error e;
+    cr_assert_eq(proto_decode_tokens_req((const uint8_t *)b, strlen(b), &LIM, &r, &e), -1, "%s", b);
+    return e;
+}
+
 Test(json_strict, requests_carry_nul_bytes)
 {
     proto_tokens_req r;
@@ -249,10 +258,7 @@ Test(json_strict, requests_refuse_non_json_with_invalid_json)
                                 "{\"text\":\"a\x01\"}", "\x0b{\"tokens\":[1]}",
                                 "{\"tokens\":[1],}"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        proto_tokens_req r;
-        proto_error e;
-        cr_assert_eq(proto_decode_tokens_req((const uint8_t *)bad[i], strlen(bad[i]), &LIM, &r, &e),
-                     -1, "%s", bad[i]);
+        proto_error e = tokens_refusal(bad[i]);
         cr_assert_eq(e.status, 400);
         cr_assert_str_eq(e.code, "invalid_json", "%s", bad[i]);
     }
@@ -260,25 +266,18 @@ Test(json_strict, requests_refuse_non_json_with_invalid_json)
 
 Test(json_strict, key_with_nul_is_unknown_field)
 {
-    proto_tokens_req r;
-    proto_error e;
-    const char *b = "{\"tokens\":[1],\"tokens\\u0000\":[2]}";
-    cr_assert_eq(proto_decode_tokens_req((const uint8_t *)b, strlen(b), &LIM, &r, &e), -1);
+    proto_error e = tokens_refusal("{\"tokens\":[1],\"tokens\\u0000\":[2]}");
     cr_assert_str_eq(e.code, "unknown_field");
     cr_assert_str_eq(e.message, "unknown field \"tokens?\"");
 }
 
 Test(json_strict, too_many_tokens_counts_every_element)
 {
-    proto_tokens_req r;
-    proto_error e;
     /* 17 tokens, the last one invalid: too_many_tokens wins, as before */
-    const char *b = "{\"tokens\":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,\"x\"]}";
-    cr_assert_eq(proto_decode_tokens_req((const uint8_t *)b, strlen(b), &LIM, &r, &e), -1);
+    proto_error e = tokens_refusal("{\"tokens\":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,\"x\"]}");
     cr_assert_str_eq(e.code, "too_many_tokens");
     cr_assert_str_eq(e.message, "request has 17 tokens; max_tokens_per_request is 16");
-    b = "{\"tokens\":[1,2.0,3e0,\"x\"]}";
-    cr_assert_eq(proto_decode_tokens_req((const uint8_t *)b, strlen(b), &LIM, &r, &e), -1);
+    e = tokens_refusal("{\"tokens\":[1,2.0,3e0,\"x\"]}");
     cr_assert_str_eq(e.code, "invalid_token");
     cr_assert_str_eq(e.message, "tokens[3] is not an integer token id in [0, 256)");
 }
