@@ -294,20 +294,29 @@ Test(prefix_cache, spill_and_reload_after_restart)
     sess_free(sb);
 }
 
-/* Corrupt the one spill file (at offset off, or truncate when off < 0; reseal: recompute the
- * file's own checksum, so a check behind it must catch the change), then look it up. */
-static void corrupted_is_refused_ex(long off, const char *reason, int reseal)
+/* A directory with one spill file: the state after a[0..30) (seq base 3). Returns the storing
+ * session; *h: the ids' hash (the file's name). */
+static srv_session *one_spill_file(int32_t a[30], uint64_t *h)
 {
-    int32_t a[30];
     seq(a, 30, 3);
     srv_session *sa = sess(a, 30);
     srv_pcache *pc = cache(1 << 20, (size_t)1 << 30, 1);
     srv_pcache_store(pc, a, 30, sa);
     srv_pcache_shutdown(pc);
+    *h = pc->mem.head->h;
+    srv_pcache_free(pc);
+    return sa;
+}
+
+/* Corrupt the one spill file (at offset off, or truncate when off < 0; reseal: recompute the
+ * file's own checksum, so a check behind it must catch the change), then look it up. */
+static void corrupted_is_refused_ex(long off, const char *reason, int reseal)
+{
+    int32_t a[30];
     pentry e = {0};
     e.n = 30;
-    e.h = pc->mem.head->h;
-    srv_pcache_free(pc);
+    srv_session *sa = one_spill_file(a, &e.h);
+    srv_pcache *pc;
     char id[33], path[400];
     entry_id(&e, id);
     snprintf(path, sizeof path, "%s/%s.snap", DIR_, id);
@@ -364,12 +373,9 @@ Test(prefix_cache, resealed_count_is_refused) { corrupted_is_refused_ex(24, "n",
 Test(prefix_cache, another_models_file_is_refused)
 {
     int32_t a[30];
-    seq(a, 30, 3);
-    srv_session *sa = sess(a, 30);
-    srv_pcache *pc = cache(1 << 20, (size_t)1 << 30, 1);
-    srv_pcache_store(pc, a, 30, sa);
-    srv_pcache_shutdown(pc);
-    srv_pcache_free(pc);
+    uint64_t h;
+    srv_session *sa = one_spill_file(a, &h);
+    srv_pcache *pc;
     /* the same directory under another model (other weights): its fingerprint differs */
     recur_model *m2;
     cr_assert_eq(recur_model_init_seed(CFG, 6, &m2), 0);
