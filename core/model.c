@@ -38,11 +38,51 @@ static const char *const suffixes[T_N_LAYER_TENSORS] = {
     [T_GK_DOWN] = "mixer.gk_proj.0.weight",
     [T_GK_UP] = "mixer.gk_proj.1.weight",
     [T_GK_BIAS] = "mixer.gk_proj.1.bias",
+    [T_IN_PROJ] = "mixer.in_proj.weight",
+    [T_IN_BIAS] = "mixer.in_proj.bias",
+    [T_CONV] = "mixer.conv1d.weight",
+    [T_CONV_BIAS] = "mixer.conv1d.bias",
+    [T_D] = "mixer.D",
+    [T_O_BIAS] = "mixer.out_proj.bias",
 };
+
+/* Width of a Mamba-2 layer's xBC (block_mamba2.h): d_ssm + 2 * groups * state_size. */
+static int64_t mamba2_conv_dim(const recur_config *c, int l)
+{
+    return (int64_t)c->n_heads * c->head_v + 2 * (int64_t)c->block[l].ssm_groups * c->head_k;
+}
+
+/* Shape of a Mamba-2 layer's tensor role (block_mamba2.h); 0 when the layer has no such tensor. */
+static int mamba2_shape(const recur_config *c, int l, recur_layer_tensor t, int64_t *r, int64_t *k)
+{
+    const recur_block *B = &c->block[l];
+    const int64_t d = c->d_model, H = c->n_heads, HV = H * c->head_v, C = mamba2_conv_dim(c, l);
+    switch (t) {
+    case T_ATTN_NORM: *r = d; return 1;
+    case T_IN_PROJ: *r = HV + C + H; *k = d; return 1;
+    case T_IN_BIAS: *r = HV + C + H; return B->proj_bias;
+    case T_CONV: *r = C; *k = B->conv_size; return 1;
+    case T_CONV_BIAS: *r = C; return B->conv_bias;
+    case T_A_LOG: case T_DT_BIAS: *r = H; return 1;
+    case T_D: *r = B->D_per_channel ? HV : H; return 1;
+    case T_O_NORM: *r = HV; return B->o_norm_weight;
+    case T_O: *r = d; *k = HV; return 1;
+    case T_O_BIAS: *r = d; return B->proj_bias;
+    default: return 0;
+    }
+}
 
 /* Shape of a tensor role of layer l; returns 0 when the layer has no such tensor. */
 static int tensor_shape(const recur_config *c, int l, recur_layer_tensor t, int64_t shape[2], int *ndim)
 {
+    if (c->mixers[l] == RECUR_MIXER_MAMBA2) {
+        int64_t r = 0, k = 0;
+        if (!mamba2_shape(c, l, t, &r, &k)) return 0;
+        shape[0] = r;
+        shape[1] = k;
+        *ndim = k ? 2 : 1;
+        return 1;
+    }
     const recur_mixer_kind kind = c->mixers[l];
     const recur_block *B = &c->block[l];
     int64_t d = c->d_model, H = c->n_heads, HK = H * c->head_k, HV = H * c->head_v, ff = c->d_ff;
@@ -115,6 +155,12 @@ static void *layer_place(const recur_config *c, int l, recur_layer *L, recur_lay
     case T_CONV_QB: return L->conv_b;
     case T_CONV_KB: return L->conv_b + ck;
     case T_CONV_VB: return L->conv_b + cv;
+    case T_IN_PROJ: return L->w_in;
+    case T_IN_BIAS: return L->in_bias;
+    case T_CONV: return L->conv_w;
+    case T_CONV_BIAS: return L->conv_b;
+    case T_D: return L->D;
+    case T_O_BIAS: return L->out_bias;
     default: return NULL;
     }
 }
@@ -150,7 +196,7 @@ int recur__weight_meta(const recur_config *c, int layer, int t, recur_weight_ref
     /* every 2-D layer tensor is (part of) a GEMM matrix; of the globals lm_head, and embed when
      * the LM head is its packed copy */
     ref->is_matrix = ndim == 2 && (layer >= 0 || t == 2 || c->tied_embeddings) &&
-                     !(layer >= 0 && t >= T_CONV_Q && t <= T_CONV_V); /* conv taps stay fp32 */
+                     !(layer >= 0 && ((t >= T_CONV_Q && t <= T_CONV_V) || t == T_CONV)); /* conv taps stay fp32 */
     return 1;
 }
 
@@ -224,6 +270,28 @@ int recur__model_alloc(const recur_config *c, recur_wtype wt, recur_model **out)
             int gla = kind == RECUR_MIXER_GLA;
             int delta = kind == RECUR_MIXER_DELTANET || kind == RECUR_MIXER_GATED_DELTANET;
             int gdn = kind == RECUR_MIXER_GATED_DELTANET;
+            if (kind == RECUR_MIXER_MAMBA2) { /* block_mamba2.h: in_proj = z | xBC | dt, no MLP */
+                const size_t C = (size_t)mamba2_conv_dim(c, l), n_in = HV + C + H;
+                if (pass) {
+                    L->kind = kind;
+                    L->n_in = (int)n_in;
+                    L->off_k = L->off_v = L->off_g = L->off_gk = L->off_b = L->off_a = -1;
+                    L->conv_in = (int)HV;
+                    L->conv_ch = (int)C;
+                }
+                TAKE(L->attn_norm, d);
+                TAKE_MATRIX(L->w_in, n_in, d);
+                if (B->proj_bias) TAKE(L->in_bias, n_in);
+                TAKE(L->conv_w, C * (size_t)B->conv_size);
+                if (B->conv_bias) TAKE(L->conv_b, C);
+                TAKE(L->A_log, H);
+                TAKE(L->dt_bias, H);
+                TAKE(L->D, B->D_per_channel ? HV : H);
+                TAKE(L->o_norm, HV);
+                TAKE_MATRIX(L->wo, d, HV);
+                if (B->proj_bias) TAKE(L->out_bias, d);
+                continue;
+            }
             size_t QK = (size_t)B->qk_heads * K, gk = gla ? (B->gate_rank ? (size_t)B->gate_rank : HK) : 0;
             /* q | k | v | g | gk | b | a */
             size_t o_g = 2 * QK + HV, o_gk = o_g + (B->out_gate ? HV : 0), o_b = o_gk + gk;

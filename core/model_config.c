@@ -14,6 +14,7 @@ static const char *const mixer_names[] = {
     [RECUR_MIXER_DELTANET] = "deltanet",
     [RECUR_MIXER_GATED_DELTANET] = "gated_deltanet",
     [RECUR_MIXER_SOFTMAX] = "softmax",
+    [RECUR_MIXER_MAMBA2] = "mamba2", /* named in info; Hugging Face folders only (family_mamba2.c) */
 };
 #define N_MIXERS ((int)(sizeof mixer_names / sizeof mixer_names[0]))
 
@@ -57,13 +58,18 @@ int recur__config_check(const recur_config *c)
     if (c->vocab_size < 2 || c->vocab_size > RECUR_MAX_VOCAB || c->d_model < 1 || c->d_model > MAX_D_MODEL ||
         c->n_layers < 1 || c->n_layers > RECUR_MAX_LAYERS || c->n_heads < 1 || c->n_heads > MAX_HEADS ||
         c->head_k < 1 || c->head_k > RECUR_MAX_DIM || c->head_v < 1 || c->head_v > RECUR_MAX_DIM ||
-        c->d_ff < 1 || c->d_ff > MAX_D_FF || c->max_context < 1 || c->max_context > RECUR_MAX_CONTEXT)
+        c->d_ff < 0 || c->d_ff > MAX_D_FF || c->max_context < 1 || c->max_context > RECUR_MAX_CONTEXT)
         return RECUR_ESHAPE;
     if ((int64_t)c->n_heads * c->head_k > MAX_HEADS_DIM || (int64_t)c->n_heads * c->head_v > MAX_HEADS_DIM)
         return RECUR_ESHAPE;
     for (int l = 0; l < c->n_layers; l++) {
         const recur_block *b = &c->block[l];
         if (b->qk_heads < 1 || c->n_heads % b->qk_heads) return RECUR_ESHAPE;
+        if (b->mlp && c->d_ff < 1) return RECUR_ESHAPE;
+        if (c->mixers[l] == RECUR_MIXER_MAMBA2 &&
+            (b->ssm_groups < 1 || c->n_heads % b->ssm_groups || b->conv_size < 2 || b->mlp ||
+             !(b->dt_min >= 0.0f && b->dt_max >= b->dt_min)))
+            return RECUR_ESHAPE;
         if (b->conv_size && (b->conv_size < 2 || b->conv_size > RECUR_MAX_CONV)) return RECUR_ESHAPE;
         if (b->gate_rank < 0 || b->gate_rank > MAX_D_MODEL) return RECUR_ESHAPE;
         if (!(b->eps > 0 && b->eps <= 1) || !(c->norm_eps > 0 && c->norm_eps <= 1)) return RECUR_ERANGE;
@@ -127,7 +133,7 @@ static int parse_root(const cJSON *root, recur_config *c)
         if (!cJSON_IsString(it)) return RECUR_EFORMAT;
         int k = 0;
         while (k < N_MIXERS && strcmp(it->valuestring, mixer_names[k]) != 0) k++;
-        if (k == N_MIXERS) return RECUR_EFORMAT;
+        if (k == N_MIXERS || k == RECUR_MIXER_MAMBA2) return RECUR_EFORMAT;
         c->mixers[l++] = (recur_mixer_kind)k;
     }
     if (seen[9]) {
@@ -187,6 +193,9 @@ int recur__config_canonical(const recur_config *c, char *buf, size_t cap)
                       l ? ";" : " family=", l ? "" : c->family, b->qk_heads, b->conv_size, b->conv_bias,
                       (int)b->qk_act, (int)b->v_act, b->qk_l2, b->beta_proj, (double)b->beta_scale, b->gate_rank,
                       (double)b->gate_norm, (double)b->gate_clamp, b->out_gate, b->o_norm_weight, b->mlp, b->eps);
+        if (c->mixers[l] == RECUR_MIXER_MAMBA2 && n >= 0 && (size_t)n < cap)
+            n += snprintf(buf + n, cap - (size_t)n, ",m2:%d,%d,%d,%d,%.9g,%.9g", b->ssm_groups, b->norm_before_gate,
+                          b->D_per_channel, b->proj_bias, (double)b->dt_min, (double)b->dt_max);
     }
     if (n < 0 || (size_t)n >= cap) return RECUR_ESHAPE;
     return n;

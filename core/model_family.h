@@ -23,7 +23,7 @@
  *     file, key or tensor (recur_model_load_ex hands it out; recurd prints it).
  *
  * Families: the native stack (family_native.c, docs/MODEL.md); FLA's gated_deltanet, gla and
- * delta_net (family_fla.c, docs/MODELS.md).
+ * delta_net (family_fla.c, docs/MODELS.md); Mamba-2, model_type mamba2 (family_mamba2.c, block_mamba2.c).
  */
 #ifndef RECUR_MODEL_FAMILY_H
 #define RECUR_MODEL_FAMILY_H
@@ -41,6 +41,10 @@ int recur__family_native(const char *config, size_t config_len, const recur__ckp
 /* FLA's Hugging Face checkpoints: model_type gated_deltanet, gla, delta_net. */
 int recur__family_fla(const char *config, size_t config_len, const recur__ckpt *ckpt, int keep_half,
                       recur_model **out, char *err, size_t errlen);
+
+/* Hugging Face Mamba-2 checkpoints: model_type mamba2 (family_mamba2.c, block_mamba2.h). */
+int recur__family_mamba2(const char *config, size_t config_len, const recur__ckpt *ckpt, int keep_half,
+                         recur_model **out, char *err, size_t errlen);
 
 /* Name of role (layer, t) (recur__weight's enumeration; layer -1: globals) in the checkpoint:
  * writes name (NUL-terminated, < cap) and, when the file stores it in another shape of the same

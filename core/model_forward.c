@@ -16,7 +16,9 @@
 #include <string.h>
 #include "exp_nonpos.h"
 #include "mixer.h"
+#include "block_mamba2.h"
 #include "model_internal.h"
+#include "model_math.h"
 #include "packed_gemm.h"
 #include "short_conv.h"
 
@@ -91,38 +93,7 @@ void recur_workspace_free(recur_workspace *ws)
 
 /* ---------------------------------------------------------------- small math */
 
-static inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-/* softplus(x) = log(1 + e^x), without overflow */
-static inline float softplus(float x) { return fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x))); }
-
 #define silu_v recur__silu /* exp_nonpos.h */
-
-/* sum(x^2): 16 independent float lanes (vectorisable without reassociation), added in double */
-static double sumsq(const float *x, int n)
-{
-    float acc[16] = {0};
-    int i = 0;
-    for (; i + 16 <= n; i += 16)
-        for (int j = 0; j < 16; j++) acc[j] += x[i + j] * x[i + j];
-    double ss = 0.0;
-    for (int j = 0; j < 16; j++) ss += acc[j];
-    for (; i < n; i++) ss += (double)x[i] * x[i];
-    return ss;
-}
-
-/* y = x / sqrt(mean(x^2) + eps) * w */
-static void rmsnorm(float *y, const float *x, const float *w, int n, float eps)
-{
-    float r = (float)(1.0 / sqrt(sumsq(x, n) / n + eps));
-    for (int i = 0; i < n; i++) y[i] = x[i] * r * w[i];
-}
-
-/* L2norm(x) = x / sqrt(sum(x^2) + 1e-6) */
-static void l2norm(float *x, int n)
-{
-    float r = (float)(1.0 / sqrt(sumsq(x, n) + 1e-6));
-    for (int i = 0; i < n; i++) x[i] *= r;
-}
 
 /* C[R][N] = beta * C + A[R][Kd] W[N][Kd]^T   (nn.Linear on R rows), W packed at load, elements
  * of the model's wtype (fp32, or the weights file's F16 / BF16 widened in the kernel). One kernel
@@ -165,6 +136,8 @@ static int mixer_rows(const recur_model *m, const recur_layer *L, recur_workspac
     case RECUR_MIXER_GATED_DELTANET:
         return recur_delta_rule(&dims, q, k, v, beta, ws->gs + (size_t)r * H, 0.0f, form,
                                 PREFILL_CHUNK, S, o);
+    case RECUR_MIXER_MAMBA2: /* not a mixer of this block: block_mamba2.c runs the layer */
+        return RECUR_EINVAL;
     case RECUR_MIXER_SOFTMAX: {
         const int l = (int)(L - m->layers);
         const int64_t pos0 = (int64_t)s->tokens_seen; /* + T <= max_context: checked */
@@ -292,6 +265,13 @@ static int forward_rows(const recur_model *m, recur_workspace *ws, recur_state *
         const recur_layer *L = &m->layers[l];
         const recur_block *B = &c->block[l];
         const float eps = (float)B->eps;
+        if (L->kind == RECUR_MIXER_MAMBA2) { /* its own block (block_mamba2.h), no MLP */
+            const recur__mamba2_rows_ws mws = {.h = ws->h, .proj = ws->proj, .q = ws->q, .k = ws->k, .v = ws->v,
+                                               .g = ws->gs, .o = ws->o, .conv_tmp = ws->conv_tmp};
+            int rc = recur__mamba2_rows(m, L, &mws, ws->x, R, states, prefill, PREFILL_CHUNK);
+            if (rc) return rc;
+            continue;
+        }
         // h = RMSNorm_attn(x) ; proj = [q|k|v|g|gk|b|a] = W_in h
         for (int r = 0; r < R; r++)
             rmsnorm(ws->h + (size_t)r * d, ws->x + (size_t)r * d, L->attn_norm, d, eps);

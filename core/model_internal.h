@@ -65,6 +65,13 @@ typedef struct {
     int o_norm_weight;   /* o_norm has a weight tensor */
     int mlp;             /* SwiGLU sub-block present */
     double eps;          /* the layer's RMSNorms (attn_norm, o_norm, mlp_norm) */
+    /* Mamba-2 layers (kind RECUR_MIXER_MAMBA2, block_mamba2.h; conv_size, conv_bias, o_norm_weight
+     * and eps above apply too): */
+    int ssm_groups;       /* n_groups: head h reads B / C of group h / (n_heads / ssm_groups) */
+    int norm_before_gate; /* RMSNorm(y) * silu(z) instead of RMSNorm(y * silu(z)) */
+    int D_per_channel;    /* D [H * head_v] instead of [H] */
+    int proj_bias;        /* in_proj.bias and out_proj.bias */
+    float dt_min, dt_max; /* time-step limits after softplus ([0, inf]: none) */
 } recur_block;
 
 typedef struct {
@@ -100,6 +107,9 @@ typedef enum {
     /* beyond the native table (absent from native models, so their order and fingerprint stay):
      * the short convolution's taps [C][W] of q, k, v and their biases [C]; GLA's low-rank gate */
     T_CONV_Q, T_CONV_K, T_CONV_V, T_CONV_QB, T_CONV_KB, T_CONV_VB, T_GK_DOWN, T_GK_UP, T_GK_BIAS,
+    /* Mamba-2 (block_mamba2.h): in_proj [n_in][d] as one matrix (w_in) and its bias, the conv over
+     * xBC [conv_ch][W] and its bias, D, out_proj's bias */
+    T_IN_PROJ, T_IN_BIAS, T_CONV, T_CONV_BIAS, T_D, T_O_BIAS,
     T_N_LAYER_TENSORS
 } recur_layer_tensor;
 
@@ -118,7 +128,9 @@ typedef struct {
     float *conv_b;              /* [C] or NULL */
     void *wb;                   /* [H][d]    deltanet, gated_deltanet */
     void *wa;                   /* [H][d]    gated_deltanet */
-    float *A_log, *dt_bias;     /* [H]       gated_deltanet */
+    float *A_log, *dt_bias;     /* [H]       gated_deltanet, mamba2 */
+    float *D;                   /* [H] or [H*V] mamba2 */
+    float *in_bias, *out_bias;  /* [n_in], [d] mamba2 with proj_bias, else NULL */
     float *o_norm;              /* [V] */
     void *wo;                   /* [d][H*V]  packed */
     float *mlp_norm;            /* [d] */

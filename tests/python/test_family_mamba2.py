@@ -1,0 +1,335 @@
+"""Mamba-2 Hugging Face folders (model_type "mamba2", docs/MODELS.md "Mamba-2") in librecur against
+the PyTorch twin tools/mamba2_model.py.
+
+Folders are written by tools/export_mamba2.py with seeded random weights (std 0.3, norm weights
+and D away from 1, so every component matters). The reference is the twin's token-by-token form in
+float64 (its chunked SSD form agrees with it to ~1e-15, checked here too). Tolerance: relative RMS
+of logits <= 1e-5 over T = 300 tokens, which crosses four 64-token chunks of librecur's chunkwise
+GLA and one of its 256-token prefill pieces. Exactness claims (batched decode, snapshots, fork,
+the converter) are checked bit for bit.
+"""
+import json
+import math
+import os
+import struct
+
+import numpy as np
+import pytest
+import torch
+
+import convert_mamba2
+import export_mamba2 as ex
+import mamba2_model as mm
+import recur_model as rm
+
+TOL = 1e-5
+T = 300
+
+
+def rel_rms(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.sqrt(np.mean((a - b) ** 2) / np.mean(b ** 2)))
+
+
+def tokens_for(vocab, n, seed=0):
+    return np.random.RandomState(seed).randint(0, vocab, n).astype(np.int32)
+
+
+def write(tmp, name, seed=1, dtype="F32", shards=1, **kw):
+    kw.setdefault("hidden_size", 32)
+    kw.setdefault("state_size", 16)
+    kw.setdefault("head_dim", 8)
+    kw.setdefault("vocab", 97)
+    raw = ex.raw_config(**kw)
+    cfg = mm.resolve_config(raw)
+    params = ex.random_params(cfg, seed, std=0.3)
+    return ex.write_folder(str(tmp / name), raw, params, dtype, shards)
+
+
+def twin_logits(folder, tokens):
+    params, cfg = mm.load_folder(folder)
+    logits, _ = mm.forward(params, cfg, torch.tensor(tokens, dtype=torch.long), form="recurrent")
+    return logits.numpy()
+
+
+# name -> export options; every option of docs/MODELS.md "Mamba-2" at least once
+VARIANTS = {
+    "base": {},
+    "groups2": {"n_groups": 2},
+    "groups4_untied": {"n_groups": 4, "tied": False},
+    "no_conv_bias": {"conv_bias": False},
+    "conv2": {"conv_kernel": 2},
+    "f16": {"dtype": "F16"},
+    "bf16_untied": {"dtype": "BF16", "tied": False},
+    "sharded": {"shards": 3},
+    "dt_limit": {"dt_limit": (0.05, 0.5)},
+    "fla_keys": {"fla_keys": True, "dt_limit": (0.01, math.inf)},
+    "padded_vocab": {"vocab": 90, "pad_vocab_multiple": 16},
+    "use_bias": {"use_bias": True},
+    "norm_before_gate": {"norm_before_gate": True, "n_groups": 2},
+    "no_rmsnorm": {"rmsnorm": False},
+    "D_has_hdim": {"D_has_hdim": True},
+}
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("mamba2")
+    out = {}
+    for name, kw in VARIANTS.items():
+        kw = dict(kw)
+        out[name] = write(tmp, name, dtype=kw.pop("dtype", "F32"), shards=kw.pop("shards", 1), **kw)
+    return out
+
+
+def test_twin_forms_agree(folders):
+    params, cfg = mm.load_folder(folders["groups2"])
+    toks = torch.tensor(tokens_for(cfg["vocab_size"], 150, 3), dtype=torch.long)
+    a, sa = mm.forward(params, cfg, toks, form="recurrent")
+    b, sb = mm.forward(params, cfg, toks[:70], form="chunked", chunk_size=32)
+    c, sc = mm.forward(params, cfg, toks[70:], state=sb, form="chunked", chunk_size=48)
+    assert rel_rms(torch.cat([b, c]).numpy(), a.numpy()) < 1e-12
+    assert rel_rms(sc[0][1].numpy(), sa[0][1].numpy()) < 1e-12
+    assert torch.equal(sc[0][0], sa[0][0])  # layer 0's conv window: the last inputs, exactly
+    assert rel_rms(sc[1][0].numpy(), sa[1][0].numpy()) < 1e-12
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_prefill_and_decode_match_twin(folders, name):
+    folder = folders[name]
+    m = rm.Model.load(folder)
+    toks = tokens_for(m.vocab, T, seed=len(name))
+    ref = twin_logits(folder, toks)
+    s = m.state()
+    got = m.prefill(s, toks)
+    assert rel_rms(got, ref) <= TOL, name
+    s2 = m.state()
+    steps = np.stack([m.step(s2, t) for t in toks[:80]])
+    assert rel_rms(steps, ref[:80]) <= TOL, name
+
+
+def test_info_and_state_bytes(folders):
+    for name in ("base", "groups4_untied", "conv2"):
+        params, cfg = mm.load_folder(folders[name])
+        info = rm.Model.load(folders[name]).info
+        assert info["state_bytes"] == mm.state_bytes(cfg)
+        assert info["vocab_size"] == cfg["vocab_size"] and info["n_layers"] == cfg["n_layers"]
+        assert info["n_params"] == sum(t.numel() for t in params.values())
+
+
+def test_prefill_then_decode_equals_decode_only(folders):
+    m = rm.Model.load(folders["groups2"])
+    toks = tokens_for(m.vocab, 200, 5)
+    a = m.state()
+    m.prefill(a, toks[:150], want_logits=False)
+    la = np.stack([m.step(a, t) for t in toks[150:]])
+    b = m.state()
+    lb = np.stack([m.step(b, t) for t in toks])[150:]
+    assert rel_rms(la, lb) <= TOL
+
+
+def test_split_prefill_equals_one(folders):
+    m = rm.Model.load(folders["base"])
+    toks = tokens_for(m.vocab, T, 6)
+    a = m.state()
+    la = m.prefill(a, toks)
+    b = m.state()
+    lb = np.concatenate([m.prefill(b, toks[:1]), m.prefill(b, toks[1:3]), m.prefill(b, toks[3:131]),
+                         m.prefill(b, toks[131:])])
+    assert rel_rms(lb, la) <= TOL
+    # and the states continue alike
+    assert rel_rms(m.step(b, 5), m.step(a, 5)) <= TOL
+
+
+@pytest.mark.parametrize("name", ["base", "groups4_untied", "bf16_untied", "use_bias"])
+def test_batched_decode_is_bit_identical(folders, name):
+    m = rm.Model.load(folders[name])
+    rng = np.random.RandomState(2)
+    states = [m.state() for _ in range(5)]
+    singles = [m.state() for _ in range(5)]
+    for i, (s, s1) in enumerate(zip(states, singles)):
+        pre = tokens_for(m.vocab, 7 + 13 * i, i)
+        m.prefill(s, pre, want_logits=False)
+        m.prefill(s1, pre, want_logits=False)
+    for _ in range(6):
+        toks = rng.randint(0, m.vocab, 5)
+        batched = m.step_batch(states, toks)
+        for b in range(5):
+            assert np.array_equal(batched[b], m.step(singles[b], toks[b]))
+    for s, s1 in zip(states, singles):
+        assert s.snapshot() == s1.snapshot()
+
+
+def test_snapshot_restore_continue_bit_identical(folders):
+    m = rm.Model.load(folders["groups2"])
+    toks = tokens_for(m.vocab, 120, 8)
+    a = m.state()
+    m.prefill(a, toks[:100], want_logits=False)
+    m.step(a, toks[100])  # the conv window holds decode inputs too
+    blob = a.snapshot()
+    b = m.state()
+    b.restore(blob)
+    assert b.tokens_seen == a.tokens_seen == 101
+    # (without the conv window in the snapshot, the restored session's next steps would differ)
+    for t in toks[101:]:
+        assert np.array_equal(m.step(a, t), m.step(b, t))
+    assert b.snapshot() == a.snapshot()
+
+
+def test_snapshot_refused_by_another_model(folders):
+    a = rm.Model.load(folders["base"])
+    b = rm.Model.load(folders["no_conv_bias"])
+    s = a.state()
+    a.step(s, 1)
+    with pytest.raises(ValueError):
+        b.state().restore(s.snapshot())
+
+
+def test_fork_is_exact(folders):
+    m = rm.Model.load(folders["groups2"])
+    toks = tokens_for(m.vocab, 60, 9)
+    a = m.state()
+    m.prefill(a, toks[:40], want_logits=False)
+    f = a.copy()
+    for t in toks[40:]:
+        assert np.array_equal(m.step(a, t), m.step(f, t))
+
+
+# --------------------------------------------------------------------------- the converter
+
+def state_spaces_checkpoint(folder, out, tie):
+    """The HF folder's weights in state-spaces' layout (MambaLMHeadModel.state_dict())."""
+    params, cfg = mm.load_folder(folder)
+    sd = {}
+    for n, t in params.items():
+        sd["backbone.embedding.weight" if n == "backbone.embeddings.weight" else n] = t.clone()
+    if tie:
+        sd["lm_head.weight"] = sd["backbone.embedding.weight"]
+    os.makedirs(out, exist_ok=True)
+    torch.save(sd, os.path.join(out, "pytorch_model.bin"))
+    ssm = {"layer": "Mamba2", "d_state": cfg["N"], "d_conv": cfg["W"], "expand": 2,
+           "headdim": cfg["P"], "ngroups": cfg["G"], "chunk_size": 256}
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump({"d_model": cfg["d"], "d_intermediate": 0, "n_layer": cfg["n_layers"],
+                   "vocab_size": cfg["vocab_size"] - 3, "ssm_cfg": ssm, "attn_layer_idx": [],
+                   "attn_cfg": {}, "rms_norm": True, "residual_in_fp32": True,
+                   "fused_add_norm": True, "pad_vocab_size_multiple": 8,
+                   "tie_embeddings": tie}, f)
+    return out
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_converter_round_trip_identical_logits(tmp_path, tie):
+    src = write(tmp_path, "src", vocab=96, n_groups=2, tied=tie)  # 96: a multiple of 8
+    ss = state_spaces_checkpoint(src, str(tmp_path / "ss"), tie)
+    out = convert_mamba2.convert(ss, str(tmp_path / "hf"))
+    a, b = rm.Model.load(src), rm.Model.load(out)
+    assert a.info["fingerprint"] == b.info["fingerprint"]
+    toks = tokens_for(a.vocab, 100, 1)
+    assert np.array_equal(a.prefill(a.state(), toks), b.prefill(b.state(), toks))
+
+
+def test_converter_refuses_by_name(tmp_path):
+    src = write(tmp_path, "src", vocab=96)
+    ss = state_spaces_checkpoint(src, str(tmp_path / "ss"), True)
+    cfgp = os.path.join(ss, "config.json")
+    base = json.load(open(cfgp))
+    for change, word in [({"attn_layer_idx": [0]}, "attn_layer_idx"),
+                         ({"d_intermediate": 64}, "d_intermediate"),
+                         ({"rms_norm": False}, "rms_norm"),
+                         ({"ssm_cfg": {"layer": "Mamba1"}}, "Mamba1"),
+                         ({"ssm_cfg": dict(base["ssm_cfg"], mystery=1)}, "mystery")]:
+        json.dump(dict(base, **change), open(cfgp, "w"))
+        with pytest.raises(ValueError, match=word):
+            convert_mamba2.convert(ss, str(tmp_path / "out"))
+
+
+# --------------------------------------------------------------------------- hostile folders
+
+def edit_config(folder, **changes):
+    p = os.path.join(folder, "config.json")
+    c = json.load(open(p))
+    for k, v in changes.items():
+        if v is None:
+            c.pop(k, None)
+        else:
+            c[k] = v
+    json.dump(c, open(p, "w"))
+
+
+def rewrite_tensors(folder, fn):
+    from export import read_safetensors, write_safetensors
+    p = os.path.join(folder, "model.safetensors")
+    t = read_safetensors(p)
+    fn(t)
+    write_safetensors(p, list(t.items()))
+
+
+HOSTILE = [  # (what, spoil, words the error message must hold)
+    ("unknown key", lambda f: edit_config(f, mystery_option=1), "mystery_option"),
+    ("hidden_act", lambda f: edit_config(f, hidden_act="gelu"), "hidden_act"),
+    ("groups do not divide heads", lambda f: edit_config(f, n_groups=3), "n_groups"),
+    ("norm_eps disagrees", lambda f: edit_config(f, norm_eps=1e-3), "norm_eps"),
+    ("dt_limit disagrees", lambda f: edit_config(f, dt_limit=[0.0, 1.0]), "dt_limit"),
+    ("time_step_limit NaN", lambda f: edit_config(f, time_step_limit=[float("nan"), 1.0]), "time_step_limit"),
+    ("time_step_limit reversed", lambda f: edit_config(f, time_step_limit=[1.0, 0.5]), "time_step_limit"),
+    ("time_step_limit not a pair", lambda f: edit_config(f, time_step_limit=[0.0]), "time_step_limit"),
+    ("absurd hidden_size", lambda f: edit_config(f, hidden_size=1 << 40), "hidden_size"),
+    ("zero layers", lambda f: edit_config(f, num_hidden_layers=0), "num_hidden_layers"),
+    ("conv kernel 1", lambda f: edit_config(f, conv_kernel=1), "conv_kernel"),
+    ("attention layers", lambda f: edit_config(f, layer_types=["mamba", "attention"]), "layer_types"),
+    ("d_ssm below d_inner", lambda f: edit_config(f, num_heads=2), "num_heads"),
+    ("state_size mismatch", lambda f: edit_config(f, state_size=8), "in_proj"),
+    ("conv kernel mismatch", lambda f: edit_config(f, conv_kernel=3), "conv1d.weight"),
+    ("vocab mismatch", lambda f: edit_config(f, vocab_size=98), "embeddings"),
+    ("tied flag mismatch", lambda f: edit_config(f, tie_word_embeddings=False), "lm_head.weight"),
+    ("missing tensor", lambda f: rewrite_tensors(f, lambda t: t.pop("backbone.layers.1.mixer.D")),
+     "backbone.layers.1.mixer.D"),
+    ("extra tensor", lambda f: rewrite_tensors(f, lambda t: t.update(extra=torch.zeros(3))), "extra"),
+    ("misshapen tensor", lambda f: rewrite_tensors(
+        f, lambda t: t.update({"backbone.layers.0.mixer.A_log": torch.zeros(5)})), "A_log"),
+    ("non-finite weight", lambda f: rewrite_tensors(
+        f, lambda t: t["backbone.layers.0.mixer.conv1d.weight"].view(-1).__setitem__(3, math.inf)),
+     "conv1d.weight"),
+    ("not json", lambda f: open(os.path.join(f, "config.json"), "w").write('{"model_type": "mamba2",'),
+     "config.json"),
+]
+
+
+@pytest.mark.parametrize("what,spoil,words", HOSTILE, ids=[h[0] for h in HOSTILE])
+def test_hostile_folder_refused(tmp_path, what, spoil, words):
+    folder = write(tmp_path, "h")
+    rm.Model.load(folder)  # fine before
+    spoil(folder)
+    with pytest.raises(ValueError) as e:
+        rm.Model.load(folder)
+    assert e.value.code in (rm.EFORMAT, rm.ESHAPE, rm.ETRUNCATED), (what, str(e.value))
+    assert words in str(e.value), (what, str(e.value))
+
+
+def test_gated_mlp_beside_the_ssm_refused(tmp_path):
+    """state-spaces' d_ssm < d_inner (z0, x0 of a gated MLP in in_proj): the twin computes it,
+    recurd refuses it by name."""
+    folder = write(tmp_path, "dmlp", d_ssm=32)
+    params, cfg = mm.load_folder(folder)
+    assert cfg["d_mlp"] == 32
+    with pytest.raises(ValueError, match="num_heads"):
+        rm.Model.load(folder)
+
+
+def test_hostile_shards(tmp_path):
+    folder = write(tmp_path, "s", shards=2)
+    idx = os.path.join(folder, "model.safetensors.index.json")
+    good = json.load(open(idx))
+    # a tensor mapped to the wrong shard
+    bad = json.loads(json.dumps(good))
+    name = next(iter(bad["weight_map"]))
+    bad["weight_map"][name] = "model-00002-of-00002.safetensors"
+    json.dump(bad, open(idx, "w"))
+    with pytest.raises(ValueError):
+        rm.Model.load(folder)
+    json.dump(good, open(idx, "w"))
+    rm.Model.load(folder)
+    os.remove(os.path.join(folder, "model-00002-of-00002.safetensors"))
+    with pytest.raises(ValueError):
+        rm.Model.load(folder)
