@@ -444,6 +444,25 @@ void srv_conn_settings(llhttp_settings_t *s)
 
 /* ------------------------------------------------------------------ errors from llhttp */
 
+/* llhttp's errors as the client sees them. */
+static const struct {
+    enum llhttp_errno err;
+    int status;
+    const char *code, *message;
+} PARSE_ERRORS[] = {
+    {HPE_UNEXPECTED_CONTENT_LENGTH, 400, "conflicting_content_length",
+     "Content-Length repeated or combined with Transfer-Encoding"},
+    {HPE_INVALID_CONTENT_LENGTH, 400, "invalid_content_length", "invalid Content-Length"},
+    {HPE_INVALID_CHUNK_SIZE, 400, "invalid_chunk_size", "invalid chunk size"},
+    {HPE_INVALID_TRANSFER_ENCODING, 501, "unsupported_transfer_encoding",
+     "only Transfer-Encoding: chunked is supported"},
+    {HPE_INVALID_VERSION, 400, "invalid_version", "unsupported HTTP version"},
+    {HPE_INVALID_METHOD, 400, "invalid_method", "invalid request method"},
+    {HPE_INVALID_URL, 400, "invalid_url", "invalid request target"},
+    {HPE_INVALID_HEADER_TOKEN, 400, "invalid_header", "invalid character in a header field"},
+    {HPE_CLOSED_CONNECTION, 400, "data_after_close", "data after a Connection: close request"},
+};
+
 static void map_parse_error(srv_conn *c, enum llhttp_errno err, srv_http_error *e)
 {
     if (c->err.status) {
@@ -451,41 +470,9 @@ static void map_parse_error(srv_conn *c, enum llhttp_errno err, srv_http_error *
         return;
     }
     e->status = 400;
-    switch (err) {
-    case HPE_UNEXPECTED_CONTENT_LENGTH:
-        e->code = "conflicting_content_length";
-        e->message = "Content-Length repeated or combined with Transfer-Encoding";
-        break;
-    case HPE_INVALID_CONTENT_LENGTH:
-        e->code = "invalid_content_length";
-        e->message = "invalid Content-Length";
-        break;
-    case HPE_INVALID_CHUNK_SIZE:
-        e->code = "invalid_chunk_size";
-        e->message = "invalid chunk size";
-        break;
-    case HPE_INVALID_TRANSFER_ENCODING:
-        e->status = 501;
-        e->code = "unsupported_transfer_encoding";
-        e->message = "only Transfer-Encoding: chunked is supported";
-        break;
-    case HPE_INVALID_VERSION:
-        e->code = "invalid_version";
-        e->message = "unsupported HTTP version";
-        break;
-    case HPE_INVALID_METHOD:
-        e->code = "invalid_method";
-        e->message = "invalid request method";
-        break;
-    case HPE_INVALID_URL:
-        e->code = "invalid_url";
-        e->message = "invalid request target";
-        break;
-    case HPE_INVALID_HEADER_TOKEN:
-        e->code = "invalid_header";
-        e->message = "invalid character in a header field";
-        break;
-    case HPE_STRICT: {
+    e->code = "malformed_request";
+    e->message = "malformed HTTP request";
+    if (err == HPE_STRICT) {
         /* llhttp 8.1 reports a bad chunk extension as HPE_STRICT too; only its reason tells */
         const char *why = llhttp_get_error_reason(&c->parser);
         if (why && strstr(why, "chunk extensions")) {
@@ -496,17 +483,14 @@ static void map_parse_error(srv_conn *c, enum llhttp_errno err, srv_http_error *
             e->code = "bad_chunk_framing";
             e->message = "malformed chunked framing";
         }
-        break;
+        return;
     }
-    case HPE_CLOSED_CONNECTION:
-        e->code = "data_after_close";
-        e->message = "data after a Connection: close request";
-        break;
-    default:
-        e->code = "malformed_request";
-        e->message = "malformed HTTP request";
-        break;
-    }
+    for (size_t i = 0; i < sizeof PARSE_ERRORS / sizeof *PARSE_ERRORS; i++)
+        if (PARSE_ERRORS[i].err == err) {
+            e->status = PARSE_ERRORS[i].status;
+            e->code = PARSE_ERRORS[i].code;
+            e->message = PARSE_ERRORS[i].message;
+        }
 }
 
 /* ------------------------------------------------------------------ feeding bytes */
@@ -985,28 +969,27 @@ static void conn_close_graceful(srv_conn *c)
 static const char *error_message(srv_conn *c, const srv_http_error *e)
 {
     const srv_http_limits *l = lim(c);
-    unsigned long long v;
-    const char *unit = "";
-    if (!strcmp(e->code, "header_too_large"))
-        v = l->max_header_bytes, unit = " bytes";
-    else if (!strcmp(e->code, "too_many_headers"))
-        v = (unsigned long long)l->max_headers;
-    else if (!strcmp(e->code, "request_line_too_long"))
-        v = l->max_request_line, unit = " bytes";
-    else if (!strcmp(e->code, "body_too_large"))
-        v = l->max_body, unit = " bytes";
-    else if (!strcmp(e->code, "chunk_extension_too_large"))
-        v = l->max_chunk_ext_bytes, unit = " bytes";
-    else if (!strcmp(e->code, "header_timeout"))
-        v = l->header_timeout, unit = " ms";
-    else if (!strcmp(e->code, "body_timeout"))
-        v = l->body_idle_timeout, unit = " ms";
-    else if (!strcmp(e->code, "request_timeout"))
-        v = l->request_timeout, unit = " ms";
-    else
-        return e->message;
-    snprintf(c->errmsg, sizeof c->errmsg, "%s (%llu%s)", e->message, v, unit);
-    return c->errmsg;
+    const struct {
+        const char *code;
+        unsigned long long value;
+        const char *unit;
+    } limit_of[] = {
+        {"header_too_large", l->max_header_bytes, " bytes"},
+        {"too_many_headers", (unsigned long long)l->max_headers, ""},
+        {"request_line_too_long", l->max_request_line, " bytes"},
+        {"body_too_large", l->max_body, " bytes"},
+        {"chunk_extension_too_large", l->max_chunk_ext_bytes, " bytes"},
+        {"header_timeout", l->header_timeout, " ms"},
+        {"body_timeout", l->body_idle_timeout, " ms"},
+        {"request_timeout", l->request_timeout, " ms"},
+    };
+    for (size_t i = 0; i < sizeof limit_of / sizeof *limit_of; i++)
+        if (!strcmp(e->code, limit_of[i].code)) {
+            snprintf(c->errmsg, sizeof c->errmsg, "%s (%llu%s)", e->message, limit_of[i].value,
+                     limit_of[i].unit);
+            return c->errmsg;
+        }
+    return e->message;
 }
 
 static void srv_conn_send_error(srv_conn *c, const srv_http_error *e)

@@ -272,12 +272,7 @@ def test_sigterm_drain_timeout_ends_running_generation_as_cancelled():
             assert chunk
             got += chunk
         d.proc.send_signal(15)
-        while True:
-            chunk = sk.recv(1 << 20)
-            if not chunk:
-                break
-            got += chunk
-        sk.close()
+        got += read_to_eof(sk)
         objs = json_lines(got)
         gen = [o for o in objs if "pos" in o]
         done = objs[-1]

@@ -3,7 +3,6 @@ its checks can fail. Every subprocess is bounded by a timeout; the daemon is kil
 import json
 import os
 import re
-import signal
 import socketserver
 import subprocess
 import threading
@@ -12,10 +11,9 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-BUILD = os.environ.get("RECUR_BUILD", os.path.join(ROOT, "build"))
+from daemon import BUILD, RECURD, ROOT, Daemon
+
 LOAD = os.path.join(BUILD, "recur-load")
-RECURD = os.path.join(BUILD, "recurd")
 MODEL_CONFIG = os.path.join(ROOT, "tests", "fixtures", "loadgen_model.json")
 
 REPORT_FIELDS = [
@@ -45,50 +43,12 @@ def run_load(args, json_path, timeout=90):
 
 # ---------------------------------------------------------------- the real daemon
 
-class Daemon:
-    def __init__(self):
-        self.proc = subprocess.Popen(
-            [RECURD, "--host", "127.0.0.1", "--port", "0", "--model-config", MODEL_CONFIG,
-             "--model-seed", "7"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
-        self.port = None
-        self.log = []
-        found = threading.Event()
-
-        def drain():
-            for line in self.proc.stderr:
-                self.log.append(line)
-                if self.port is None and "port" in line:
-                    m = re.search(r'"port"\s*:\s*(\d+)', line)
-                    if m and int(m.group(1)) > 0:
-                        self.port = int(m.group(1))
-                        found.set()
-            found.set()
-
-        threading.Thread(target=drain, daemon=True).start()
-        found.wait(20)
-        if self.port is None:
-            self.stop()
-            raise RuntimeError("recurd did not report its port:\n" + "".join(self.log[-20:]))
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-
-
 @pytest.fixture(scope="module")
 def daemon():
     if not os.path.exists(RECURD):
         pytest.skip("build/recurd not built")
-    d = Daemon()
-    yield d
-    d.stop()
+    with Daemon(model_config=MODEL_CONFIG, seed=7) as d:
+        yield d
 
 
 def assert_report_shape(report):

@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from persist_helpers import events, get_state, info, metrics, pd, wait_for
-from daemon import Daemon, RECURD, ROOT, TINY_MODEL
+from daemon import Daemon, RECURD, ROOT, TINY_MODEL, read_to_eof
 
 VOCAB = 256
 
@@ -476,14 +476,8 @@ def test_busy_session_is_never_evicted(tmp_path):
         st = info(d, busy)
         assert st["pending_ops"] == 1 and st["tokens_seen"] < 3 + n, \
             "the generation ended before the evictions: test proves nothing"
-        data = bytearray()
-        while True:
-            chunk = sk.recv(1 << 20)
-            if not chunk:
-                break
-            data += chunk
-        sk.close()
-        lines = [json.loads(m) for m in re.findall(rb"^\{.*\}$", bytes(data), re.M)]
+        data = read_to_eof(sk)
+        lines = [json.loads(m) for m in re.findall(rb"^\{.*\}$", data, re.M)]
         done = lines[-1]
         assert done["done"] and done["reason"] == "length" and done["tokens_seen"] == 3 + n
         assert len(lines) == n + 1

@@ -14,15 +14,13 @@
 #include <stdlib.h>
 
 #include "chunk_decay.h"
+#include "test_rng.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 
 static double urand(void) /* [0, 1) */
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (double)(rng >> 11) * (1.0 / 9007199254740992.0);
+    return xorshift_unit(&rng);
 }
 
 static void gates_cumsum(double *b, int n, int regime)

@@ -22,15 +22,13 @@
 #else
 #include "chunk_mm.h"
 #endif
+#include "test_rng.h"
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
 
 static uint32_t next_u32(void)
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 32);
+    return (uint32_t)(xorshift64(&rng) >> 32);
 }
 
 static int irand(int n) /* [0, n) */

@@ -381,34 +381,52 @@ Test(delta, bad_arguments_return_their_code_and_change_nothing)
 
 /* ---------------------------------------------------------------- softmax attention */
 
-/* o_t = sum_{j<=t} softmax_j(s q_t.k_j) v_j in float64 (causal), or over every key (causal 0). */
+/* s[j] = scale q_t.k_j of head h for j <= last, in float64. */
+static void ref_scores(const recur_dims *d, const float *q, const float *k, int64_t t, int h, int64_t last,
+                       double scale, double *s)
+{
+    const int H = d->H, K = d->K;
+    for (int64_t j = 0; j <= last; j++) {
+        double acc = 0.0;
+        for (int i = 0; i < K; i++)
+            acc += (double)q[((size_t)t * H + h) * K + i] * k[((size_t)j * H + h) * K + i];
+        s[j] = scale * acc;
+    }
+}
+
+/* ot[V] = sum_j softmax_j(s) v_j of head h over the keys j <= last that count: all of them when
+ * kept is NULL, else those whose block j / block is kept; in float64. */
+static void ref_mix(const recur_dims *d, const double *s, int64_t last, const uint8_t *kept,
+                    int64_t block, const float *v, int h, double *ot)
+{
+    const int H = d->H, V = d->V;
+    double m = -INFINITY, l = 0.0;
+    for (int64_t j = 0; j <= last; j++)
+        if (!kept || kept[j / block])
+            m = s[j] > m ? s[j] : m;
+    for (int c = 0; c < V; c++)
+        ot[c] = 0.0;
+    for (int64_t j = 0; j <= last; j++) {
+        if (kept && !kept[j / block])
+            continue;
+        double w = exp(s[j] - m);
+        l += w;
+        for (int c = 0; c < V; c++)
+            ot[c] += w * v[((size_t)j * H + h) * V + c];
+    }
+    for (int c = 0; c < V; c++)
+        ot[c] /= l;
+}
+
+/* o_t = sum_{j<=t} softmax_j(s q_t.k_j) v_j in float64. */
 static void ref_softmax(const recur_dims *d, const float *q, const float *k, const float *v,
                         double scale, double *o)
 {
-    const int64_t T = d->T;
-    const int H = d->H, K = d->K, V = d->V;
-    double *s = dbuf((size_t)T);
-    for (int64_t t = 0; t < T; t++)
-        for (int h = 0; h < H; h++) {
-            double m = -INFINITY, l = 0.0;
-            for (int64_t j = 0; j <= t; j++) {
-                double acc = 0.0;
-                for (int i = 0; i < K; i++)
-                    acc += (double)q[((size_t)t * H + h) * K + i] * k[((size_t)j * H + h) * K + i];
-                s[j] = scale * acc;
-                m = s[j] > m ? s[j] : m;
-            }
-            double *ot = o + ((size_t)t * H + h) * V;
-            for (int c = 0; c < V; c++)
-                ot[c] = 0.0;
-            for (int64_t j = 0; j <= t; j++) {
-                double w = exp(s[j] - m);
-                l += w;
-                for (int c = 0; c < V; c++)
-                    ot[c] += w * v[((size_t)j * H + h) * V + c];
-            }
-            for (int c = 0; c < V; c++)
-                ot[c] /= l;
+    double *s = dbuf((size_t)d->T);
+    for (int64_t t = 0; t < d->T; t++)
+        for (int h = 0; h < d->H; h++) {
+            ref_scores(d, q, k, t, h, t, scale, s);
+            ref_mix(d, s, t, NULL, 1, v, h, o + ((size_t)t * d->H + h) * d->V);
         }
     free(s);
 }
@@ -548,17 +566,12 @@ static void ref_block_topk(const recur_dims *d, const float *q, const float *k, 
                            uint8_t *keep)
 {
     const int64_t T = d->T, nb = (T + block - 1) / block;
-    const int H = d->H, K = d->K, V = d->V;
+    const int H = d->H, V = d->V;
     double *s = dbuf((size_t)T), *bs = dbuf((size_t)nb);
     for (int64_t t = 0; t < T; t++)
         for (int h = 0; h < H; h++) {
             const int64_t last = causal ? t : T - 1;
-            for (int64_t j = 0; j <= last; j++) {
-                double acc = 0.0;
-                for (int i = 0; i < K; i++)
-                    acc += (double)q[((size_t)t * H + h) * K + i] * k[((size_t)j * H + h) * K + i];
-                s[j] = scale * acc;
-            }
+            ref_scores(d, q, k, t, h, last, scale, s);
             int64_t ncand = 0;
             for (int64_t b = 0; b < nb; b++) {
                 int64_t lo = b * block, hi = (b + 1) * block < last + 1 ? (b + 1) * block : last + 1;
@@ -581,23 +594,7 @@ static void ref_block_topk(const recur_dims *d, const float *q, const float *k, 
                         best = b;
                 kp[best] = 1;
             }
-            double m = -INFINITY, l = 0.0;
-            for (int64_t j = 0; j <= last; j++)
-                if (kp[j / block])
-                    m = s[j] > m ? s[j] : m;
-            double *ot = o + ((size_t)t * H + h) * V;
-            for (int c = 0; c < V; c++)
-                ot[c] = 0.0;
-            for (int64_t j = 0; j <= last; j++) {
-                if (!kp[j / block])
-                    continue;
-                double w = exp(s[j] - m);
-                l += w;
-                for (int c = 0; c < V; c++)
-                    ot[c] += w * v[((size_t)j * H + h) * V + c];
-            }
-            for (int c = 0; c < V; c++)
-                ot[c] /= l;
+            ref_mix(d, s, last, kp, block, v, h, o + ((size_t)t * H + h) * V);
         }
     free(s), free(bs);
 }

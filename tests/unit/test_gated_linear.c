@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "recur.h"
+#include "test_rng.h"
 
 #define TOL 1e-5
 
@@ -22,10 +23,7 @@ static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 
 static double urand(void) /* [0,1) */
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (double)(rng_state >> 11) * (1.0 / 9007199254740992.0);
+    return xorshift_unit(&rng_state);
 }
 
 static float *randn(size_t n, float s)
@@ -425,14 +423,20 @@ Test(gated_linear, decode_steps_equal_prefill)
     }
 }
 
+/* recur_retention over p from its initial state: S [H][K][V] and o [T][H][V] (asserted to succeed). */
+static void retention_from_start(const problem *p, const float *gamma, float scale, int form, int chunk,
+                                 float *S, float *o)
+{
+    memcpy(S, p->S0, (size_t)p->d.H * p->d.K * p->d.V * sizeof(float));
+    cr_assert_eq(recur_retention(&p->d, p->q, p->k, p->v, gamma, scale, form, chunk, S, o), 0);
+}
+
 Test(gated_linear, explicit_scale_and_default_scale)
 {
     problem p = make(M_RETENTION, 10, 1, 16, 4, 0, 0);
     float S1[64], S2[64], o1[40], o2[40];
-    memcpy(S1, p.S0, sizeof S1);
-    memcpy(S2, p.S0, sizeof S2);
-    cr_assert_eq(recur_retention(&p.d, p.q, p.k, p.v, NULL, 0.0f, RECUR_FORM_RECURRENT, 1, S1, o1), 0);
-    cr_assert_eq(recur_retention(&p.d, p.q, p.k, p.v, NULL, 0.25f, RECUR_FORM_RECURRENT, 1, S2, o2), 0);
+    retention_from_start(&p, NULL, 0.0f, RECUR_FORM_RECURRENT, 1, S1, o1);
+    retention_from_start(&p, NULL, 0.25f, RECUR_FORM_RECURRENT, 1, S2, o2);
     cr_expect(rel_rms_f(o1, o2, 40) < 1e-7, "scale 0 must mean K^-1/2 = 0.25");
     cr_assert_eq(recur_retention(&p.d, p.q, p.k, p.v, NULL, 0.5f, RECUR_FORM_CHUNKWISE, 3, S2, o2), 0);
     cr_assert_eq(recur_retention(&p.d, p.q, p.k, p.v, NULL, -1.0f, RECUR_FORM_CHUNKWISE, 3, S1, o1), 0);
@@ -453,10 +457,8 @@ Test(gated_linear, multiscale_decays)
     /* gamma == NULL in recur_retention means these decays */
     problem p = make(M_RETENTION, 12, 3, 4, 4, 0, 0);
     float S1[48], S2[48], o1[144], o2[144];
-    memcpy(S1, p.S0, sizeof S1);
-    memcpy(S2, p.S0, sizeof S2);
-    cr_assert_eq(recur_retention(&p.d, p.q, p.k, p.v, NULL, 0, RECUR_FORM_CHUNKWISE, 5, S1, o1), 0);
-    cr_assert_eq(recur_retention(&p.d, p.q, p.k, p.v, g, 0, RECUR_FORM_CHUNKWISE, 5, S2, o2), 0);
+    retention_from_start(&p, NULL, 0, RECUR_FORM_CHUNKWISE, 5, S1, o1);
+    retention_from_start(&p, g, 0, RECUR_FORM_CHUNKWISE, 5, S2, o2);
     cr_expect(memcmp(o1, o2, sizeof o1) == 0 && memcmp(S1, S2, sizeof S1) == 0);
     drop(&p);
 }

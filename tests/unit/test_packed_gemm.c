@@ -15,14 +15,12 @@
 #include <string.h>
 
 #include "packed_gemm.h"
+#include "test_rng.h"
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
 static float frand(void) /* [-1, 1) */
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((double)(rng >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+    return (float)(xorshift_unit(&rng) * 2.0 - 1.0);
 }
 
 typedef struct {
@@ -119,17 +117,27 @@ Test(packed_gemm, odd_shapes_and_betas)
                 run_case(Ms[i], Ns[j], Ks[k], betas[(i + j + k) % 3]);
 }
 
+/* Wp holds W [N][K] (elements of es bytes) as panels of RECUR_PANEL rows, k-major inside a
+ * panel: Wp[p][k][j] = W[p * RECUR_PANEL + j][k], rows past N zero. */
+static void check_panels(const void *W, const void *Wp, int N, int K, size_t es)
+{
+    static const uint8_t zero[4];
+    const uint8_t *w = W, *wp = Wp;
+    for (int p = 0; p < (N + RECUR_PANEL - 1) / RECUR_PANEL; p++)
+        for (int k = 0; k < K; k++)
+            for (int j = 0; j < RECUR_PANEL; j++) {
+                int n = p * RECUR_PANEL + j;
+                const uint8_t *want = n < N ? w + ((size_t)n * K + k) * es : zero;
+                cr_assert_eq(memcmp(wp + (((size_t)p * K + k) * RECUR_PANEL + j) * es, want, es), 0,
+                             "panel %d, k %d, row %d", p, k, j);
+            }
+}
+
 Test(packed_gemm, packed_layout)
 {
     mat a = mat_new(37, 5);
     cr_assert_eq(recur__packed_floats(37, 5), (size_t)3 * 5 * RECUR_PANEL);
-    for (int p = 0; p < 3; p++)
-        for (int k = 0; k < 5; k++)
-            for (int j = 0; j < RECUR_PANEL; j++) {
-                int n = p * RECUR_PANEL + j;
-                float want = n < 37 ? a.W[(size_t)n * 5 + k] : 0.0f;
-                cr_assert_eq(a.Wp[((size_t)p * 5 + k) * RECUR_PANEL + j], want);
-            }
+    check_panels(a.W, a.Wp, 37, 5, sizeof(float));
     mat_free(&a);
 }
 
@@ -239,23 +247,7 @@ static void run_half_case(int M, int N, int K, float beta, recur_wtype wt)
     hmat_free(&h);
 }
 
-Test(packed_gemm, half_conversion_is_exact)
-{
-    /* every F16 and BF16 bit pattern widens to the value it denotes (F16: against _Float16) */
-    for (uint32_t b = 0; b < 65536; b++) {
-        uint16_t h = (uint16_t)b;
-        _Float16 x;
-        memcpy(&x, &h, 2);
-        float want = (float)x, got = recur__half_to_float(h, RECUR_WT_F16);
-        cr_assert(memcmp(&want, &got, 4) == 0 || (isnan(want) && isnan(got)), "F16 %04x", b);
-        cr_assert_eq(recur__half_finite(h, RECUR_WT_F16), isfinite(want) != 0, "F16 %04x", b);
-        uint32_t wb = b << 16;
-        memcpy(&want, &wb, 4);
-        got = recur__half_to_float(h, RECUR_WT_BF16);
-        cr_assert_eq(memcmp(&want, &got, 4), 0, "BF16 %04x", b);
-        cr_assert_eq(recur__half_finite(h, RECUR_WT_BF16), isfinite(want) != 0, "BF16 %04x", b);
-    }
-}
+/* Every F16 and BF16 bit pattern's widening and finiteness: test_safetensors_half.c. */
 
 Test(packed_gemm, float_to_half_rounds_to_nearest_even)
 {
@@ -327,12 +319,6 @@ Test(packed_gemm, half_every_m_and_row_independence)
 Test(packed_gemm, half_packed_layout)
 {
     hmat h = hmat_new(37, 5, RECUR_WT_BF16);
-    for (int p = 0; p < 3; p++)
-        for (int k = 0; k < 5; k++)
-            for (int j = 0; j < RECUR_PANEL; j++) {
-                int n = p * RECUR_PANEL + j;
-                uint16_t want = n < 37 ? h.W16[(size_t)n * 5 + k] : 0;
-                cr_assert_eq(h.Wp16[((size_t)p * 5 + k) * RECUR_PANEL + j], want);
-            }
+    check_panels(h.W16, h.Wp16, 37, 5, sizeof(uint16_t));
     hmat_free(&h);
 }
