@@ -20,6 +20,8 @@ import sys
 import threading
 import urllib.request
 
+from bench.benchutil import stop_process
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 BUILD = os.environ.get("RECUR_BUILD", os.path.join(ROOT, "build"))
 MODEL = os.path.join(ROOT, "models", "default")
@@ -66,13 +68,7 @@ class Recurd:
             return e.code, e.read()
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        stop_process(self.proc, 30)
 
 
 def compact(obj):

@@ -45,22 +45,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     proto_limits lim = {.vocab_size = (sel & 0x10) ? 100 : 256, .max_tokens_per_request = (sel & 0x20) ? 4 : 64};
     proto_error e;
     switch (sel & 3) {
-    case 0: {
+    case 0:   /* POST .../tokens */
+    case 1: { /* POST /v1/sessions */
         proto_tokens_req r;
-        if (proto_decode_tokens_req(copy, len, &lim, &r, &e) == 0) {
+        int tokens = (sel & 3) == 0;
+        int rc = tokens ? proto_decode_tokens_req(copy, len, &lim, &r, &e)
+                        : proto_decode_create_req(copy, len, &lim, &r, &e);
+        if (rc == 0) {
             check_tokens(&r, &lim);
-            if (r.top_k < 0 || r.top_k > PROTO_MAX_TOP_K || !r.present)
+            if (tokens && (r.top_k < 0 || r.top_k > PROTO_MAX_TOP_K || !r.present))
                 abort();
-            proto_tokens_req_free(&r);
-        } else {
-            check_error(&e);
-        }
-        break;
-    }
-    case 1: {
-        proto_tokens_req r;
-        if (proto_decode_create_req(copy, len, &lim, &r, &e) == 0) {
-            check_tokens(&r, &lim);
             proto_tokens_req_free(&r);
         } else {
             check_error(&e);

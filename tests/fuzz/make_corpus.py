@@ -301,6 +301,13 @@ def seeds_http():
     def add(label, mode, text):
         s.append((label, bytes([mode]) + (text if isinstance(text, bytes) else text.encode())))
 
+    def echo_post(headers, body=""):
+        """POST /echo with these header lines (each ending in CRLF) and body."""
+        return "POST /echo HTTP/1.1\r\nHost: x\r\n" + headers + "\r\n" + body
+
+    def echo_chunked(body):
+        return echo_post("Transfer-Encoding: chunked\r\n", body)
+
     get = "GET / HTTP/1.1\r\nHost: x\r\n\r\n"
     post = "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 13\r\n\r\n{\"tokens\":[]}"
     chunked = ("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -316,7 +323,7 @@ def seeds_http():
     add("http10", 0, "GET / HTTP/1.0\r\n\r\n")
     add("http10-keepalive", 0, "GET /stream HTTP/1.0\r\nConnection: keep-alive\r\n\r\n" + get)
     add("conn-close", 0, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" + get)
-    add("expect-100", 2, "POST /echo HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n{}")
+    add("expect-100", 2, echo_post("Expect: 100-continue\r\nContent-Length: 2\r\n", "{}"))
     add("query", 0, "GET /a/b?x=1&y=%20 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n\r\n")
     add("leading-crlf", 0, "\r\n\r\n" + get)
     add("absolute-uri", 0, "GET http://x/ HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -326,14 +333,14 @@ def seeds_http():
     add("bare-cr", 0, "GET / HTTP/1.1\rHost: x\r\n\r\n")
     add("nul-in-header", 0, b"GET / HTTP/1.1\r\nHost: x\x00y\r\n\r\n")
     add("obs-fold", 0, "GET / HTTP/1.1\r\nHost: x\r\n  folded\r\n\r\n")
-    add("cl-and-te", 0, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
-    add("two-cl", 0, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nab")
-    add("te-gzip-chunked", 0, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n")
-    add("te-chunked-twice", 0, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
-    add("chunk-size-huge", 0, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffffff\r\n")
-    add("chunk-missing-crlf", 0, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcX\r\n0\r\n\r\n")
-    add("chunk-ext-long", 0, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1;" + "e" * 300 + "\r\na\r\n0\r\n\r\n")
-    add("body-too-big", 0, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n" + "a" * 64)
+    add("cl-and-te", 0, echo_post("Content-Length: 5\r\nTransfer-Encoding: chunked\r\n", "0\r\n\r\n"))
+    add("two-cl", 0, echo_post("Content-Length: 1\r\nContent-Length: 1\r\n", "ab"))
+    add("te-gzip-chunked", 0, echo_post("Transfer-Encoding: gzip, chunked\r\n", "0\r\n\r\n"))
+    add("te-chunked-twice", 0, echo_post("Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", "0\r\n\r\n"))
+    add("chunk-size-huge", 0, echo_chunked("ffffffffffffffffff\r\n"))
+    add("chunk-missing-crlf", 0, echo_chunked("3\r\nabcX\r\n0\r\n\r\n"))
+    add("chunk-ext-long", 0, echo_chunked("1;" + "e" * 300 + "\r\na\r\n0\r\n\r\n"))
+    add("body-too-big", 0, echo_post("Content-Length: 5000\r\n", "a" * 64))
     add("line-too-long", 1 << 2 | 1, "GET /" + "a" * 300 + " HTTP/1.1\r\nHost: x\r\n\r\n")
     add("headers-too-many", 0, "GET / HTTP/1.1\r\n" + "".join("H%d: v\r\n" % i for i in range(20)) + "\r\n")
     add("header-bytes", 0, "GET / HTTP/1.1\r\nHost: x\r\nX: " + "v" * 1100 + "\r\n\r\n")
@@ -342,20 +349,20 @@ def seeds_http():
     add("space-before-colon", 0, "GET / HTTP/1.1\r\nHost : x\r\n\r\n")
     add("no-host", 0, "GET / HTTP/1.1\r\n\r\n")
     add("two-hosts", 0, "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n")
-    add("cl-negative", 0, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n")
-    add("cl-plus", 0, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: +1\r\n\r\na")
+    add("cl-negative", 0, echo_post("Content-Length: -1\r\n"))
+    add("cl-plus", 0, echo_post("Content-Length: +1\r\n", "a"))
     add("upgrade", 0, "GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
     add("connect", 0, "CONNECT x:80 HTTP/1.1\r\nHost: x:80\r\n\r\n")
-    add("trailer-bare-lf", 0, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX: y\n\r\n")
+    add("trailer-bare-lf", 0, echo_chunked("0\r\nX: y\n\r\n"))
     # issue 10: several chunk extensions (item 14), a refusal from the head before 100 Continue
     # (item 11), Last-Event-ID (item 17)
     multi_ext = ("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
                  "3;a=1;b=2\r\nabc\r\n2;a;b;c=\"q; x\";d=4\r\nde\r\n0;last=1;more\r\nT: 1\r\n\r\n")
     for mode, name in ((0, "whole"), (0 << 2 | 1, "by1"), (1 << 2 | 1, "by2"), (0x53, "random")):
         add("chunk-exts-" + name, mode, multi_ext)
-    add("chunk-ext-bad-value", 0, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1;a=@\r\na\r\n0\r\n\r\n")
-    add("chunk-ext-quoted-pair", 0, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1;a=\"\\\"\"\r\na\r\n0\r\n\r\n")
-    add("chunk-exts-many", 0, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1" + ";n=v" * 20 + "\r\na\r\n0\r\n\r\n")
+    add("chunk-ext-bad-value", 0, echo_chunked("1;a=@\r\na\r\n0\r\n\r\n"))
+    add("chunk-ext-quoted-pair", 0, echo_chunked("1;a=\"\\\"\"\r\na\r\n0\r\n\r\n"))
+    add("chunk-exts-many", 0, echo_chunked("1" + ";n=v" * 20 + "\r\na\r\n0\r\n\r\n"))
     add("locked-expect-100", 2, "POST /locked HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n{}")
     add("locked-chunked", 0, "POST /locked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n" + get)
     add("locked-bodiless", 0, "GET /locked HTTP/1.1\r\nHost: x\r\n\r\n" + get)

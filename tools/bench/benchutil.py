@@ -1,10 +1,12 @@
-"""Helpers shared by the bench sections (section_kernels.py, section_model.py, section_load.py).
+"""Helpers shared by the bench sections (section_kernels.py, section_model.py, section_load.py)
+and tools/docs_examples.py.
 
 Imported as a top-level module: run_all.py puts tools/bench on sys.path, and a section run as a
-script has its own folder there already.
+script has its own folder there already (docs_examples.py imports it as bench.benchutil).
 """
 import json
 import os
+import subprocess
 
 
 def make_target(root, build, exe):
@@ -16,3 +18,14 @@ def make_target(root, build, exe):
 def jsonl(text):
     """The JSON objects of a benchmark's output, one per line starting with '{'."""
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def stop_process(proc, grace):
+    """SIGTERM proc unless it has exited, wait up to grace seconds, then SIGKILL it."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)

@@ -26,7 +26,6 @@ import os
 import platform
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -149,13 +148,7 @@ class Server:
         return out
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        benchutil.stop_process(self.proc, 15)
 
     def __enter__(self):
         return self
