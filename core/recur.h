@@ -365,6 +365,8 @@ int recur_chat_template_parse(const char *src, size_t len, const char *bos_token
 /* A built-in: "chatml", "llama2", "llama3", "rwkv", "plain" (docs/API.md lists their text and
  * tokens). RECUR_EINVAL for another name. */
 int recur_chat_template_builtin(const char *name, recur_chat_template **out, char *err, size_t errlen);
+/* A built-in's Jinja source and its bos / eos tokens (static strings), or NULL for another name. */
+const char *recur_chat_template_builtin_source(const char *name, const char **bos_token, const char **eos_token);
 /* A model folder: tokenizer_config.json's chat_template (a string, or the list-of-{name,template}
  * form, whose "default" entry is used) with its bos_token / eos_token (strings or
  * {"content": ...} objects). RECUR_ENOENT when the folder has no tokenizer_config.json or it has

@@ -11,7 +11,7 @@
 
 #define MAX_FILE (512u << 20)
 
-static int read_file(const char *path, char **buf, size_t *len, char *err, size_t errlen)
+int tk_read_file(const char *path, char **buf, size_t *len, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "rb");
     if (!f) { tk_err(err, errlen, "%s: %s", path, strerror(errno)); return RECUR_EIO; }
@@ -81,7 +81,7 @@ static int load_file(const char *path, recur_tokenizer **out, char *err, size_t 
 {
     char *buf;
     size_t len;
-    int rc = read_file(path, &buf, &len, err, errlen);
+    int rc = tk_read_file(path, &buf, &len, err, errlen);
     if (rc) return rc;
     size_t i = 0;
     while (i < len && (buf[i] == ' ' || buf[i] == '\n' || buf[i] == '\r' || buf[i] == '\t')) i++;

@@ -224,5 +224,8 @@ void tk_rwkv_free(tk_rwkv *r);
 int tk_rwkv_encode(const tk_rwkv *r, const char *s, size_t n, tk_ids *out);
 
 void tk_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A whole file into *buf [*len] (malloc'd; at most 512 MB): RECUR_EIO unreadable,
+ * RECUR_EFORMAT too large, RECUR_ENOMEM. Shared by the tokenizer and chat-template loaders. */
+int tk_read_file(const char *path, char **buf, size_t *len, char *err, size_t errlen);
 
 #endif
