@@ -8,8 +8,9 @@
  *
  * MODEL is a directory holding config.json and model.safetensors (default models/default), or
  * `--config CFG.json --seed N` for a seeded model of any size (tests, benchmarks).
- * Tokens are bytes (the model's vocabulary must cover them). Exit codes: 0 ok, 1 runtime error,
- * 2 usage error. */
+ * Text goes through the model folder's tokenizer (tokenizer.json or the RWKV World vocabulary,
+ * docs/API.md §Tokenizers); without one (and for seeded models) tokens are bytes, and the
+ * model's vocabulary must cover them. Exit codes: 0 ok, 1 runtime error, 2 usage error. */
 #include <cblas.h>
 #include <errno.h>
 #include <math.h>
@@ -164,6 +165,62 @@ static recur_model *open_model(const opts *o, const char *dir)
     return m;
 }
 
+/* The tokenizer of the model named by the options: the folder's (tokenizer.json, RWKV World
+ * vocabulary, else bytes); bytes for a seeded model. A real tokenizer must not have more ids
+ * than the model (the model's vocabulary may be larger: padding). */
+static recur_tokenizer *open_tokenizer(const opts *o, const char *dir, const recur_model_info *info)
+{
+    recur_tokenizer *t = NULL;
+    char err[256] = "";
+    int rc = o->config ? recur_tokenizer_bytes(&t) : recur_tokenizer_load(dir, &t, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "%s: cannot load the tokenizer of %s: %s\n", prog, dir, err[0] ? err : recur_strerror(rc));
+        return NULL;
+    }
+    if (recur_tokenizer_kind(t) != RECUR_TOKENIZER_BYTES && recur_tokenizer_vocab_size(t) > info->vocab_size) {
+        fprintf(stderr, "%s: the tokenizer of %s has %d ids, more than the model's vocab_size %d\n", prog, dir,
+                (int)recur_tokenizer_vocab_size(t), info->vocab_size);
+        recur_tokenizer_free(t);
+        return NULL;
+    }
+    return t;
+}
+
+/* text [len] -> ids [*n] (malloc'd): the real tokenizer's encoding (no special tokens added), or
+ * one id per byte. Every id must be below vocab. NULL after printing why. */
+static int32_t *encode_text(const recur_tokenizer *t, const char *text, size_t len, int vocab, int64_t *n)
+{
+    int32_t *ids;
+    size_t m = len;
+    if (recur_tokenizer_kind(t) != RECUR_TOKENIZER_BYTES) {
+        int32_t *enc;
+        int rc = recur_tokenizer_encode(t, text, len, 0, &enc, &m);
+        if (rc) { fprintf(stderr, "%s: cannot tokenize: %s\n", prog, recur_strerror(rc)); return NULL; }
+        ids = malloc(sizeof *ids * (m ? m : 1));
+        if (m) memcpy(ids, enc, sizeof *ids * m);
+        recur_tokenizer_release(enc);
+    } else {
+        ids = malloc(sizeof *ids * (m ? m : 1));
+        for (size_t i = 0; i < m; i++) ids[i] = (unsigned char)text[i];
+    }
+    for (size_t i = 0; i < m; i++)
+        if (ids[i] >= vocab) {
+            fprintf(stderr, "%s: token %d at %zu is outside the vocabulary (%d)\n", prog, (int)ids[i], i, vocab);
+            free(ids);
+            return NULL;
+        }
+    *n = (int64_t)m;
+    return ids;
+}
+
+/* The ids sampling may draw (recur_sampler_params.vocab_limit): a real tokenizer's when the
+ * model's vocabulary is padded beyond it, else all. */
+static int sample_limit(const recur_tokenizer *t, int vocab)
+{
+    int32_t tv = recur_tokenizer_vocab_size(t);
+    return recur_tokenizer_kind(t) != RECUR_TOKENIZER_BYTES && tv < vocab ? (int)tv : 0;
+}
+
 /* ---------------------------------------------------------------- info */
 
 static int cmd_info(const opts *o)
@@ -199,37 +256,45 @@ static int cmd_generate(const opts *o)
 {
     if (o->npos > 1 || (o->config && o->npos)) { usage(stderr); return 2; }
     if (o->n < 0) { fprintf(stderr, "%s: generate needs -n N\n", prog); return 2; }
-    recur_model *m = open_model(o, o->npos ? o->pos[0] : DEFAULT_MODEL);
+    const char *dir = o->npos ? o->pos[0] : DEFAULT_MODEL;
+    recur_model *m = open_model(o, dir);
     if (!m) return 1;
     const recur_model_info *info = recur_model_get_info(m);
     int vocab = info->vocab_size, rc = 0, ret = 1;
+    recur_tokenizer *tok = open_tokenizer(o, dir, info);
+    int real = tok && recur_tokenizer_kind(tok) != RECUR_TOKENIZER_BYTES;
     /* an empty prompt starts from a newline, the separator the byte models are trained on */
     const char *prompt = o->prompt && *o->prompt ? o->prompt : "\n";
-    size_t plen = strlen(prompt);
-    int32_t *tokens = malloc(sizeof(int32_t) * plen);
+    int64_t plen = 0;
+    int32_t *tokens = tok ? encode_text(tok, prompt, strlen(prompt), vocab, &plen) : NULL;
     float *logits = malloc(sizeof(float) * (size_t)vocab), *scratch = malloc(sizeof(float) * 2 * (size_t)vocab);
     recur_workspace *ws = NULL;
     recur_state *s = NULL;
-    for (size_t i = 0; i < plen; i++) {
-        tokens[i] = (unsigned char)prompt[i];
-        if (tokens[i] >= vocab) {
-            fprintf(stderr, "%s: prompt byte %d at %zu is outside the vocabulary (%d)\n", prog, tokens[i], i, vocab);
-            goto out;
-        }
-    }
+    recur_detok *dt = NULL;
+    const char *piece;
+    size_t piece_len;
+    if (!tokens) goto out;
+    if (plen == 0) { fprintf(stderr, "%s: the prompt encodes to no tokens\n", prog); goto out; }
     if ((rc = recur_workspace_create(m, 1, &ws)) || (rc = recur_state_create(m, &s))) goto fail;
-    /* fold the prompt: all but the last byte with the chunkwise prefill, the last one stepped */
-    if ((rc = recur_model_prefill(m, ws, s, tokens, (int64_t)plen - 1, NULL))) goto fail;
+    if (real && (rc = recur_detok_new(tok, &dt))) goto fail;
+    /* fold the prompt: all but the last token with the chunkwise prefill, the last one stepped */
+    if ((rc = recur_model_prefill(m, ws, s, tokens, plen - 1, NULL))) goto fail;
     if ((rc = recur_model_step(m, ws, s, tokens[plen - 1], logits))) goto fail;
-    recur_sampler_params sp = {.temperature = o->temperature, .top_k = o->top_k, .top_p = o->top_p};
+    recur_sampler_params sp = {.temperature = o->temperature, .top_k = o->top_k, .top_p = o->top_p,
+                               .vocab_limit = sample_limit(tok, vocab)};
     uint64_t rng = o->sample_seed;
     if (o->prompt) { fputs(o->prompt, stdout); fflush(stdout); }
     for (long t = 0; t < o->n; t++) {
-        int tok = recur_sample(logits, vocab, &sp, &rng, scratch);
-        if (tok < 0) { rc = tok; goto fail; }
-        if (tok < 256) putchar(tok);
+        int id = recur_sample(logits, vocab, &sp, &rng, scratch);
+        if (id < 0) { rc = id; goto fail; }
+        if (dt) { /* the text this token completes: never half a UTF-8 sequence */
+            if ((rc = recur_detok_push(dt, id, &piece, &piece_len))) goto fail;
+            fwrite(piece, 1, piece_len, stdout);
+        } else if (id < 256) {
+            putchar(id); /* bytes as they are (the byte tokenizer) */
+        }
         fflush(stdout);
-        if (t + 1 < o->n && (rc = recur_model_step(m, ws, s, tok, logits))) {
+        if (t + 1 < o->n && (rc = recur_model_step(m, ws, s, id, logits))) {
             if (rc == RECUR_ECONTEXT) {
                 fprintf(stderr, "\n%s: stopped at max_context (%lld tokens)\n", prog, (long long)info->max_context);
                 rc = 0;
@@ -238,23 +303,34 @@ static int cmd_generate(const opts *o)
             goto fail;
         }
     }
+    if (dt) {
+        if ((rc = recur_detok_finish(dt, &piece, &piece_len))) goto fail;
+        fwrite(piece, 1, piece_len, stdout);
+    }
     putchar('\n');
     ret = 0;
     goto out;
 fail:
     fprintf(stderr, "%s: generate: %s\n", prog, recur_strerror(rc));
 out:
+    recur_detok_free(dt);
     recur_state_destroy(s);
     recur_workspace_free(ws);
     free(tokens);
     free(logits);
     free(scratch);
+    recur_tokenizer_free(tok);
     recur_model_free(m);
     return ret;
 }
 
 /* ---------------------------------------------------------------- score */
 
+/* Scoring with a real tokenizer: the text is encoded once; token i + 1 is predicted by the
+ * logits after token i, the first token by nothing. Bits per byte are the predicted tokens'
+ * bits over the bytes they cover: the text's bytes minus those of the first token's text. With
+ * the byte tokenizer that is one byte per token, as before. Log-probabilities are the model's
+ * over its whole vocabulary (padding included), the numbers recurd reports. */
 static int cmd_score(const opts *o)
 {
     const char *dir = DEFAULT_MODEL, *file;
@@ -268,6 +344,11 @@ static int cmd_score(const opts *o)
     if (!m) { free(text); return 1; }
     const recur_model_info *info = recur_model_get_info(m);
     int vocab = info->vocab_size, rc = 0, ret = 1, soft = info->softmax_layers > 0;
+    recur_tokenizer *tk = open_tokenizer(o, dir, info);
+    int real = tk && recur_tokenizer_kind(tk) != RECUR_TOKENIZER_BYTES;
+    /* the ids: the real tokenizer's encoding, or the bytes themselves (read in place) */
+    int32_t *ids = NULL;
+    int64_t n_ids = len;
     /* a softmax layer bounds the context: the text is then scored in windows of max_context */
     int64_t window = soft ? info->max_context : INT64_MAX;
     int64_t piece_max = SCORE_PIECE < window ? SCORE_PIECE : window;
@@ -276,27 +357,39 @@ static int cmd_score(const opts *o)
     float *lsm = malloc(sizeof(float) * (size_t)vocab);
     recur_workspace *ws = NULL;
     recur_state *s = NULL;
+    int64_t first_bytes = 1; /* bytes of the first token's text: predicted by nothing */
+    if (!tk) goto out;
+    if (real) {
+        if (!(ids = encode_text(tk, text, (size_t)len, vocab, &n_ids))) goto out;
+        recur_detok *dt;
+        const char *piece;
+        size_t piece_len;
+        if ((rc = recur_detok_new(tk, &dt))) goto fail;
+        rc = n_ids ? recur_detok_push(dt, ids[0], &piece, &piece_len) : 0;
+        first_bytes = n_ids && !rc ? (int64_t)piece_len : 0;
+        recur_detok_free(dt);
+        if (rc) goto fail;
+    }
     if ((rc = recur_workspace_create(m, 1, &ws)) || (rc = recur_state_create(m, &s))) goto fail;
     double nats = 0.0;
     int64_t predicted = 0;
     double t0 = now();
-    /* logits at position i predict byte i+1; the last byte predicts nothing */
-    for (int64_t off = 0; off + 1 < len;) {
+    /* logits at position i predict token i+1; the last token predicts nothing */
+    for (int64_t off = 0; off + 1 < n_ids;) {
         if ((int64_t)recur_state_tokens_seen(s) >= window) recur_state_reset(s);
         int64_t room = window - (int64_t)recur_state_tokens_seen(s);
-        int64_t n = len - 1 - off;
+        int64_t n = n_ids - 1 - off;
         if (n > piece_max) n = piece_max;
         if (n > room) n = room;
-        for (int64_t i = 0; i < n; i++) {
-            tok[i] = (unsigned char)text[off + i];
-            if (tok[i] >= vocab) { fprintf(stderr, "%s: byte %d at offset %lld is outside the vocabulary\n",
-                                           prog, tok[i], (long long)(off + i)); goto out; }
+        for (int64_t i = 0; i <= n; i++) { /* n tokens folded, n + 1 read (the last is predicted) */
+            int32_t id = ids ? ids[off + i] : (unsigned char)text[off + i];
+            if (id >= vocab) { fprintf(stderr, "%s: byte %d at offset %lld is outside the vocabulary\n",
+                                       prog, id, (long long)(off + i)); goto out; }
+            if (i < n) tok[i] = id;
         }
         if ((rc = recur_model_prefill(m, ws, s, tok, n, logits))) goto fail;
         for (int64_t i = 0; i < n; i++) {
-            int next = (unsigned char)text[off + i + 1];
-            if (next >= vocab) { fprintf(stderr, "%s: byte %d at offset %lld is outside the vocabulary\n",
-                                         prog, next, (long long)(off + i + 1)); goto out; }
+            int next = ids ? ids[off + i + 1] : (unsigned char)text[off + i + 1];
             recur_log_softmax(logits + (size_t)i * vocab, vocab, lsm);
             nats -= lsm[next];
         }
@@ -304,9 +397,20 @@ static int cmd_score(const opts *o)
         off += n;
     }
     double dt = now() - t0;
-    if (predicted == 0) { fprintf(stderr, "%s: %s has fewer than 2 bytes\n", prog, file); goto out; }
-    printf("%.4f bits/byte over %lld bytes (%lld predicted)\n", nats / predicted / log(2.0), (long long)len,
-           (long long)predicted);
+    if (predicted == 0) {
+        fprintf(stderr, "%s: %s has fewer than 2 %s\n", prog, file, real ? "tokens" : "bytes");
+        goto out;
+    }
+    double bits = nats / log(2.0);
+    if (real) {
+        int64_t pbytes = len - first_bytes > 0 ? len - first_bytes : 1;
+        printf("%.4f bits/byte over %lld bytes (%lld predicted; %lld tokens, %lld predicted, %.4f bits/token)\n",
+               bits / pbytes, (long long)len, (long long)pbytes, (long long)n_ids, (long long)predicted,
+               bits / predicted);
+    } else {
+        printf("%.4f bits/byte over %lld bytes (%lld predicted)\n", bits / predicted, (long long)len,
+               (long long)predicted);
+    }
     fprintf(stderr, "%s: %.0f tokens/s prefill with logits%s\n", prog, predicted / dt,
             soft ? " (softmax: windows of max_context)" : "");
     ret = 0;
@@ -319,7 +423,9 @@ out:
     free(tok);
     free(logits);
     free(lsm);
+    free(ids);
     free(text);
+    recur_tokenizer_free(tk);
     recur_model_free(m);
     return ret;
 }

@@ -264,6 +264,9 @@ typedef struct {
     float temperature; /* <= 0: greedy (argmax, lowest id on ties) */
     int top_k;         /* <= 0: off */
     float top_p;       /* >= 1 or <= 0: off */
+    int vocab_limit;   /* > 0: only ids < vocab_limit may be drawn (a model whose vocab_size is
+                        * padded beyond its tokenizer's: the padding is never sampled, and greedy
+                        * is the argmax over the allowed ids); <= 0 or >= vocab: off */
 } recur_sampler_params;
 
 /* Seeded, reproducible sampling. *rng is the caller's xorshift/splitmix state, advanced by one

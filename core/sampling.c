@@ -113,11 +113,14 @@ int recur_sample(const float *logits, int vocab, const recur_sampler_params *p, 
     if (isnan(p->temperature) || isnan(p->top_p)) return RECUR_ENONFINITE;
     double u = recur__uniform01(rng);
 
-    int best = 0;
-    for (int i = 0; i < vocab; i++) {
+    for (int i = 0; i < vocab; i++)
         if (isnan(logits[i])) return RECUR_ENONFINITE;
+    /* ids at or past vocab_limit do not exist for the sampler: everything below sees the
+     * first vocab_limit logits only */
+    if (p->vocab_limit > 0 && p->vocab_limit < vocab) vocab = p->vocab_limit;
+    int best = 0;
+    for (int i = 0; i < vocab; i++)
         if (logits[i] > logits[best]) best = i;
-    }
     if (p->temperature <= 0.0f || !isfinite(logits[best])) return best;
     if (!scratch) return RECUR_EINVAL;
 

@@ -3,8 +3,6 @@
 
 #include <string.h>
 
-#include "utf8.h"
-
 const char *proto_frame_content_type(proto_framing f)
 {
     return f == PROTO_FRAME_SSE ? "text/event-stream" : "application/x-ndjson";
@@ -132,12 +130,16 @@ void proto_fold_done(proto_buf *b, proto_framing f, uint64_t tokens_seen, const 
         proto_buf_puts(b, "data: [DONE]\n\n");
 }
 
-void proto_gen_done(proto_buf *b, proto_framing f, const char *reason, uint64_t tokens_seen,
-                    const char *checkpoint)
+void proto_gen_done(proto_buf *b, proto_framing f, const char *reason, const char *text,
+                    size_t text_len, uint64_t tokens_seen, const char *checkpoint)
 {
     begin_id(b, f, NULL);
     proto_buf_puts(b, "{\"done\":true,\"reason\":");
     proto_buf_json_str(b, reason, strlen(reason));
+    if (text_len) {
+        proto_buf_puts(b, ",\"text\":");
+        proto_buf_json_str(b, text, text_len);
+    }
     proto_buf_printf(b, ",\"tokens_seen\":%llu", (unsigned long long)tokens_seen);
     put_checkpoint(b, checkpoint);
     proto_buf_puts(b, "}");
@@ -155,38 +157,4 @@ void proto_stream_error(proto_buf *b, proto_framing f, const char *code, const c
     proto_buf_json_str(b, message, strlen(message));
     proto_buf_puts(b, "}}");
     end(b, f);
-}
-
-size_t proto_utf8_feed(proto_utf8_stream *u, int32_t token, char *out)
-{
-    size_t n = 0;
-    if (token < 0 || token > 255)
-        return 0;
-    unsigned c = (unsigned)token;
-    if (u->n_pending > 0) {
-        if (proto_utf8_cont_ok(u->pending[0], u->n_pending, c)) {
-            u->pending[u->n_pending++] = (unsigned char)c;
-            if (u->n_pending == proto_utf8_lead_len(u->pending[0])) {
-                memcpy(out, u->pending, (size_t)u->n_pending);
-                n = (size_t)u->n_pending;
-                u->n_pending = 0;
-            }
-            return n;
-        }
-        /* The held sequence is broken: it becomes U+FFFD and c starts afresh. */
-        memcpy(out, "\xEF\xBF\xBD", 3);
-        n = 3;
-        u->n_pending = 0;
-    }
-    int l = proto_utf8_lead_len(c);
-    if (l == 1) {
-        out[n++] = (char)c;
-    } else if (l == 0) {
-        memcpy(out + n, "\xEF\xBF\xBD", 3);
-        n += 3;
-    } else {
-        u->pending[0] = (unsigned char)c;
-        u->n_pending = 1;
-    }
-    return n;
 }

@@ -4,11 +4,10 @@
 
 #include <string.h>
 
-void srv_gen_init(srv_gen *g, const proto_generate_req *req, proto_framing framing, uint64_t rng,
-                  uint64_t max_seen)
+int srv_gen_init(srv_gen *g, const proto_generate_req *req, proto_framing framing, uint64_t rng,
+                 uint64_t max_seen, const recur_tokenizer *tok)
 {
-    proto_buf_free(&g->lines);
-    proto_buf_free(&g->taken);
+    srv_gen_free(g);
     memset(g, 0, sizeof *g);
     g->req = req;
     g->framing = framing;
@@ -19,35 +18,36 @@ void srv_gen_init(srv_gen *g, const proto_generate_req *req, proto_framing frami
     atomic_init(&g->yield, 0);
     proto_buf_init(&g->lines);
     proto_buf_init(&g->taken);
+    proto_buf_init(&g->token_text);
+    const char *stop[PROTO_MAX_STOP];
+    for (size_t i = 0; i < req->n_stop; i++)
+        stop[i] = req->stop[i];
+    return srv_gen_text_init(&g->text, tok, stop, req->stop_len, req->n_stop);
 }
 
 void srv_gen_free(srv_gen *g)
 {
     proto_buf_free(&g->lines);
     proto_buf_free(&g->taken);
+    proto_buf_free(&g->token_text);
+    srv_gen_text_free(&g->text);
 }
 
 void srv_gen_token(srv_gen *g, uint64_t pos, int32_t token, float logprob, proto_buf *out)
 {
-    char text[16];
-    size_t tl = proto_utf8_feed(&g->utf8, token, text);
-    proto_gen_line(out, g->framing, pos, token, text, tl, logprob);
+    proto_buf *t = &g->token_text;
+    proto_buf_clear(t);
     g->generated++;
-    if (token < 0 || token >= 256)
-        return; /* not a byte: no text, cannot be part of a stop string */
-    if (g->tail_len == sizeof g->tail) {
-        memmove(g->tail, g->tail + 1, sizeof g->tail - 1);
-        g->tail_len--;
-    }
-    g->tail[g->tail_len++] = (unsigned char)token;
-    const proto_generate_req *r = g->req;
-    for (size_t i = 0; i < r->n_stop; i++) {
-        size_t L = r->stop_len[i];
-        if (L <= g->tail_len && memcmp(g->tail + g->tail_len - L, r->stop[i], L) == 0) {
-            g->stop_matched = 1;
-            return;
-        }
-    }
+    if (srv_gen_text_push(&g->text, token, t))
+        g->stop_matched = 1;
+    else if (g->generated >= g->req->max_tokens || pos + 1 >= g->max_seen)
+        g->stop_matched = srv_gen_text_finish(&g->text, t); /* the last token: nothing stays held */
+    proto_gen_line(out, g->framing, pos, token, t->len ? t->data : "", t->len, logprob);
+}
+
+void srv_gen_end_text(srv_gen *g, proto_buf *out)
+{
+    srv_gen_text_finish(&g->text, out);
 }
 
 int srv_gen_may_continue(const srv_gen *g, uint64_t tokens_seen)

@@ -11,6 +11,7 @@
 #include "residency.h"
 #include "responses.h"
 #include "state_blob.h"
+#include "text.h"
 
 enum { REASON_LENGTH = 0, REASON_STOP = 1, REASON_CANCELLED = 2 };
 static const char *const REASONS[] = {"length", "stop", "cancelled"};
@@ -268,6 +269,7 @@ static void submit_fold_slice(srv_op *op)
     if (op->kind == SRV_OP_FOLD) /* a create's prefill answers with no lines */
         w->on_fold = fold_line;
     w->top_k = op->top_k;
+    w->top_limit = srv_text_sample_limit(app);
     w->pos0 = s->tokens_seen;
     size_t left = op->n - op->done;
     if (left == 1) {
@@ -302,6 +304,7 @@ static void submit_generation(srv_op *op)
     w->sp.temperature = op->gen.temperature;
     w->sp.top_k = op->gen.top_k;
     w->sp.top_p = op->gen.top_p;
+    w->sp.vocab_limit = srv_text_sample_limit(op->app); /* padded ids are never sampled */
     w->rng = &op->run.rng;
     w->gen = &op->run;
     w->gen_ids = op->gen_ids;
@@ -330,7 +333,12 @@ static void end_generation(srv_op *op, int reason)
     char cid[SRV_CKPT_ID_LEN + 1];
     const char *ck = ckpt_at_end(op, cid);
     if (!op->cancelled) {
-        proto_gen_done(&op->out, op->framing, REASONS[reason], op->sess->tokens_seen, ck);
+        proto_buf held; /* a stream cut by the drain may still hold text back (generation.h) */
+        proto_buf_init(&held);
+        srv_gen_end_text(&op->run, &held);
+        proto_gen_done(&op->out, op->framing, REASONS[reason], held.data, held.len,
+                       op->sess->tokens_seen, ck);
+        proto_buf_free(&held);
         write_out(op);
         srv_stream_end(op->conn);
     }
@@ -709,9 +717,12 @@ static void start_generate(srv_op *op)
     if (!op->gen.has_seed && getrandom(&seed, sizeof seed, 0) != (ssize_t)sizeof seed)
         seed = uv_hrtime();
     int64_t left = context_left(app, s);
-    srv_gen_init(&op->run, &op->gen, op->framing,
-                 recur_sampler_seed(seed),
-                 s->tokens_seen + (uint64_t)(left > 0 ? left : 0));
+    if (srv_gen_init(&op->run, &op->gen, op->framing, recur_sampler_seed(seed),
+                     s->tokens_seen + (uint64_t)(left > 0 ? left : 0), app->tok) != 0) {
+        op_error(op, 503, "out_of_memory", "cannot allocate the generation's decoder");
+        finish_and_pump(op);
+        return;
+    }
     op_checkpoint(op);
     op->streaming = 1;
     srv_stream_begin(op->conn, 200, proto_frame_content_type(op->framing));

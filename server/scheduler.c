@@ -89,7 +89,8 @@ static void fold_result(srv_work *w, uint64_t pos, int32_t token, int has_lp, fl
     float vals[SRV_MAX_TOP_K];
     srv_fold_result r = {pos, token, has_lp, lp, 0, ids, vals};
     int k = w->top_k < SRV_MAX_TOP_K ? w->top_k : SRV_MAX_TOP_K;
-    r.n_top = k > 0 ? recur_top_k(lsm, vocab, k, ids, vals) : 0;
+    int n = w->top_limit > 0 && w->top_limit < vocab ? w->top_limit : vocab;
+    r.n_top = k > 0 ? recur_top_k(lsm, n, k, ids, vals) : 0;
     w->on_fold(w, &r);
 }
 

@@ -78,6 +78,8 @@ typedef struct srv_work {
      * the worker for every folded token, in order, with the top_k most likely next tokens */
     void (*on_fold)(struct srv_work *w, const srv_fold_result *r);
     int top_k;              /* <= SRV_MAX_TOP_K */
+    int top_limit;          /* > 0: candidates only among ids < top_limit (the padding of a
+                             * model's vocabulary beyond its tokenizer's never shows) */
     uint64_t pos0;          /* position of the first token (a generation: of its next token) */
     /* results */
     int err;                /* 0 or RECUR_E* */

@@ -48,6 +48,14 @@ int srv_text_active(const srv_app *app)
     return app->tok && recur_tokenizer_kind(app->tok) != RECUR_TOKENIZER_BYTES;
 }
 
+int srv_text_sample_limit(const srv_app *app)
+{
+    if (!srv_text_active(app))
+        return 0;
+    int32_t tv = recur_tokenizer_vocab_size(app->tok);
+    return tv < app->info->vocab_size ? (int)tv : 0;
+}
+
 static int encode(const void *ctx, const uint8_t *text, size_t len, int add_special, int32_t **ids,
                   size_t *n)
 {

@@ -17,6 +17,11 @@ void srv_text_free(srv_app *app);
 /* 1 when text fields go through a real tokenizer (not the byte tokenizer). */
 int srv_text_active(const srv_app *app);
 
+/* The ids a generation may sample and a top list may show: ids < this (the tokenizer's
+ * vocab_size) when a real tokenizer's vocabulary is smaller than the model's padded one, else 0
+ * (all ids; the byte tokenizer keeps today's behaviour). */
+int srv_text_sample_limit(const srv_app *app);
+
 /* The encode hook of proto_limits for app (NULL encode for the byte tokenizer). */
 void srv_text_limits(const srv_app *app, proto_limits *lim);
 

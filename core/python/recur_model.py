@@ -50,7 +50,8 @@ class _Info(ctypes.Structure):
 
 
 class _Sampler(ctypes.Structure):
-    _fields_ = [("temperature", ctypes.c_float), ("top_k", ctypes.c_int), ("top_p", ctypes.c_float)]
+    _fields_ = [("temperature", ctypes.c_float), ("top_k", ctypes.c_int), ("top_p", ctypes.c_float),
+                ("vocab_limit", ctypes.c_int)]
 
 
 _P = ctypes.c_void_p
@@ -238,10 +239,11 @@ class State:
         _check(_lib.recur_snapshot_read(self._h, buf, len(blob)), "snapshot_read")
 
 
-def sample(logits, temperature=0.0, top_k=0, top_p=1.0, rng=None):
-    """Draw a token. rng: a one-element list holding the uint64 state, advanced in place."""
+def sample(logits, temperature=0.0, top_k=0, top_p=1.0, rng=None, vocab_limit=0):
+    """Draw a token. rng: a one-element list holding the uint64 state, advanced in place.
+    vocab_limit > 0: only ids below it may be drawn."""
     x = np.ascontiguousarray(logits, dtype=np.float32)
-    p = _Sampler(temperature, top_k, top_p)
+    p = _Sampler(temperature, top_k, top_p, vocab_limit)
     r = ctypes.c_uint64(0 if rng is None else rng[0])
     scratch = np.empty(2 * len(x), np.float32)
     tok = _check(_lib.recur_sample(_fptr(x), len(x), ctypes.byref(p), ctypes.byref(r), _fptr(scratch)),

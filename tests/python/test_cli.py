@@ -29,13 +29,17 @@ def run(*args, check=True):
     return p
 
 
+def export_model(tmp_path_factory, name, cfg, seed):
+    """A model folder with seeded weights for cfg (tools/export.py)."""
+    d = tmp_path_factory.mktemp(name)
+    (d / "arch.json").write_text(json.dumps(cfg))
+    tw_export.main(["--config", str(d / "arch.json"), "--seed", str(seed), "--out", str(d), "--std", "0.2"])
+    return d
+
+
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("cli_model")
-    cfg = d / "arch.json"
-    cfg.write_text(json.dumps(CFG))
-    tw_export.main(["--config", str(cfg), "--seed", "2", "--out", str(d), "--std", "0.2"])
-    return str(d)
+    return str(export_model(tmp_path_factory, "cli_model", CFG, 2))
 
 
 def test_info(model_dir):
@@ -119,3 +123,70 @@ def test_seeded_bench_runs(tmp_path):
     assert re.search(r"decode  batch    4: +\d+ tokens/s", out)
     assert "prefill 64 tokens" in out  # capped by max_context, and said so
     assert b"capped" in p.stderr
+
+
+# ---------------------------------------------------------------------------- a real tokenizer
+#
+# A model folder with GPT-NeoX-20B's tokenizer.json (50277 ids; ../shared/tokenizers, never
+# committed) and a vocabulary padded to 51200: the prompt is encoded with it, the output decoded
+# with the streaming decoder, padded ids never drawn, and score reports bits per byte of text.
+
+NEOX = os.path.join(ROOT, "..", "shared", "tokenizers", "gpt-neox-20b_tokenizer.json")
+NEOX_CFG = dict(CFG, name="cli-neox", vocab_size=51200, d_model=32)
+
+
+@pytest.fixture(scope="module")
+def neox_dir(tmp_path_factory):
+    import shutil
+    from recur_tokenizer import Tokenizer
+    d = export_model(tmp_path_factory, "cli_neox", NEOX_CFG, 4)
+    shutil.copy(NEOX, d / "tokenizer.json")
+    return str(d), Tokenizer.load(NEOX)
+
+
+def test_generate_with_tokenizer_matches_twin(neox_dir):
+    """Greedy generation encodes the prompt with the folder's tokenizer and prints the decoded
+    continuation: the twin's argmax over the tokenizer's ids (never the padding), decoded."""
+    d, tok = neox_dir
+    prompt = "Hello, wörld — "
+    out = run("generate", d, "--prompt", prompt, "-n", "12").stdout
+    model, _ = tw_export.load(d)
+    model = model.double().set_form("recurrent").eval()
+    ids = list(tok.encode(prompt))
+    gen = []
+    with torch.no_grad():
+        for _ in range(12):
+            logits = model(torch.tensor([ids + gen]))[0, -1]
+            logits[tok.vocab_size:] = -math.inf
+            gen.append(int(logits.argmax()))
+    assert out == (prompt + tok.decode(gen) + "\n").encode()
+    # sampled at a high temperature: valid UTF-8, the same for the same seed
+    a = run("generate", d, "--prompt", prompt, "-n", "64", "--temperature", "50", "--seed", "3").stdout
+    b = run("generate", d, "--prompt", prompt, "-n", "64", "--temperature", "50", "--seed", "3").stdout
+    assert a == b and a.decode("utf-8").startswith(prompt)
+
+
+def test_score_with_tokenizer_is_bits_per_byte_of_text(neox_dir, tmp_path):
+    """score encodes the text with the tokenizer; bits/byte = the predicted tokens' bits (every
+    token but the first) over the bytes they cover (the text's bytes minus the first token's)."""
+    d, tok = neox_dir
+    text = ("Hello, wörld — ünïcödé 日本語 🙂 and plain words. " * 40)
+    f = tmp_path / "t.txt"
+    f.write_bytes(text.encode())
+    out = run("score", d, str(f)).stdout.decode()
+    m = re.match(r"([0-9.]+) bits/byte over (\d+) bytes \((\d+) predicted; (\d+) tokens, (\d+) predicted, "
+                 r"([0-9.]+) bits/token\)", out)
+    assert m, out
+    ids = list(tok.encode(text))
+    nbytes = len(text.encode())
+    pbytes = nbytes - len(tok.decode(ids[:1]).encode())
+    assert (int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5))) == \
+        (nbytes, pbytes, len(ids), len(ids) - 1)
+    model, _ = tw_export.load(d)
+    model = model.double().set_form("chunkwise", 64).eval()
+    t = torch.tensor(ids)
+    with torch.no_grad():
+        logits = model(t[None, :-1])[0]
+        bits = F.cross_entropy(logits, t[1:], reduction="sum").item() / math.log(2)
+    assert abs(float(m.group(1)) - bits / pbytes) < 1e-3
+    assert abs(float(m.group(6)) - bits / (len(ids) - 1)) < 1e-3

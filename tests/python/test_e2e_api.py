@@ -58,7 +58,7 @@ def fold(d, sid, tokens, top_k=None, session=None):
 def generate(d, sid, session=None, **params):
     r = (session or requests).post(d.url("/v1/sessions/%s/generate" % sid), json=params, timeout=60)
     assert r.status_code == 200, r.text
-    lines = parse_lines(r.text)
+    lines = parse_lines(r.content.decode("utf-8"))  # streams are UTF-8 (no charset to guess from)
     assert lines[-1]["done"] is True
     return lines[:-1], lines[-1]
 
@@ -640,7 +640,7 @@ def test_generate_sse(d):
                       headers={"Accept": "text/event-stream"}, timeout=30)
     assert r.status_code == 200
     assert r.headers["Content-Type"].startswith("text/event-stream")
-    events = [e for e in r.text.split("\n\n") if e]
+    events = [e for e in r.content.decode("utf-8").split("\n\n") if e]  # SSE is UTF-8
     # "id: <pos>" / "id: done" then "data: {...}" (issue 10 item 17); [DONE] has no id of its own
     assert all(e.startswith("id: ") and "\ndata: " in e for e in events[:-1])
     assert events[-1] == "data: [DONE]"

@@ -772,6 +772,39 @@ Test(sampling, seeded_top_k_top_p)
     for (int i = 0; i < 100; i++) cr_assert_eq(recur_sample(l, NV, &p, &r, scratch), 0);
 }
 
+Test(sampling, vocab_limit_never_draws_padded_ids)
+{
+    /* the padding (ids 6, 7) holds the largest logits: without the limit it would win */
+    enum { NV = 8, NL = 6, DRAWS = 4000 };
+    float l[NV] = {0.5f, 1.0f, -0.5f, 0.25f, 0.75f, 0.0f, 9.0f, 8.0f}, scratch[2 * NV];
+    recur_sampler_params p = {.temperature = 0.0f, .vocab_limit = NL};
+    uint64_t r = 5;
+    cr_assert_eq(recur_sample(l, NV, &p, &r, scratch), 1, "greedy: the argmax of the allowed ids");
+    /* every parameter set draws what sampling the first NL logits alone draws, draw for draw */
+    const recur_sampler_params sets[] = {{1.0f, 0, 1.0f, NL}, {3.0f, 4, 1.0f, NL}, {2.0f, 0, 0.8f, NL},
+                                         {50.0f, 0, 1.0f, NL}};
+    for (size_t k = 0; k < sizeof sets / sizeof *sets; k++) {
+        recur_sampler_params q = sets[k];
+        q.vocab_limit = 0;
+        uint64_t ra = 11 + k, rb = 11 + k;
+        for (int i = 0; i < DRAWS; i++) {
+            int a = recur_sample(l, NV, &sets[k], &ra, scratch), b = recur_sample(l, NL, &q, &rb, scratch);
+            cr_assert_eq(a, b, "set %zu draw %d", k, i);
+            cr_assert_lt(a, NL);
+        }
+        cr_assert_eq(ra, rb);
+    }
+    /* a limit at or past the vocabulary, or <= 0, is off */
+    p.vocab_limit = NV;
+    cr_assert_eq(recur_sample(l, NV, &p, &r, scratch), 6);
+    p.vocab_limit = -1;
+    cr_assert_eq(recur_sample(l, NV, &p, &r, scratch), 6);
+    /* a NaN in the padding is still an error: the logits are the model's, all of them */
+    l[7] = NAN;
+    p.vocab_limit = NL;
+    cr_assert_eq(recur_sample(l, NV, &p, &r, scratch), RECUR_ENONFINITE);
+}
+
 Test(sampling, log_softmax_normalises)
 {
     float l[4] = {1000.0f, 1000.0f, -1000.0f, 0.0f}, o[4];

@@ -58,30 +58,6 @@ Test(buf, json_strings_are_escaped_and_valid_utf8)
     proto_buf_free(&b);
 }
 
-Test(ndjson, utf8_stream_holds_incomplete_characters)
-{
-    proto_utf8_stream u = {0};
-    char out[16];
-    cr_assert_eq(proto_utf8_feed(&u, 0xC3, out), 0);
-    cr_assert_eq(proto_utf8_feed(&u, 0xA9, out), 2);
-    cr_assert(memcmp(out, "\xc3\xa9", 2) == 0);
-    cr_assert_eq(proto_utf8_feed(&u, 'x', out), 1);
-    cr_assert_eq(out[0], 'x');
-    /* a lead byte followed by ASCII: U+FFFD then the ASCII byte */
-    cr_assert_eq(proto_utf8_feed(&u, 0xE2, out), 0);
-    cr_assert_eq(proto_utf8_feed(&u, 'y', out), 4);
-    cr_assert(memcmp(out, "\xef\xbf\xbdy", 4) == 0);
-    cr_assert_eq(proto_utf8_feed(&u, 0xFF, out), 3);
-    cr_assert_eq(proto_utf8_feed(&u, 300, out), 0); /* not a byte: no text */
-    /* 4-byte character */
-    const unsigned char smile[] = {0xF0, 0x9F, 0x98, 0x80};
-    size_t n = 0;
-    for (int i = 0; i < 4; i++)
-        n = proto_utf8_feed(&u, smile[i], out);
-    cr_assert_eq(n, 4);
-    cr_assert(memcmp(out, smile, 4) == 0);
-}
-
 Test(ndjson, exact_lines_in_both_framings)
 {
     proto_buf b;
@@ -97,8 +73,11 @@ Test(ndjson, exact_lines_in_both_framings)
     proto_gen_line(&b, PROTO_FRAME_SSE, 4, 10, "\n", 1, -0.25f);
     cr_assert_str_eq(b.data, "id: 4\ndata: {\"pos\":4,\"token\":10,\"text\":\"\\n\",\"logprob\":-0.25}\n\n");
     proto_buf_clear(&b);
-    proto_gen_done(&b, PROTO_FRAME_SSE, "stop", 12, NULL);
+    proto_gen_done(&b, PROTO_FRAME_SSE, "stop", NULL, 0, 12, NULL);
     cr_assert_str_eq(b.data, "id: done\ndata: {\"done\":true,\"reason\":\"stop\",\"tokens_seen\":12}\n\ndata: [DONE]\n\n");
+    proto_buf_clear(&b);
+    proto_gen_done(&b, PROTO_FRAME_NDJSON, "cancelled", "\xef\xbf\xbd\n", 4, 7, NULL); /* held text */
+    cr_assert_str_eq(b.data, "{\"done\":true,\"reason\":\"cancelled\",\"text\":\"\xef\xbf\xbd\\n\",\"tokens_seen\":7}\n");
     proto_buf_clear(&b);
     proto_fold_done(&b, PROTO_FRAME_NDJSON, 3, NULL);
     cr_assert_str_eq(b.data, "{\"done\":true,\"tokens_seen\":3}\n");

@@ -91,7 +91,7 @@ Test(sse, event_ids_and_cutting)
     cr_assert_eq(p, end);
     proto_buf_clear(&b);
     proto_gen_line(&b, PROTO_FRAME_NDJSON, 4, 66, "B", 1, -0.25f);
-    proto_gen_done(&b, PROTO_FRAME_NDJSON, "length", 5, NULL);
+    proto_gen_done(&b, PROTO_FRAME_NDJSON, "length", NULL, 0, 5, NULL);
     cr_assert(strstr(b.data, "id:") == NULL);
     const char *n1 = proto_frame_next(b.data, b.data + b.len, PROTO_FRAME_NDJSON);
     cr_assert_str_eq(n1, "{\"done\":true,\"reason\":\"length\",\"tokens_seen\":5}\n");
