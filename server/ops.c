@@ -331,7 +331,7 @@ static void end_generation(srv_op *op, int reason)
             srv_pcache_store(app->pcache, s->pc_hist, s->pc_hist_n, s);
     }
     char cid[SRV_CKPT_ID_LEN + 1];
-    const char *ck = ckpt_at_end(op, cid);
+    const char *ck = reason == REASON_CANCELLED ? NULL : ckpt_at_end(op, cid);
     if (!op->cancelled) {
         proto_buf held; /* a stream cut by the drain may still hold text back (generation.h) */
         proto_buf_init(&held);
