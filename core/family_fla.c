@@ -117,7 +117,7 @@ static int parse(const recur__hfc *h, int fam, recur_config *c)
     TRY(recur__hfc_int(h, "vocab_size", 32000, 2, RECUR_MAX_VOCAB, &V));
     TRY(recur__hfc_int(h, "num_heads", fam == FLA_GDN ? 6 : fam == FLA_GLA ? 4 : 16, 1, 1024, &H));
     TRY(recur__hfc_double(h, "norm_eps", 1e-6, 0, &eps));
-    if (!(eps > 0 && eps <= 1)) return recur__hfc_refuse(h, "norm_eps", "must be in (0, 1]");
+    if (!(eps >= 1e-30 && eps <= 1)) return recur__hfc_refuse(h, "norm_eps", "must be in [1e-30, 1]");
     TRY(recur__hfc_bool(h, "tie_word_embeddings", 0, &tied));
     TRY(recur__hfc_bool(h, "use_short_conv", fam != FLA_GLA, &use_conv));
     TRY(recur__hfc_int(h, "conv_size", 4, 2, RECUR_MAX_CONV, &conv));
@@ -133,6 +133,7 @@ static int parse(const recur__hfc *h, int fam, recur_config *c)
     dflt_ff = 256 * ((dflt_ff + 255) / 256);
     TRY(recur__hfc_int(h, "intermediate_size", dflt_ff, 1, MAX_D_FF, &ff));
     TRY(recur__hfc_double(h, "expand_v", fam == FLA_GDN ? 2.0 : 1.0, 0, &ev));
+    if (!(ev > 0 && ev <= 64)) return recur__hfc_refuse(h, "expand_v", "must be in (0, 64]");
 
     recur_block b = {.conv_size = use_conv ? (int)conv : 0, .beta_scale = 1.0f, .gate_norm = FLA_GLA_GATE_NORM,
                      .gate_clamp = -1e30f, .o_norm_weight = 1, .mlp = 1, .eps = eps};
@@ -159,6 +160,7 @@ static int parse(const recur__hfc *h, int fam, recur_config *c)
     } else {
         double ek;
         TRY(recur__hfc_double(h, "expand_k", fam == FLA_GLA ? 0.5 : 1.0, 0, &ek));
+        if (!(ek > 0 && ek <= 64)) return recur__hfc_refuse(h, "expand_k", "must be in (0, 64]");
         int64_t kd = (int64_t)((double)d * ek), vd = (int64_t)((double)d * ev); /* int(hidden * expand) */
         if (kd < 1 || kd % H) return recur__hfc_refuse(h, "expand_k", "hidden_size * expand_k must be a positive multiple of num_heads");
         if (vd < 1 || vd % H) return recur__hfc_refuse(h, "expand_v", "hidden_size * expand_v must be a positive multiple of num_heads");

@@ -178,6 +178,8 @@ def edit_config(d, **kw):
     ("frobnicate", 1, '"frobnicate"'),
     ("num_v_heads", 3, '"num_v_heads"'),
     ("norm_eps", -1.0, '"norm_eps"'),
+    ("norm_eps", 1e-300, '"norm_eps"'),
+    ("expand_v", 1e300, '"expand_v"'),
     ("hidden_size", 10 ** 9, '"hidden_size"'),
     ("num_hidden_layers", 1000, '"num_hidden_layers"'),
     ("vocab_size", 2 ** 40, '"vocab_size"'),
@@ -193,7 +195,7 @@ def test_config_refusals_name_the_key(tmp_path, key, value, needle):
 
 @pytest.mark.parametrize("kind,key,value", [
     ("gla", "feature_map", "elu"), ("gla", "num_kv_heads", 1), ("delta_net", "qk_norm", "sum"),
-    ("delta_net", "qk_activation", "tanh"), ("gla", "clamp_min", 0.5),
+    ("delta_net", "qk_activation", "tanh"), ("gla", "clamp_min", 0.5), ("gla", "expand_k", 1e300),
 ])
 def test_family_refusals(tmp_path, kind, key, value):
     d = write(tmp_path / "m", base(kind))
