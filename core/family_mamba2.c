@@ -79,7 +79,8 @@ static int parse(const recur__hfc *h, recur_config *c)
         return rc;
     if (strcmp(act, "silu") && strcmp(act, "swish"))
         return recur__hfc_refuse(h, "hidden_act", "silu only");
-    if (!(eps > 0.0 && eps < 1.0)) return recur__hfc_refuse(h, eps_key, "the norms' eps must be in (0, 1)");
+    if (!(eps >= 1e-30 && eps < 1.0)) /* a float: smaller would be 0 */
+        return recur__hfc_refuse(h, eps_key, "the norms' eps must be in [1e-30, 1)");
     if (W < 2 || W > RECUR_MAX_CONV)
         return recur__hfc_refuse(h, "conv_kernel", "the causal conv needs 2 to RECUR_MAX_CONV (16) taps");
     if (H * P != expand * d)
@@ -96,8 +97,8 @@ static int parse(const recur__hfc *h, recur_config *c)
     int nlim;
     if ((rc = recur__hfc_numbers(h, lim_key, 2, 2, lim, &nlim))) return rc;
     if (nlim < 0) { lim[0] = 0.0; lim[1] = INFINITY; }
-    if (isnan(lim[0]) || isnan(lim[1]) || !(lim[0] >= 0.0) || !isfinite(lim[0]) || !(lim[1] >= lim[0]))
-        return recur__hfc_refuse(h, lim_key, "the limits must be 0 <= min <= max (max may be Infinity)");
+    if (isnan(lim[1]) || !(lim[0] >= 0.0 && lim[0] <= 1e30) || !(lim[1] >= lim[0]))
+        return recur__hfc_refuse(h, lim_key, "the limits must be 0 <= min <= max, min <= 1e30 (max may be Infinity)");
 
     const cJSON *lt = recur__hfc_get(h, "layer_types");
     if (lt) {
