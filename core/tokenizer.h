@@ -6,6 +6,7 @@
  *   tokenizer_regex.c    Oniguruma patterns (tokenizer.json) rewritten for PCRE2; split and replace
  *   tokenizer_text.c     normalizers (utf8proc) and pre-tokenizers
  *   tokenizer_bpe.c      the BPE model: symbols, ranked merges, byte fallback, pre-token cache
+ *   tokenizer_jscan.c    strict scan of tokenizer.json: model.vocab / model.merges read in one pass
  *   tokenizer_json.c     tokenizer.json -> tk_hf (every construct not implemented is an error)
  *   tokenizer_rwkv.c     RWKV World vocabulary: python-literal lines, greedy longest byte match
  *   tokenizer_decode.c   ids -> bytes per token, the decoder chain, streaming WHATWG UTF-8
@@ -27,6 +28,7 @@
 
 typedef struct { char *p; size_t n, cap; } tk_buf;
 int tk_buf_put(tk_buf *b, const void *s, size_t n);
+int tk_buf_reserve(tk_buf *b, size_t n); /* room for n more bytes */
 int tk_buf_putc(tk_buf *b, int c);
 int tk_buf_put_cp(tk_buf *b, uint32_t cp); /* UTF-8 encode */
 void tk_buf_free(tk_buf *b);
@@ -63,6 +65,13 @@ static inline const char *tk_strmap_key(const tk_strmap *m, int32_t i, size_t *n
     return m->keys.p + m->ent[i].off;
 }
 int tk_strmap_reserve(tk_strmap *m, size_t n); /* room for n keys without rehashing */
+static inline uint32_t tk_strmap_hash(const char *s, size_t n) { return (uint32_t)tk_hash(s, n); }
+/* tk_strmap_intern for a key whose tk_strmap_hash is h */
+int32_t tk_strmap_intern_hashed(tk_strmap *m, const char *s, size_t n, uint32_t h, int *added);
+/* Warm what a lookup of a key of hash h will read (its first probe): stage 0 the slot, stage 1
+ * the entry the slot names, stage 2 that entry's key bytes. Loading a vocabulary, lookups are
+ * issued in batches, each stage for the whole batch, so their cache misses overlap. */
+void tk_strmap_prefetch(const tk_strmap *m, uint32_t h, int stage);
 void tk_strmap_free(tk_strmap *m);
 
 /* uint64 -> int64 map (open addressing; key UINT64_MAX is reserved). */
@@ -70,6 +79,7 @@ typedef struct { uint64_t *key; int64_t *val; size_t cap, n; } tk_u64map;
 int tk_u64map_put(tk_u64map *m, uint64_t k, int64_t v); /* overwrites */
 int tk_u64map_get(const tk_u64map *m, uint64_t k, int64_t *v); /* 1 found, 0 not */
 int tk_u64map_reserve(tk_u64map *m, size_t n);
+void tk_u64map_prefetch(const tk_u64map *m, uint64_t k); /* warm the first probe of k */
 void tk_u64map_free(tk_u64map *m);
 
 /* Byte trie; node 0 is the root; value -1 = no string ends here. */
@@ -84,6 +94,7 @@ int tk_trie_init(tk_trie *t);
 int tk_trie_add(tk_trie *t, const char *s, size_t n, int32_t value); /* overwrites */
 /* Longest string starting at s[0]; returns its length (0 = none) and *value. */
 size_t tk_trie_longest(const tk_trie *t, const char *s, size_t n, int32_t *value);
+static inline int tk_trie_may_start(const tk_trie *t, unsigned char c) { return t->first[c >> 3] >> (c & 7) & 1; }
 void tk_trie_free(tk_trie *t);
 
 /* UTF-8: length of the valid prefix; tk_utf8_sanitize replaces every invalid sequence by U+FFFD
@@ -163,6 +174,8 @@ typedef struct {
 int tk_bpe_init(tk_bpe *b);
 void tk_bpe_free(tk_bpe *b);
 int32_t tk_bpe_symbol(tk_bpe *b, const char *s, size_t n); /* intern; grows sym_id */
+int32_t tk_bpe_symbol_hashed(tk_bpe *b, const char *s, size_t n, uint32_t h); /* h = tk_strmap_hash(s, n) */
+int tk_bpe_reserve(tk_bpe *b, size_t n_syms, size_t key_bytes); /* room without regrowing */
 /* Encode one pre-token; *last_unk carries fuse_unk across the pre-tokens of a section. */
 int tk_bpe_word(const tk_bpe *b, const char *s, size_t n, tk_ids *out, int *last_unk);
 
@@ -177,6 +190,27 @@ typedef struct {
     tk_regex re; int has_re; /* Replace with a Regex pattern */
     int start, stop;         /* Strip */
 } tk_decoder;
+
+/* ---------------------------------------------------------------- tokenizer.json scan */
+
+#define TK_MAX_ID (1 << 24)     /* ids of a tokenizer.json are below this */
+#define TK_MAX_MERGES (1 << 23) /* at most this many merges */
+#define TK_JS_MAX_DEPTH 512     /* JSON nesting */
+
+typedef struct { uint32_t off, len; int32_t id; } tk_js_entry; /* key bytes in text; id, -1 when not an integer >= 0 */
+typedef struct { uint32_t a, an, b, bn; int form; } tk_js_merge; /* form 1 "a b" (all in a), 2 [a, b], 0 anything else */
+typedef struct {
+    char *rest; size_t rest_len;  /* the document with model.vocab / model.merges emptied, for cJSON */
+    int has_vocab, has_merges;    /* model.vocab was an object / model.merges an array */
+    size_t vocab_at, vocab_end, merges_at, merges_end;
+    tk_buf text;                  /* decoded strings of both */
+    tk_js_entry *vocab; size_t n_vocab, cap_vocab;
+    tk_js_merge *merges; size_t n_merges, cap_merges;
+} tk_js_model;
+/* Check json (RFC 8259) and read model.vocab / model.merges; RECUR_EFORMAT with a message naming
+ * the rule (and the byte) or RECUR_ENOMEM. */
+int tk_js_split(const char *json, size_t len, tk_js_model *m, char *err, size_t errlen);
+void tk_js_model_free(tk_js_model *m);
 
 /* ---------------------------------------------------------------- the tokenizer */
 

@@ -52,10 +52,27 @@ void tk_bpe_free(tk_bpe *b)
     memset(b, 0, sizeof *b);
 }
 
+int tk_bpe_reserve(tk_bpe *b, size_t n_syms, size_t key_bytes)
+{
+    if (n_syms > b->sym_cap) {
+        int32_t *p = realloc(b->sym_id, n_syms * sizeof *p);
+        if (!p) return RECUR_ENOMEM;
+        b->sym_id = p;
+        b->sym_cap = n_syms;
+    }
+    int rc = tk_strmap_reserve(&b->syms, n_syms);
+    return rc ? rc : tk_buf_reserve(&b->syms.keys, key_bytes);
+}
+
 int32_t tk_bpe_symbol(tk_bpe *b, const char *s, size_t n)
 {
+    return tk_bpe_symbol_hashed(b, s, n, tk_strmap_hash(s, n));
+}
+
+int32_t tk_bpe_symbol_hashed(tk_bpe *b, const char *s, size_t n, uint32_t h)
+{
     int added;
-    int32_t i = tk_strmap_intern(&b->syms, s, n, &added);
+    int32_t i = tk_strmap_intern_hashed(&b->syms, s, n, h, &added);
     if (i < 0) return i;
     if (added) {
         if ((size_t)i >= b->sym_cap) {

@@ -55,6 +55,7 @@ static int split_added(const tk_hf *h, const tk_trie *t, const char *s, size_t n
 {
     size_t start = 0, i = 0;
     while (i < n) {
+        if (!tk_trie_may_start(t, (unsigned char)s[i])) { i += tk_utf8_len((unsigned char)s[i]); continue; }
         int32_t k;
         size_t l = tk_trie_longest(t, s + i, n - i, &k);
         if (l && h->added[k].single_word) {

@@ -13,8 +13,7 @@
 
 #include "tokenizer.h"
 
-#define MAX_ID (1 << 24)
-#define MAX_MERGES (1 << 23)
+#define MAX_ID TK_MAX_ID
 
 typedef struct { char *err; size_t errlen; } ectx;
 
@@ -37,18 +36,28 @@ static void build_tabs(void)
     }
 }
 
-/* mapped characters -> raw bytes; 0 when a character is outside the alphabet */
-static int unmap(const char *s, size_t n, tk_buf *o)
+/* mapped characters (valid UTF-8) -> raw bytes appended to o; 0 when a character is outside the
+ * alphabet (o unchanged) */
+static int unmap_append(const char *s, size_t n, tk_buf *o)
 {
-    o->n = 0;
+    size_t n0 = o->n;
+    if (tk_buf_reserve(o, n)) return RECUR_ENOMEM;
+    char *d = o->p + n0;
     for (size_t i = 0; i < n;) {
         uint32_t cp;
         i += tk_utf8_next(s + i, &cp);
-        if (cp >= 324 || unmap_tab[cp] < 0) return 0;
-        if (tk_buf_putc(o, unmap_tab[cp])) return RECUR_ENOMEM;
+        if (cp >= 324 || unmap_tab[cp] < 0) { o->p[n0] = 0; return 0; }
+        *d++ = (char)unmap_tab[cp];
     }
-    if (tk_buf_put(o, "", 0)) return RECUR_ENOMEM;
+    o->n = (size_t)(d - o->p);
+    o->p[o->n] = 0;
     return 1;
+}
+
+static int unmap(const char *s, size_t n, tk_buf *o)
+{
+    o->n = 0;
+    return unmap_append(s, n, o);
 }
 
 /* ---------------------------------------------------------------- JSON helpers */
@@ -126,19 +135,30 @@ static int push(void **arr, size_t *n, size_t elem)
     return 0;
 }
 
-static int normalizer(tk_hf *h, const cJSON *o, int depth, ectx *e)
+/* What every component shares: absent or null is none; else an object with a "type", or a
+ * "Sequence" whose list_key array holds more of the same, at most 16 deep. Returns 1 with *type
+ * set when the caller builds one component of that type; 0 when done (none, or a Sequence). */
+typedef int (*component_fn)(tk_hf *h, const cJSON *o, int depth, ectx *e);
+static int component(tk_hf *h, const cJSON *o, int depth, ectx *e, const char *what, const char *list_key,
+                     component_fn self, const char **type)
 {
     if (!o || cJSON_IsNull(o)) return 0;
-    if (!cJSON_IsObject(o)) FAIL("normalizer must be an object or null");
-    if (depth > 16) FAIL("normalizer: Sequence nested deeper than 16");
+    if (!cJSON_IsObject(o)) FAIL("%s must be an object or null", what);
+    if (depth > 16) FAIL("%s: Sequence nested deeper than 16", what);
     const char *t = jtype(o);
-    if (!t) FAIL("normalizer without a type");
-    if (!strcmp(t, "Sequence")) {
-        const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "normalizers"), *x;
-        if (!cJSON_IsArray(a)) FAIL("normalizer Sequence: normalizers must be an array");
-        cJSON_ArrayForEach(x, a) { int rc = normalizer(h, x, depth + 1, e); if (rc) return rc; }
-        return 0;
-    }
+    if (!t) FAIL("%s without a type", what);
+    if (strcmp(t, "Sequence")) { *type = t; return 1; }
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, list_key), *x;
+    if (!cJSON_IsArray(a)) FAIL("%s Sequence: %s must be an array", what, list_key);
+    cJSON_ArrayForEach(x, a) { int rc = self(h, x, depth + 1, e); if (rc) return rc; }
+    return 0;
+}
+
+static int normalizer(tk_hf *h, const cJSON *o, int depth, ectx *e)
+{
+    const char *t = "";
+    int rc = component(h, o, depth, e, "normalizer", "normalizers", normalizer, &t);
+    if (rc <= 0) return rc;
     tk_nm_kind k;
     if (!strcmp(t, "NFC")) k = TK_NM_NFC;
     else if (!strcmp(t, "NFKC")) k = TK_NM_NFKC;
@@ -148,7 +168,7 @@ static int normalizer(tk_hf *h, const cJSON *o, int depth, ectx *e)
     else if (!strcmp(t, "Replace")) k = TK_NM_REPLACE;
     else if (!strcmp(t, "Lowercase")) k = TK_NM_LOWERCASE;
     else FAIL("normalizer \"%.64s\" is not implemented", t);
-    int rc = push((void **)&h->nm, &h->n_nm, sizeof *h->nm);
+    rc = push((void **)&h->nm, &h->n_nm, sizeof *h->nm);
     if (rc) return rc;
     tk_normalizer *x = &h->nm[h->n_nm - 1];
     x->kind = k;
@@ -168,17 +188,9 @@ static int normalizer(tk_hf *h, const cJSON *o, int depth, ectx *e)
 
 static int pretokenizer(tk_hf *h, const cJSON *o, int depth, ectx *e)
 {
-    if (!o || cJSON_IsNull(o)) return 0;
-    if (!cJSON_IsObject(o)) FAIL("pre_tokenizer must be an object or null");
-    if (depth > 16) FAIL("pre_tokenizer: Sequence nested deeper than 16");
-    const char *t = jtype(o);
-    if (!t) FAIL("pre_tokenizer without a type");
-    if (!strcmp(t, "Sequence")) {
-        const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "pretokenizers"), *x;
-        if (!cJSON_IsArray(a)) FAIL("pre_tokenizer Sequence: pretokenizers must be an array");
-        cJSON_ArrayForEach(x, a) { int rc = pretokenizer(h, x, depth + 1, e); if (rc) return rc; }
-        return 0;
-    }
+    const char *t = "";
+    int rc = component(h, o, depth, e, "pre_tokenizer", "pretokenizers", pretokenizer, &t);
+    if (rc <= 0) return rc;
     tk_pt_kind k;
     if (!strcmp(t, "ByteLevel")) k = TK_PT_BYTELEVEL;
     else if (!strcmp(t, "Split")) k = TK_PT_SPLIT;
@@ -187,7 +199,7 @@ static int pretokenizer(tk_hf *h, const cJSON *o, int depth, ectx *e)
     else FAIL("pre_tokenizer \"%.64s\" is not implemented", t);
     if (h->n_pt && h->pt[h->n_pt - 1].kind == TK_PT_BYTELEVEL)
         FAIL("pre_tokenizer %s after ByteLevel is not implemented (ByteLevel must come last)", t);
-    int rc = push((void **)&h->pt, &h->n_pt, sizeof *h->pt);
+    rc = push((void **)&h->pt, &h->n_pt, sizeof *h->pt);
     if (rc) return rc;
     tk_pretok *x = &h->pt[h->n_pt - 1];
     x->kind = k;
@@ -239,18 +251,10 @@ static int pretokenizer(tk_hf *h, const cJSON *o, int depth, ectx *e)
 
 static int decoder(tk_hf *h, const cJSON *o, int depth, ectx *e)
 {
-    if (!o || cJSON_IsNull(o)) return 0;
-    if (!cJSON_IsObject(o)) FAIL("decoder must be an object or null");
-    if (depth > 16) FAIL("decoder: Sequence nested deeper than 16");
-    h->has_decoder = 1;
-    const char *t = jtype(o);
-    if (!t) FAIL("decoder without a type");
-    if (!strcmp(t, "Sequence")) {
-        const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "decoders"), *x;
-        if (!cJSON_IsArray(a)) FAIL("decoder Sequence: decoders must be an array");
-        cJSON_ArrayForEach(x, a) { int rc = decoder(h, x, depth + 1, e); if (rc) return rc; }
-        return 0;
-    }
+    if (cJSON_IsObject(o)) h->has_decoder = 1;
+    const char *t = "";
+    int rc = component(h, o, depth, e, "decoder", "decoders", decoder, &t);
+    if (rc <= 0) return rc;
     tk_dc_kind k;
     if (!strcmp(t, "ByteLevel")) k = TK_DC_BYTELEVEL;
     else if (!strcmp(t, "ByteFallback")) k = TK_DC_BYTEFALLBACK;
@@ -267,7 +271,7 @@ static int decoder(tk_hf *h, const cJSON *o, int depth, ectx *e)
     if (k == TK_DC_BYTELEVEL && h->n_dc) FAIL("decoder ByteLevel after other decoders is not implemented");
     if (fused && k != TK_DC_STRIP && k != TK_DC_FUSE)
         FAIL("decoder %s after Fuse is not implemented (only Strip may follow Fuse)", t);
-    int rc = push((void **)&h->dc, &h->n_dc, sizeof *h->dc);
+    rc = push((void **)&h->dc, &h->n_dc, sizeof *h->dc);
     if (rc) return rc;
     tk_decoder *x = &h->dc[h->n_dc - 1];
     x->kind = k;
@@ -314,18 +318,10 @@ static int32_t token_id(tk_hf *h, const char *s)
 
 static int post_processor(tk_hf *h, const cJSON *o, int depth, ectx *e)
 {
-    if (!o || cJSON_IsNull(o)) return 0;
-    if (!cJSON_IsObject(o)) FAIL("post_processor must be an object or null");
-    if (depth > 16) FAIL("post_processor: Sequence nested deeper than 16");
-    const char *t = jtype(o);
-    if (!t) FAIL("post_processor without a type");
+    const char *t = "";
+    int rc = component(h, o, depth, e, "post_processor", "processors", post_processor, &t);
+    if (rc <= 0) return rc;
     if (!strcmp(t, "ByteLevel")) return 0; /* offsets only */
-    if (!strcmp(t, "Sequence")) {
-        const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "processors"), *x;
-        if (!cJSON_IsArray(a)) FAIL("post_processor Sequence: processors must be an array");
-        cJSON_ArrayForEach(x, a) { int rc = post_processor(h, x, depth + 1, e); if (rc) return rc; }
-        return 0;
-    }
     if (strcmp(t, "TemplateProcessing")) FAIL("post_processor \"%.64s\" is not implemented", t);
     if (h->has_template) FAIL("post_processor: more than one TemplateProcessing");
     h->has_template = 1;
@@ -350,7 +346,7 @@ static int post_processor(tk_hf *h, const cJSON *o, int depth, ectx *e)
             h->tmpl_seq_pos = (int)h->n_tmpl;
             id = -1;
         } else FAIL("post_processor TemplateProcessing: an item is neither SpecialToken nor Sequence");
-        int rc = push((void **)&h->tmpl, &h->n_tmpl, sizeof *h->tmpl);
+        rc = push((void **)&h->tmpl, &h->n_tmpl, sizeof *h->tmpl);
         if (rc) return rc;
         h->tmpl[h->n_tmpl - 1] = id;
     }
@@ -369,17 +365,153 @@ static int set_vocab_entry(tk_hf *h, int32_t id, const char *s, size_t n)
     return 0;
 }
 
-static int model(tk_hf *h, const cJSON *root, const cJSON *m, int byte_level, ectx *e)
+/* The vocabulary and the merges are interned a batch at a time: the batch's strings are made and
+ * hashed first, then the symbol table's slots, entries and key bytes they will touch are fetched
+ * ahead, stage by stage (tk_strmap_prefetch), so that the cache misses of a batch overlap instead
+ * of following one another; the lookups then run in the original order. */
+#define BATCH 64
+
+typedef struct {
+    tk_buf bytes; /* the strings, back to back */
+    size_t n;
+    uint32_t off[3 * BATCH], len[3 * BATCH], hash[3 * BATCH];
+} batch;
+
+/* s as the next string (byte-level text mapped back to bytes); 0 when it cannot be mapped */
+static int batch_add(batch *q, const char *s, size_t n, int byte_level)
+{
+    size_t off = q->bytes.n;
+    int ok = byte_level ? unmap_append(s, n, &q->bytes) : tk_buf_put(&q->bytes, s, n) ? RECUR_ENOMEM : 1;
+    if (ok <= 0) return ok;
+    q->off[q->n] = (uint32_t)off;
+    q->len[q->n] = (uint32_t)(q->bytes.n - off);
+    q->n++;
+    return 1;
+}
+
+/* strings i and j joined, as the next string */
+static int batch_join(batch *q, size_t i, size_t j)
+{
+    size_t off = q->bytes.n, li = q->len[i], lj = q->len[j];
+    if (tk_buf_reserve(&q->bytes, li + lj)) return RECUR_ENOMEM;
+    char *p = q->bytes.p;
+    memcpy(p + off, p + q->off[i], li);
+    memcpy(p + off + li, p + q->off[j], lj);
+    q->bytes.n = off + li + lj;
+    p[q->bytes.n] = 0;
+    q->off[q->n] = (uint32_t)off;
+    q->len[q->n] = (uint32_t)(li + lj);
+    q->n++;
+    return 1;
+}
+
+static void batch_prefetch(batch *q, const tk_strmap *m)
+{
+    for (size_t i = 0; i < q->n; i++) q->hash[i] = tk_strmap_hash(q->bytes.p + q->off[i], q->len[i]);
+    for (int stage = 0; stage < 3; stage++)
+        for (size_t i = 0; i < q->n; i++) tk_strmap_prefetch(m, q->hash[i], stage);
+}
+
+static int load_vocab(tk_hf *h, const tk_js_model *jm, int byte_level)
+{
+    tk_bpe *b = &h->bpe;
+    batch q = {0};
+    int32_t str_of[BATCH]; /* the batch string of each entry; -1: not reachable from bytes */
+    int rc = 0;
+    for (size_t i0 = 0; !rc && i0 < jm->n_vocab; i0 += BATCH) {
+        size_t nb = jm->n_vocab - i0 < BATCH ? jm->n_vocab - i0 : BATCH;
+        q.n = q.bytes.n = 0;
+        for (size_t j = 0; !rc && j < nb; j++) {
+            const tk_js_entry *v = &jm->vocab[i0 + j];
+            int ok = batch_add(&q, jm->text.p + v->off, v->len, byte_level);
+            if (ok < 0) rc = ok;
+            str_of[j] = ok > 0 ? (int32_t)q.n - 1 : -1;
+        }
+        if (rc) break;
+        batch_prefetch(&q, &b->syms);
+        for (size_t j = 0; !rc && j < nb; j++) {
+            const tk_js_entry *v = &jm->vocab[i0 + j];
+            if (str_of[j] < 0) { rc = set_vocab_entry(h, v->id, jm->text.p + v->off, v->len); continue; } /* decodes as its UTF-8 */
+            const char *k = q.bytes.p + q.off[str_of[j]];
+            size_t kn = q.len[str_of[j]];
+            if ((rc = set_vocab_entry(h, v->id, k, kn))) break;
+            int32_t sym = tk_bpe_symbol_hashed(b, k, kn, q.hash[str_of[j]]);
+            if (sym < 0) rc = sym;
+            else b->sym_id[sym] = v->id;
+        }
+    }
+    tk_buf_free(&q.bytes);
+    return rc;
+}
+
+static inline uint64_t pair_key(int32_t l, int32_t r)
+{
+    return (uint64_t)(uint32_t)l << 32 | (uint32_t)r;
+}
+
+/* merges: rank = index; a repeated pair keeps its last rank (as the reference) */
+static int load_merges(tk_hf *h, const tk_js_model *jm, int byte_level, ectx *e)
+{
+    tk_bpe *b = &h->bpe;
+    const char *text = jm->text.p;
+    batch q = {0};
+    uint32_t rank_of[BATCH];
+    int32_t sym[3 * BATCH]; /* left, right, joined per merge of the batch */
+    int rc = 0;
+    for (size_t m0 = 0; !rc && m0 < jm->n_merges; m0 += BATCH) {
+        size_t end = jm->n_merges - m0 < BATCH ? jm->n_merges : m0 + BATCH, nb = 0;
+        q.n = q.bytes.n = 0;
+        for (size_t m = m0; !rc && m < end; m++) {
+            const tk_js_merge *x = &jm->merges[m];
+            const char *a, *c;
+            size_t an, cn;
+            if (x->form == 1) {
+                a = text + x->a;
+                const char *sp = memchr(a, ' ', x->an);
+                if (!sp) continue; /* never matches, as in the reference */
+                an = (size_t)(sp - a);
+                c = sp + 1;
+                size_t rest = x->an - an - 1;
+                const char *sp2 = memchr(c, ' ', rest);
+                cn = sp2 ? (size_t)(sp2 - c) : rest;
+            } else if (x->form == 2) {
+                a = text + x->a; an = x->an;
+                c = text + x->b; cn = x->bn;
+            } else {
+                tk_buf_free(&q.bytes);
+                FAIL("model BPE: merge %zu is neither \"a b\" nor [a, b]", m);
+            }
+            if (tk_utf8_valid_prefix(a, an) != an || tk_utf8_valid_prefix(c, cn) != cn) continue;
+            size_t n0 = q.n, bytes0 = q.bytes.n;
+            int ok = batch_add(&q, a, an, byte_level);
+            if (ok > 0) ok = batch_add(&q, c, cn, byte_level);
+            if (ok > 0) ok = batch_join(&q, n0, n0 + 1);
+            if (ok < 0) rc = ok;
+            else if (!ok) { q.n = n0; q.bytes.n = bytes0; } /* outside the byte-level alphabet: never matches */
+            else rank_of[nb++] = (uint32_t)m;
+        }
+        if (rc) break;
+        batch_prefetch(&q, &b->syms);
+        for (size_t i = 0; !rc && i < q.n; i++)
+            if ((sym[i] = tk_bpe_symbol_hashed(b, q.bytes.p + q.off[i], q.len[i], q.hash[i])) < 0) rc = sym[i];
+        for (size_t j = 0; !rc && j < nb; j++) tk_u64map_prefetch(&b->merges, pair_key(sym[3 * j], sym[3 * j + 1]));
+        for (size_t j = 0; !rc && j < nb; j++)
+            rc = tk_u64map_put(&b->merges, pair_key(sym[3 * j], sym[3 * j + 1]),
+                               (int64_t)((uint64_t)rank_of[j] << 32 | (uint32_t)sym[3 * j + 2]));
+    }
+    tk_buf_free(&q.bytes);
+    return rc;
+}
+
+static int model(tk_hf *h, const cJSON *root, const cJSON *m, const tk_js_model *jm, int byte_level, ectx *e)
 {
     tk_bpe *b = &h->bpe;
     if (!cJSON_IsObject(m)) FAIL("model must be an object");
     const char *t = jtype(m);
-    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(m, "vocab");
-    const cJSON *merges = cJSON_GetObjectItemCaseSensitive(m, "merges");
     if (t && strcmp(t, "BPE")) FAIL("model \"%.64s\" is not implemented (BPE only)", t);
-    if (!t && !merges) FAIL("model without a type is not BPE (no merges)");
-    if (!cJSON_IsObject(vocab)) FAIL("model BPE: vocab must be an object");
-    if (!cJSON_IsArray(merges)) FAIL("model BPE: merges must be an array");
+    if (!t && !jm->has_merges && !cJSON_GetObjectItemCaseSensitive(m, "merges")) FAIL("model without a type is not BPE (no merges)");
+    if (!jm->has_vocab) FAIL("model BPE: vocab must be an object");
+    if (!jm->has_merges) FAIL("model BPE: merges must be an array");
     const cJSON *drop = cJSON_GetObjectItemCaseSensitive(m, "dropout");
     if (drop && !cJSON_IsNull(drop) && !(cJSON_IsNumber(drop) && drop->valuedouble == 0))
         FAIL("model BPE: dropout is not implemented");
@@ -398,14 +530,17 @@ static int model(tk_hf *h, const cJSON *root, const cJSON *m, int byte_level, ec
 
     /* ids: the vocabulary and the added tokens */
     int32_t max_id = -1;
-    const cJSON *v;
-    cJSON_ArrayForEach(v, vocab) {
-        if (!jid(v))
+    const char *text = jm->text.p;
+    size_t key_bytes = 0;
+    for (size_t i = 0; i < jm->n_vocab; i++) {
+        const tk_js_entry *v = &jm->vocab[i];
+        key_bytes += v->len;
+        if (v->id < 0 || v->id >= MAX_ID)
             FAIL("model BPE: vocab ids must be integers in [0, %d)", MAX_ID);
-        if (!v->string || !valid_str(v->string)) FAIL("model BPE: vocab key is not valid UTF-8");
-        if ((int32_t)v->valuedouble > max_id) max_id = (int32_t)v->valuedouble;
+        if (tk_utf8_valid_prefix(text + v->off, v->len) != v->len) FAIL("model BPE: vocab key is not valid UTF-8");
+        if (v->id > max_id) max_id = v->id;
     }
-    const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
+    const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), *v;
     if (added && !cJSON_IsNull(added) && !cJSON_IsArray(added)) FAIL("added_tokens must be an array");
     cJSON_ArrayForEach(v, added) {
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(v, "id");
@@ -421,67 +556,14 @@ static int model(tk_hf *h, const cJSON *root, const cJSON *m, int byte_level, ec
     if (!h->vocab || !h->added_of_id) return RECUR_ENOMEM;
     for (size_t i = 0; i < h->n_vocab; i++) h->added_of_id[i] = -1;
 
+    /* every table sized once: the symbols (vocabulary, merge parts and results), the merges and the
+     * id -> token text */
+    int rc = tk_bpe_reserve(b, jm->n_vocab + jm->n_merges / 4 + 256, key_bytes + 4096);
+    if (!rc) rc = tk_u64map_reserve(&b->merges, jm->n_merges);
+    if (!rc) rc = tk_buf_reserve(&h->vocab_text, key_bytes + 1);
+    if (!rc) rc = load_vocab(h, jm, byte_level);
+    if (!rc) rc = load_merges(h, jm, byte_level, e);
     tk_buf raw = {0};
-    size_t n_merges = (size_t)cJSON_GetArraySize(merges);
-    int rc = n_merges > MAX_MERGES ? 0 : tk_strmap_reserve(&b->syms, (size_t)cJSON_GetArraySize(vocab) + n_merges / 4 + 256);
-    if (!rc && n_merges <= MAX_MERGES) rc = tk_u64map_reserve(&b->merges, n_merges);
-    cJSON_ArrayForEach(v, vocab) {
-        if (rc) break;
-        int32_t id = (int32_t)v->valuedouble;
-        const char *k = v->string;
-        size_t kn = strlen(k);
-        int ok = 1;
-        if (byte_level) {
-            if ((ok = unmap(k, kn, &raw)) < 0) { rc = ok; break; }
-            if (ok) { k = raw.p; kn = raw.n; }
-        }
-        if ((rc = set_vocab_entry(h, id, k, kn))) break;
-        if (!ok) continue; /* unreachable from bytes; decodes as its UTF-8 */
-        int32_t s = tk_bpe_symbol(b, k, kn);
-        if (s < 0) { rc = s; break; }
-        b->sym_id[s] = id;
-    }
-    /* merges: rank = index; a repeated pair keeps its last rank (as the reference) */
-    size_t nm = n_merges;
-    if (!rc && nm > MAX_MERGES) { tk_buf_free(&raw); FAIL("model BPE: more than %d merges", MAX_MERGES); }
-    tk_buf l = {0}, r = {0}, lr = {0};
-    uint32_t rank = 0;
-    cJSON_ArrayForEach(v, merges) {
-        if (rc) break;
-        const char *a, *c;
-        size_t an, cn;
-        if (cJSON_IsString(v) && v->valuestring) {
-            a = v->valuestring;
-            const char *sp = strchr(a, ' ');
-            if (!sp) { rank++; continue; } /* never matches, as in the reference */
-            an = (size_t)(sp - a);
-            c = sp + 1;
-            const char *sp2 = strchr(c, ' ');
-            cn = sp2 ? (size_t)(sp2 - c) : strlen(c);
-        } else if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 2 && cJSON_IsString(v->child) &&
-                   cJSON_IsString(v->child->next) && v->child->valuestring && v->child->next->valuestring) {
-            a = v->child->valuestring; an = strlen(a);
-            c = v->child->next->valuestring; cn = strlen(c);
-        } else { tk_buf_free(&raw); tk_buf_free(&l); tk_buf_free(&r); tk_buf_free(&lr); FAIL("model BPE: merge %u is neither \"a b\" nor [a, b]", rank); }
-        if (tk_utf8_valid_prefix(a, an) != an || tk_utf8_valid_prefix(c, cn) != cn) { rank++; continue; }
-        if (byte_level) {
-            int ok1 = unmap(a, an, &l), ok2 = ok1 > 0 ? unmap(c, cn, &r) : 0;
-            if (ok1 < 0 || ok2 < 0) { rc = RECUR_ENOMEM; break; }
-            if (!ok1 || !ok2) { rank++; continue; }
-        } else {
-            l.n = r.n = 0;
-            if (tk_buf_put(&l, a, an) || tk_buf_put(&r, c, cn)) { rc = RECUR_ENOMEM; break; }
-        }
-        lr.n = 0;
-        if (tk_buf_put(&lr, l.p, l.n) || tk_buf_put(&lr, r.p, r.n)) { rc = RECUR_ENOMEM; break; }
-        int32_t sl = tk_bpe_symbol(b, l.p, l.n);
-        int32_t sr = sl >= 0 ? tk_bpe_symbol(b, r.p, r.n) : sl;
-        int32_t slr = sr >= 0 ? tk_bpe_symbol(b, lr.p, lr.n) : sr;
-        if (slr < 0) { rc = slr; break; }
-        if ((rc = tk_u64map_put(&b->merges, (uint64_t)(uint32_t)sl << 32 | (uint32_t)sr, (int64_t)((uint64_t)rank << 32 | (uint32_t)slr)))) break;
-        rank++;
-    }
-    tk_buf_free(&l); tk_buf_free(&r); tk_buf_free(&lr);
 
     /* added tokens: they join the model's vocabulary (content -> id), as in the reference */
     cJSON_ArrayForEach(v, added) {
@@ -596,11 +678,13 @@ int tk_hf_load(const char *json, size_t len, tk_hf **out, int32_t *vocab_size, c
     ectx ec = {err, errlen}, *e = &ec;
     *out = NULL;
     pthread_once(&tab_once, build_tabs);
-    cJSON *root = cJSON_ParseWithLength(json, len);
-    if (!root) FAIL("not valid JSON");
-    int rc = 0;
+    tk_js_model jm;
+    int rc = tk_js_split(json, len, &jm, err, errlen);
+    if (rc) return rc;
+    cJSON *root = cJSON_ParseWithLength(jm.rest, jm.rest_len);
+    if (!root) { tk_js_model_free(&jm); FAIL("not valid JSON"); }
     tk_hf *h = calloc(1, sizeof *h);
-    if (!h || tk_bpe_init(&h->bpe)) { cJSON_Delete(root); tk_hf_free(h); return RECUR_ENOMEM; }
+    if (!h || tk_bpe_init(&h->bpe)) { cJSON_Delete(root); tk_js_model_free(&jm); tk_hf_free(h); return RECUR_ENOMEM; }
 #define STEP(x) do { if (!rc) rc = (x); } while (0)
     if (!cJSON_IsObject(root)) { tk_err(err, errlen, "tokenizer.json: not a JSON object"); rc = RECUR_EFORMAT; }
     const cJSON *tr = cJSON_GetObjectItemCaseSensitive(root, "truncation");
@@ -615,11 +699,12 @@ int tk_hf_load(const char *json, size_t len, tk_hf **out, int32_t *vocab_size, c
                                                         : "the ByteLevel decoder needs a ByteLevel pre_tokenizer");
         rc = RECUR_EFORMAT;
     }
-    STEP(model(h, root, cJSON_GetObjectItemCaseSensitive(root, "model"), bl_pt, e));
+    STEP(model(h, root, cJSON_GetObjectItemCaseSensitive(root, "model"), &jm, bl_pt, e));
     STEP(post_processor(h, cJSON_GetObjectItemCaseSensitive(root, "post_processor"), 0, e));
     STEP(added_tables(h, e));
 #undef STEP
     cJSON_Delete(root);
+    tk_js_model_free(&jm);
     if (rc) {
         if (rc == RECUR_ENOMEM) tk_err(err, errlen, "tokenizer.json: out of memory");
         else if (rc == RECUR_ESHAPE) tk_err(err, errlen, "tokenizer.json: too many entries");

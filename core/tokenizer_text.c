@@ -2,6 +2,8 @@
  * Text is valid UTF-8 throughout (tokenizer.c sanitizes its input). The behaviour is the
  * reference's (@huggingface/tokenizers); docs/API.md lists where it differs from the Rust
  * library. */
+#include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
@@ -10,36 +12,92 @@
 
 /* ---------------------------------------------------------------- normalizers */
 
-/* A starter that no composition takes as its second element and that NFC leaves alone: text
- * made only of such characters is already NFC (nothing reorders or composes). Below U+0300
- * (combining marks start there), CJK ideographs, Hangul syllables, kana. */
-static int nfc_boundary(uint32_t c)
+/* Normalization stretches. A character is inert for a form when
+ *   - its canonical combining class is 0 (nothing reorders across it),
+ *   - no composition takes it as the second element (utf8proc: comb_index >= 0x8000 marks a
+ *     second; the Hangul V and T jamo compose algorithmically), and
+ *   - the form does not decompose it (no canonical decomposition; for NFKC/NFKD none at all),
+ *     except a Hangul syllable under NFC/NFKC: it decomposes to L V [T] and composes back, and
+ *     its L jamo is itself no second.
+ * Before an inert character X, normalization restarts: in utf8proc's algorithm X never moves,
+ * never composes with what precedes it and, as the new starter, blocks everything after it from
+ * the earlier starters; and X alone normalizes to X. So form(text) = form(prefix) + form(rest)
+ * at every inert character, and only the stretches that hold a non-inert character — each from
+ * the inert character before its first non-inert one up to the next inert character — go
+ * through utf8proc; the rest is copied. tests/unit/test_tokenizer_nfc.c checks this against
+ * utf8proc over the whole text for every code point in several contexts. */
+enum { FORM_COMPOSE = 1, FORM_COMPAT = 2 };
+static uint8_t inert_bmp[4][8192]; /* [form] bit set over U+0000..U+FFFF */
+static pthread_once_t inert_once = PTHREAD_ONCE_INIT;
+
+static int inert_slow(uint32_t c, int form)
 {
-    return c < 0x300 || (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0xAC00 && c <= 0xD7A3) ||
-           (c >= 0x3041 && c <= 0x3096) || (c >= 0x30A1 && c <= 0x30FA);
+    if (c >= 0xAC00 && c <= 0xD7A3) return form & FORM_COMPOSE;
+    if ((c >= 0x1161 && c <= 0x1175) || (c >= 0x11A7 && c <= 0x11C2)) return 0;
+    const utf8proc_property_t *p = utf8proc_get_property((utf8proc_int32_t)c);
+    if (p->combining_class) return 0;
+    if (p->comb_index != UINT16_MAX && p->comb_index >= 0x8000) return 0;
+    if (p->decomp_seqindex != UINT16_MAX && (!p->decomp_type || (form & FORM_COMPAT))) return 0;
+    return 1;
+}
+
+static void build_inert(void)
+{
+    for (int f = 0; f < 4; f++)
+        for (uint32_t c = 0; c < 0x10000; c++)
+            if (inert_slow(c, f)) inert_bmp[f][c >> 3] |= (uint8_t)(1u << (c & 7));
+}
+
+static inline int inert(uint32_t c, int form)
+{
+    return c < 0x10000 ? inert_bmp[form][c >> 3] >> (c & 7) & 1 : inert_slow(c, form);
+}
+
+/* utf8proc over one stretch of valid UTF-8, appended to out */
+static int form_stretch(int flags, const char *s, size_t n, tk_buf *out)
+{
+    utf8proc_int32_t stack[256], *buf = stack;
+    utf8proc_ssize_t cap = 256;
+    utf8proc_ssize_t r = utf8proc_decompose((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, buf, cap,
+                                            (utf8proc_option_t)flags);
+    if (r > cap) {
+        if ((size_t)r > SIZE_MAX / sizeof *buf || !(buf = malloc((size_t)r * sizeof *buf))) return RECUR_ENOMEM;
+        cap = r;
+        r = utf8proc_decompose((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, buf, cap, (utf8proc_option_t)flags);
+    }
+    if (r >= 0) r = utf8proc_normalize_utf32(buf, r, (utf8proc_option_t)flags);
+    int rc = r < 0 ? (r == UTF8PROC_ERROR_NOMEM ? RECUR_ENOMEM : RECUR_EINVAL) : 0;
+    for (utf8proc_ssize_t i = 0; !rc && i < r; i++) rc = tk_buf_put_cp(out, (uint32_t)buf[i]);
+    if (buf != stack) free(buf);
+    return rc;
 }
 
 static int unicode_form(int flags, const char *s, size_t n, tk_buf *out)
 {
+    pthread_once(&inert_once, build_inert);
+    int form = (flags & UTF8PROC_COMPOSE ? FORM_COMPOSE : 0) | (flags & UTF8PROC_COMPAT ? FORM_COMPAT : 0);
     out->n = 0;
-    if (!n) return tk_buf_put(out, "", 0);
-    /* plain ASCII is unchanged in every form; see nfc_boundary for NFC */
-    size_t i = 0;
-    int nfc = (flags & UTF8PROC_COMPOSE) && !(flags & UTF8PROC_COMPAT);
-    while (i < n && (unsigned char)s[i] < 0x80) i++;
-    while (nfc && i < n) {
-        uint32_t c;
-        size_t l = tk_utf8_next(s + i, &c);
-        if (!nfc_boundary(c)) break;
+    size_t copied = 0;   /* s[0..copied) is in out */
+    size_t boundary = 0; /* start of the last inert character */
+    size_t dirty = SIZE_MAX; /* start of the open stretch, or none */
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc;) {
+        uint32_t c = (unsigned char)s[i];
+        size_t l = c < 0x80 ? 1 : tk_utf8_next(s + i, &c);
+        if (c < 0x80 || inert(c, form)) {
+            if (dirty != SIZE_MAX) {
+                rc = tk_buf_put(out, s + copied, dirty - copied);
+                if (!rc) rc = form_stretch(flags, s + dirty, i - dirty, out);
+                copied = i;
+                dirty = SIZE_MAX;
+            }
+            boundary = i;
+        } else if (dirty == SIZE_MAX) dirty = boundary;
         i += l;
     }
-    if (i == n) return tk_buf_put(out, s, n);
-    utf8proc_uint8_t *dst = NULL;
-    utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &dst,
-                                      (utf8proc_option_t)flags);
-    if (r < 0) { free(dst); return r == UTF8PROC_ERROR_NOMEM ? RECUR_ENOMEM : RECUR_EINVAL; }
-    int rc = tk_buf_put(out, dst, (size_t)r);
-    free(dst);
+    if (!rc) rc = tk_buf_put(out, s + copied, (dirty == SIZE_MAX ? n : dirty) - copied);
+    if (!rc && dirty != SIZE_MAX) rc = form_stretch(flags, s + dirty, n - dirty, out);
+    if (!rc) rc = tk_buf_put(out, "", 0);
     return rc;
 }
 
@@ -86,30 +144,39 @@ static int lowercase(const char *s, size_t n, tk_buf *out)
     return tk_buf_put(out, "", 0);
 }
 
+static int normalize_one(const tk_normalizer *x, const char *s, size_t n, tk_buf *out)
+{
+    out->n = 0;
+    switch (x->kind) {
+    case TK_NM_NFC: return unicode_form(UTF8PROC_STABLE | UTF8PROC_COMPOSE, s, n, out);
+    case TK_NM_NFKC: return unicode_form(UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT, s, n, out);
+    case TK_NM_NFD: return unicode_form(UTF8PROC_STABLE | UTF8PROC_DECOMPOSE, s, n, out);
+    case TK_NM_NFKD: return unicode_form(UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT, s, n, out);
+    case TK_NM_PREPEND: return tk_buf_put(out, x->str, x->str_len) ? RECUR_ENOMEM : tk_buf_put(out, s, n);
+    case TK_NM_REPLACE: return tk_regex_replace(&x->re, s, n, x->str, x->str_len, out);
+    case TK_NM_LOWERCASE: return lowercase(s, n, out);
+    }
+    return RECUR_EINVAL;
+}
+
 int tk_normalize(const tk_normalizer *nm, size_t n_nm, const char *s, size_t n, tk_buf *out)
 {
-    tk_buf a = {0}, b = {0};
-    int rc = tk_buf_put(&a, s, n);
+    /* the steps alternate between out and tmp, reading the previous step's output; the last
+     * one writes out (the caller's buffer is reused: no copy of the input, no allocation for
+     * one step) */
+    tk_buf tmp = {0};
+    tk_buf *dst = n_nm % 2 ? out : &tmp, *other = n_nm % 2 ? &tmp : out;
+    int rc = 0;
+    if (!n_nm) { out->n = 0; rc = tk_buf_put(out, s, n); }
     for (size_t k = 0; !rc && k < n_nm; k++) {
-        const tk_normalizer *x = &nm[k];
-        b.n = 0;
-        switch (x->kind) {
-        case TK_NM_NFC: rc = unicode_form(UTF8PROC_STABLE | UTF8PROC_COMPOSE, a.p, a.n, &b); break;
-        case TK_NM_NFKC: rc = unicode_form(UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT, a.p, a.n, &b); break;
-        case TK_NM_NFD: rc = unicode_form(UTF8PROC_STABLE | UTF8PROC_DECOMPOSE, a.p, a.n, &b); break;
-        case TK_NM_NFKD: rc = unicode_form(UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT, a.p, a.n, &b); break;
-        case TK_NM_PREPEND: rc = tk_buf_put(&b, x->str, x->str_len); if (!rc) rc = tk_buf_put(&b, a.p, a.n); break;
-        case TK_NM_REPLACE: rc = tk_regex_replace(&x->re, a.p, a.n, x->str, x->str_len, &b); break;
-        case TK_NM_LOWERCASE: rc = lowercase(a.p, a.n, &b); break;
-        }
-        tk_buf t = a; a = b; b = t;
+        rc = normalize_one(&nm[k], s, n, dst);
+        s = dst->p;
+        n = dst->n;
+        tk_buf *t = dst; dst = other; other = t;
     }
-    tk_buf_free(&b);
-    if (rc) { tk_buf_free(&a); return rc; }
-    tk_buf_free(out);
-    *out = a;
-    if (!out->p) return tk_buf_put(out, "", 0);
-    return 0;
+    tk_buf_free(&tmp);
+    if (!rc && !out->p) rc = tk_buf_put(out, "", 0);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- pre-tokenizers */

@@ -42,6 +42,11 @@ int tk_buf_put(tk_buf *b, const void *s, size_t n)
     return 0;
 }
 
+int tk_buf_reserve(tk_buf *b, size_t n)
+{
+    return n > SIZE_MAX - b->n - 1 || grow((void **)&b->p, &b->cap, b->n + n + 1, 1) ? RECUR_ENOMEM : 0;
+}
+
 int tk_buf_putc(tk_buf *b, int c)
 {
     char ch = (char)c;
@@ -144,10 +149,9 @@ static inline uint64_t mix64(uint64_t k)
 
 /* ---------------------------------------------------------------- string map */
 
-int32_t tk_strmap_find(const tk_strmap *m, const char *s, size_t n)
+static int32_t find_hashed(const tk_strmap *m, const char *s, size_t n, uint32_t h)
 {
     if (!m->cap) return -1;
-    uint32_t h = (uint32_t)tk_hash(s, n);
     size_t mask = m->cap - 1;
     for (size_t i = h & mask;; i = (i + 1) & mask) {
         uint32_t e = m->slot[i];
@@ -157,15 +161,31 @@ int32_t tk_strmap_find(const tk_strmap *m, const char *s, size_t n)
     }
 }
 
+int32_t tk_strmap_find(const tk_strmap *m, const char *s, size_t n)
+{
+    return find_hashed(m, s, n, tk_strmap_hash(s, n));
+}
+
+/* open addressing with linear probing, at most half full */
+static size_t table_cap(size_t n)
+{
+    size_t cap = 64;
+    while (cap < 2 * n + 2) cap *= 2;
+    return cap;
+}
+
+static inline void slot_put(uint32_t *slot, size_t mask, uint32_t hash, uint32_t e)
+{
+    size_t i = hash & mask;
+    while (slot[i]) i = (i + 1) & mask;
+    slot[i] = e;
+}
+
 static int strmap_rehash(tk_strmap *m, size_t cap)
 {
     uint32_t *slot = calloc(cap, sizeof *slot);
     if (!slot) return RECUR_ENOMEM;
-    for (size_t e = 0; e < m->n; e++) {
-        size_t i = m->ent[e].hash & (cap - 1);
-        while (slot[i]) i = (i + 1) & (cap - 1);
-        slot[i] = (uint32_t)(e + 1);
-    }
+    for (size_t e = 0; e < m->n; e++) slot_put(slot, cap - 1, m->ent[e].hash, (uint32_t)(e + 1));
     free(m->slot);
     m->slot = slot;
     m->cap = cap;
@@ -174,8 +194,7 @@ static int strmap_rehash(tk_strmap *m, size_t cap)
 
 int tk_strmap_reserve(tk_strmap *m, size_t n)
 {
-    size_t cap = 64;
-    while (cap < 2 * n + 2) cap *= 2;
+    size_t cap = table_cap(n);
     if (cap <= m->cap) return 0;
     if (grow((void **)&m->ent, &m->ent_cap, n, sizeof *m->ent)) return RECUR_ENOMEM;
     return strmap_rehash(m, cap);
@@ -183,21 +202,35 @@ int tk_strmap_reserve(tk_strmap *m, size_t n)
 
 int32_t tk_strmap_intern(tk_strmap *m, const char *s, size_t n, int *added)
 {
+    return tk_strmap_intern_hashed(m, s, n, tk_strmap_hash(s, n), added);
+}
+
+int32_t tk_strmap_intern_hashed(tk_strmap *m, const char *s, size_t n, uint32_t h, int *added)
+{
     if (added) *added = 0;
-    int32_t f = tk_strmap_find(m, s, n);
+    int32_t f = find_hashed(m, s, n, h);
     if (f >= 0) return f;
     if (n > UINT32_MAX / 2 || m->keys.n > UINT32_MAX / 2 || m->n >= INT32_MAX / 2) return RECUR_ESHAPE;
     if ((m->n + 1) * 2 > m->cap && strmap_rehash(m, m->cap ? m->cap * 2 : 64)) return RECUR_ENOMEM;
     if (m->n == m->ent_cap && grow((void **)&m->ent, &m->ent_cap, m->n + 1, sizeof *m->ent)) return RECUR_ENOMEM;
     size_t off = m->keys.n;
     if (tk_buf_put(&m->keys, s, n)) return RECUR_ENOMEM;
-    uint32_t h = (uint32_t)tk_hash(s, n);
     m->ent[m->n] = (tk_key){(uint32_t)off, (uint32_t)n, h};
-    size_t i = h & (m->cap - 1);
-    while (m->slot[i]) i = (i + 1) & (m->cap - 1);
-    m->slot[i] = (uint32_t)(m->n + 1);
+    slot_put(m->slot, m->cap - 1, h, (uint32_t)(m->n + 1));
     if (added) *added = 1;
     return (int32_t)m->n++;
+}
+
+void tk_strmap_prefetch(const tk_strmap *m, uint32_t h, int stage)
+{
+    if (!m->cap) return;
+    const uint32_t *slot = &m->slot[h & (m->cap - 1)];
+    if (stage == 0) { __builtin_prefetch(slot); return; }
+    uint32_t e = *slot;
+    if (!e) return;
+    const tk_key *k = &m->ent[e - 1];
+    if (stage == 1) __builtin_prefetch(k);
+    else __builtin_prefetch(m->keys.p + k->off);
 }
 
 void tk_strmap_free(tk_strmap *m)
@@ -212,6 +245,14 @@ void tk_strmap_free(tk_strmap *m)
 
 #define EMPTY_KEY UINT64_MAX
 
+/* the slot of k in key[0..mask], or the empty slot where it would go */
+static inline size_t u64_slot(const uint64_t *key, size_t mask, uint64_t k)
+{
+    size_t i = mix64(k) & mask;
+    while (key[i] != k && key[i] != EMPTY_KEY) i = (i + 1) & mask;
+    return i;
+}
+
 static int u64map_rehash(tk_u64map *m, size_t cap)
 {
     uint64_t *key = malloc(cap * sizeof *key);
@@ -220,8 +261,7 @@ static int u64map_rehash(tk_u64map *m, size_t cap)
     memset(key, 0xff, cap * sizeof *key);
     for (size_t j = 0; j < m->cap; j++) {
         if (m->key[j] == EMPTY_KEY) continue;
-        size_t i = mix64(m->key[j]) & (cap - 1);
-        while (key[i] != EMPTY_KEY) i = (i + 1) & (cap - 1);
+        size_t i = u64_slot(key, cap - 1, m->key[j]);
         key[i] = m->key[j];
         val[i] = m->val[j];
     }
@@ -235,8 +275,7 @@ static int u64map_rehash(tk_u64map *m, size_t cap)
 
 int tk_u64map_reserve(tk_u64map *m, size_t n)
 {
-    size_t cap = 64;
-    while (cap < 2 * n + 2) cap *= 2;
+    size_t cap = table_cap(n);
     return cap <= m->cap ? 0 : u64map_rehash(m, cap);
 }
 
@@ -244,26 +283,25 @@ int tk_u64map_put(tk_u64map *m, uint64_t k, int64_t v)
 {
     if (k == EMPTY_KEY) return RECUR_EINVAL;
     if ((m->n + 1) * 2 > m->cap && u64map_rehash(m, m->cap ? m->cap * 2 : 64)) return RECUR_ENOMEM;
-    size_t mask = m->cap - 1;
-    for (size_t i = mix64(k) & mask;; i = (i + 1) & mask) {
-        if (m->key[i] == k) { m->val[i] = v; return 0; }
-        if (m->key[i] == EMPTY_KEY) {
-            m->key[i] = k;
-            m->val[i] = v;
-            m->n++;
-            return 0;
-        }
-    }
+    size_t i = u64_slot(m->key, m->cap - 1, k);
+    if (m->key[i] == EMPTY_KEY) m->n++;
+    m->key[i] = k;
+    m->val[i] = v;
+    return 0;
+}
+
+void tk_u64map_prefetch(const tk_u64map *m, uint64_t k)
+{
+    if (m->cap) __builtin_prefetch(&m->key[mix64(k) & (m->cap - 1)]);
 }
 
 int tk_u64map_get(const tk_u64map *m, uint64_t k, int64_t *v)
 {
     if (!m->cap) return 0;
-    size_t mask = m->cap - 1;
-    for (size_t i = mix64(k) & mask;; i = (i + 1) & mask) {
-        if (m->key[i] == k) { *v = m->val[i]; return 1; }
-        if (m->key[i] == EMPTY_KEY) return 0;
-    }
+    size_t i = u64_slot(m->key, m->cap - 1, k);
+    if (m->key[i] == EMPTY_KEY) return 0;
+    *v = m->val[i];
+    return 1;
 }
 
 void tk_u64map_free(tk_u64map *m)

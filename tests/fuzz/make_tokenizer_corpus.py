@@ -93,6 +93,14 @@ def seeds_load():
     res = {k: b"\x00" + json.dumps(v, ensure_ascii=(i % 2 == 0)).encode() for i, (k, v) in enumerate(out.items())}
     res["json-truncated"] = res["json-bytelevel"][:200]
     res["json-not-object"] = b"\x00[1, 2, 3]"
+    # the strict scan of model.vocab / model.merges (core/tokenizer_jscan.c)
+    bl = res["json-bytelevel"]
+    res["json-scan-model-first"] = b"\x00" + json.dumps({"model": t["model"], "decoder": t["decoder"], "pre_tokenizer": t["pre_tokenizer"]}).encode()
+    res["json-scan-escapes"] = b"\x00" + json.dumps(t, ensure_ascii=True).replace('"the"', '"\\u0074he"').replace(': 5,', ': 5.0e0,').encode()
+    res["json-scan-dup-vocab"] = bl.replace(b'"merges"', b'"vocab": {}, "merges"', 1)
+    res["json-scan-trailing-comma"] = bl.replace(b'"merges": [', b'"merges": [1, ', 1).replace(b']', b', ]', 1)
+    res["json-scan-surrogate"] = bl.replace(b'"vocab": {', b'"vocab": {"\\ud83d\\ude00": 999, "\\udc00": 998, ', 1)
+    res["json-scan-deep"] = b"\x00" + b'{"x": ' + b"[" * 600 + b"]" * 600 + b"}"
     lines = [f"{i + 1} {'b' if b >= 128 else ''}'\\x{b:02x}' 1" for i, b in enumerate(range(256))]
     lines += ["257 'the' 3", "258 ' the' 4", "259 '\\u00e9' 2", "260 b'\\xe2\\x82' 2", "261 \"it's\" 4", "262 '\\t\\n' 2"]
     rw = "\n".join(lines) + "\n"

@@ -193,3 +193,77 @@ def test_cli_tokenize_round_trip(tmp_path):
     assert ids.split()[0] == b"1"
     r = subprocess.run([cli, "tokenize", str(tmp_path / "missing.json")], input=b"", capture_output=True, timeout=60)
     assert r.returncode == 1 and b"missing.json" in r.stderr
+
+
+# ---------------------------------------------------------------- the JSON scan (core/tokenizer_jscan.c)
+
+def _tiny_text(**over):
+    return json.dumps(_tiny(**over))
+
+
+def _load_text(tmp_path, text):
+    p = tmp_path / "tokenizer.json"
+    p.write_bytes(text.encode("utf-8") if isinstance(text, str) else text)
+    return Tokenizer.load(str(p))
+
+
+_BASE = _tiny_text()
+_DEEP = "[" * 600 + "]" * 600
+
+
+@pytest.mark.parametrize("text,message", [
+    (_BASE.replace('"merges": []', '"merges": [],'), "not valid JSON (expected a string"),
+    (_BASE.replace('"merges": []', '"merges": [1,]'), "not valid JSON (unexpected character"),
+    ("/* c */" + _BASE, "not valid JSON (unexpected character at byte 0)"),
+    (_BASE.replace('"a": 0', '"\\ud800": 0'), "lone UTF-16 surrogate"),
+    (_BASE.replace('"a": 0', '"\\udc00x": 0'), "lone UTF-16 surrogate"),
+    (_BASE.replace('"a": 0', '"\\q": 0'), "invalid escape"),
+    (_BASE.replace('"a": 0', '"\\u12": 0'), "\\u without four hex digits"),
+    (_BASE.replace('"a": 0', '"a\tb": 0'), "control character inside a string"),
+    (_BASE.replace('"a": 0', '"a": 01'), "expected ',' or '}'"),
+    (_BASE.replace('"a": 0', '"a": -'), "malformed number"),
+    (_BASE.replace('"a": 0', '"a": 1.'), "malformed number"),
+    (_BASE.replace('"a": 0', '"a": tru'), "unexpected character"),
+    (_BASE + " {}", "content after the JSON value"),
+    (_BASE[:-1], "not valid JSON"),
+    (_BASE.replace('"merges": []', '"merges": [], "vocab": {}'), 'the key "vocab" appears twice'),
+    (_BASE.replace('"merges": []', '"merges": [], "merges": []'), 'the key "merges" appears twice'),
+    (_BASE[:-1] + ', "model": {}}', 'the key "model" appears twice'),
+    (_BASE.replace('"decoder": null', '"decoder": null, "x": ' + _DEEP), "nested too deep"),
+    ("[1]", "not a JSON object"),
+    ("", "not valid JSON (expected a value"),
+    (_BASE.replace('"a": 0', '"a": 1.5'), "vocab ids must be integers"),
+    (_BASE.replace('"a": 0', '"a": "0"'), "vocab ids must be integers"),
+    (_BASE.replace('"a": 0', '"a": 16777216'), "vocab ids must be integers"),
+    (_BASE.replace('"merges": []', '"merges": [1]'), "merge 0 is neither"),
+    (_BASE.replace('"merges": []', '"merges": [["a"]]'), "merge 0 is neither"),
+    (_BASE.replace('"merges": []', '"merges": [["a", "b", "c"]]'), "merge 0 is neither"),
+    (_BASE.replace('"merges": []', '"merges": {}'), "merges must be an array"),
+    (_BASE.replace('"vocab": {', '"vocab": [').replace('" ": 29}', '" ": 29]'), "not valid JSON"),
+    (_BASE.replace('"vocab": {"a": 0, ', '"vocab": 7, "v": {'), "vocab must be an object"),
+    (_BASE.replace('"a": 0', '"a@": 0').encode().replace(b"@", b"\xff"), "vocab key is not valid UTF-8"),
+])
+def test_json_is_strict_and_errors_are_named(tmp_path, text, message):
+    with pytest.raises(RecurTokenizerError) as e:
+        _load_text(tmp_path, text)
+    assert message in str(e.value), str(e.value)
+
+
+def test_json_scan_reads_what_json_parse_reads(tmp_path):
+    """Escapes, both merge forms, integral numbers written as floats, keys in another order: the
+    same tokenizer as the plain file (JSON.parse's reading of both texts is the same object)."""
+    t = _tiny()
+    t["model"]["vocab"].update({"ab": 40, "abc": 41, "\U0001F44D": 42, '"q\\': 43})
+    t["model"]["merges"] = ["a b", "ab c"]
+    plain = _load_text(tmp_path, json.dumps(t))
+    last = {k: v for k, v in t.items() if k != "model"}
+    last["model"] = t["model"]                                     # the model after the other members
+    text = json.dumps(last, ensure_ascii=True)                     # \uXXXX escapes, surrogate pairs
+    text = text.replace('"ab": 40', '"\\u0061\\u0062": 4.0e1').replace('"abc": 41', '"abc": 41.000')
+    text = text.replace('"merges": ["a b", "ab c"]', '"merges"  :\n[ ["a","b"] ,\t"ab c" ]')
+    assert '"\\u0061\\u0062": 4.0e1' in text and '[ ["a","b"]' in text and "\\ud83d\\udc4d" in text
+    other = _load_text(tmp_path, text)
+    for s in ("abc ab a", "\U0001F44D", '"q\\', "xyz"):
+        assert other.encode(s) == plain.encode(s)
+    assert plain.encode("abc") == [41] and other.decode([43]) == plain.decode([43]) == '"q\\'
+    assert other.vocab_size == plain.vocab_size == 44
