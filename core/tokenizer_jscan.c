@@ -229,67 +229,77 @@ static int grow(void **p, size_t *cap, size_t n, size_t elem)
     return 0;
 }
 
-/* "vocab": {"token": id, ...} at s->i; a value that is not an integer in [0, INT32_MAX] gets id -1 */
-static int read_vocab(scan *s, tk_js_model *m, int depth)
+/* One member of "vocab": {"token": id, ...}; a value that is not an integer in [0, INT32_MAX]
+ * gets id -1. */
+static int vocab_entry(scan *s, tk_js_model *m, void *entry, int depth)
+{
+    tk_js_entry *e = entry;
+    e->off = (uint32_t)m->text.n;
+    int r = key_colon(s, &m->text);
+    if (r) return r;
+    e->len = (uint32_t)(m->text.n - e->off);
+    e->id = -1;
+    if (!at(s, '-') && !(s->i < s->n && s->p[s->i] >= '0' && s->p[s->i] <= '9')) return skip(s, depth + 1);
+    size_t a;
+    if ((r = number(s, &a))) return r;
+    int64_t id = number_id(s->p + a, s->i - a);
+    if (id == RECUR_ENOMEM) return RECUR_ENOMEM;
+    e->id = (int32_t)id;
+    return 0;
+}
+
+/* One element of "merges": "a b" (form 1) or ["a", "b"] (form 2); anything else is kept as form 0. */
+static int merge_entry(scan *s, tk_js_model *m, void *entry, int depth)
+{
+    tk_js_merge *e = entry;
+    int r;
+    if (at(s, '"')) {
+        e->form = 1;
+        e->a = (uint32_t)m->text.n;
+        if ((r = string(s, &m->text))) return r;
+        e->an = (uint32_t)(m->text.n - e->a);
+        return 0;
+    }
+    if (!at(s, '[') || depth + 1 >= TK_JS_MAX_DEPTH) return skip(s, depth + 1);
+    s->i++;
+    int strings = 0;
+    size_t j = 0;
+    for (;; j++) {
+        if ((r = more(s, ']', j)) < 0) return r;
+        if (!r) break;
+        if (j < 2 && at(s, '"')) {
+            uint32_t off = (uint32_t)m->text.n;
+            if ((r = string(s, &m->text))) return r;
+            if (j == 0) { e->a = off; e->an = (uint32_t)(m->text.n - off); }
+            else { e->b = off; e->bn = (uint32_t)(m->text.n - off); }
+            strings++;
+        } else if ((r = skip(s, depth + 2))) return r;
+    }
+    e->form = j == 2 && strings == 2 ? 2 : 0;
+    return 0;
+}
+
+/* A table read entry by entry from the object or array at s->i (closed by close): at most limit
+ * entries of elem bytes in *arr (else the refusal too_many), each zeroed then filled by fn. */
+typedef int (*entry_fn)(scan *s, tk_js_model *m, void *entry, int depth);
+typedef struct { unsigned char close; size_t elem, limit; const char *too_many; entry_fn fn; } table_kind;
+
+static int read_table(scan *s, tk_js_model *m, int depth, const table_kind *t, void **arr, size_t *n, size_t *cap)
 {
     s->i++;
     for (size_t k = 0;; k++) {
-        int r = more(s, '}', k);
+        int r = more(s, t->close, k);
         if (r <= 0) return r;
-        if (m->n_vocab >= TK_MAX_ID) return refuse(s, "model BPE: more than 16777216 vocab entries");
-        if (grow((void **)&m->vocab, &m->cap_vocab, m->n_vocab, sizeof *m->vocab)) return RECUR_ENOMEM;
-        tk_js_entry *e = &m->vocab[m->n_vocab++];
-        e->off = (uint32_t)m->text.n;
-        if ((r = key_colon(s, &m->text))) return r;
-        e->len = (uint32_t)(m->text.n - e->off);
-        e->id = -1;
-        size_t a;
-        if (at(s, '-') || (s->i < s->n && s->p[s->i] >= '0' && s->p[s->i] <= '9')) {
-            if ((r = number(s, &a))) return r;
-            int64_t id = number_id(s->p + a, s->i - a);
-            if (id == RECUR_ENOMEM) return RECUR_ENOMEM;
-            e->id = (int32_t)id;
-        } else if ((r = skip(s, depth + 1))) return r;
+        if (*n >= t->limit) return refuse(s, t->too_many);
+        if (grow(arr, cap, *n, t->elem)) return RECUR_ENOMEM;
+        void *e = (char *)*arr + (*n)++ * t->elem;
+        memset(e, 0, t->elem);
+        if ((r = t->fn(s, m, e, depth))) return r;
     }
 }
 
-/* "merges": ["a b", ...] or [["a", "b"], ...] at s->i; anything else is kept as form 0 */
-static int read_merges(scan *s, tk_js_model *m, int depth)
-{
-    s->i++;
-    for (size_t k = 0;; k++) {
-        int r = more(s, ']', k);
-        if (r <= 0) return r;
-        if (m->n_merges >= TK_MAX_MERGES) return refuse(s, "model BPE: more than 8388608 merges");
-        if (grow((void **)&m->merges, &m->cap_merges, m->n_merges, sizeof *m->merges)) return RECUR_ENOMEM;
-        tk_js_merge *e = &m->merges[m->n_merges++];
-        memset(e, 0, sizeof *e);
-        if (at(s, '"')) {
-            e->form = 1;
-            e->a = (uint32_t)m->text.n;
-            if ((r = string(s, &m->text))) return r;
-            e->an = (uint32_t)(m->text.n - e->a);
-            continue;
-        }
-        if (!at(s, '[') || depth + 1 >= TK_JS_MAX_DEPTH) { if ((r = skip(s, depth + 1))) return r; continue; }
-        /* a pair: exactly two strings */
-        s->i++;
-        int strings = 0;
-        size_t j = 0;
-        for (;; j++) {
-            if ((r = more(s, ']', j)) < 0) return r;
-            if (!r) break;
-            if (j < 2 && at(s, '"')) {
-                uint32_t off = (uint32_t)m->text.n;
-                if ((r = string(s, &m->text))) return r;
-                if (j == 0) { e->a = off; e->an = (uint32_t)(m->text.n - off); }
-                else { e->b = off; e->bn = (uint32_t)(m->text.n - off); }
-                strings++;
-            } else if ((r = skip(s, depth + 2))) return r;
-        }
-        e->form = j == 2 && strings == 2 ? 2 : 0;
-    }
-}
+static const table_kind k_vocab = {'}', sizeof(tk_js_entry), TK_MAX_ID, "model BPE: more than 16777216 vocab entries", vocab_entry};
+static const table_kind k_merges = {']', sizeof(tk_js_merge), TK_MAX_MERGES, "model BPE: more than 8388608 merges", merge_entry};
 
 /* the members of the root's "model" object */
 static int read_model(scan *s, tk_js_model *m, tk_buf *key)
@@ -305,8 +315,8 @@ static int read_model(scan *s, tk_js_model *m, tk_buf *key)
             return refuse(s, vocab ? "model: the key \"vocab\" appears twice" : "model: the key \"merges\" appears twice");
         }
         size_t start = s->i;
-        if (vocab && at(s, '{')) r = read_vocab(s, m, 2);
-        else if (merges && at(s, '[')) r = read_merges(s, m, 2);
+        if (vocab && at(s, '{')) r = read_table(s, m, 2, &k_vocab, (void **)&m->vocab, &m->n_vocab, &m->cap_vocab);
+        else if (merges && at(s, '[')) r = read_table(s, m, 2, &k_merges, (void **)&m->merges, &m->n_merges, &m->cap_merges);
         else { r = skip(s, 2); vocab = merges = 0; }
         if (r) return r;
         if (vocab) { m->has_vocab = 1; m->vocab_at = start + 1; m->vocab_end = s->i; }

@@ -208,45 +208,52 @@ def _load_text(tmp_path, text):
 
 
 _BASE = _tiny_text()
-_DEEP = "[" * 600 + "]" * 600
 
 
-@pytest.mark.parametrize("text,message", [
-    (_BASE.replace('"merges": []', '"merges": [],'), "not valid JSON (expected a string"),
-    (_BASE.replace('"merges": []', '"merges": [1,]'), "not valid JSON (unexpected character"),
-    ("/* c */" + _BASE, "not valid JSON (unexpected character at byte 0)"),
-    (_BASE.replace('"a": 0', '"\\ud800": 0'), "lone UTF-16 surrogate"),
-    (_BASE.replace('"a": 0', '"\\udc00x": 0'), "lone UTF-16 surrogate"),
-    (_BASE.replace('"a": 0', '"\\q": 0'), "invalid escape"),
-    (_BASE.replace('"a": 0', '"\\u12": 0'), "\\u without four hex digits"),
-    (_BASE.replace('"a": 0', '"a\tb": 0'), "control character inside a string"),
-    (_BASE.replace('"a": 0', '"a": 01'), "expected ',' or '}'"),
-    (_BASE.replace('"a": 0', '"a": -'), "malformed number"),
-    (_BASE.replace('"a": 0', '"a": 1.'), "malformed number"),
-    (_BASE.replace('"a": 0', '"a": tru'), "unexpected character"),
-    (_BASE + " {}", "content after the JSON value"),
-    (_BASE[:-1], "not valid JSON"),
-    (_BASE.replace('"merges": []', '"merges": [], "vocab": {}'), 'the key "vocab" appears twice'),
-    (_BASE.replace('"merges": []', '"merges": [], "merges": []'), 'the key "merges" appears twice'),
-    (_BASE[:-1] + ', "model": {}}', 'the key "model" appears twice'),
-    (_BASE.replace('"decoder": null', '"decoder": null, "x": ' + _DEEP), "nested too deep"),
-    ("[1]", "not a JSON object"),
-    ("", "not valid JSON (expected a value"),
-    (_BASE.replace('"a": 0', '"a": 1.5'), "vocab ids must be integers"),
-    (_BASE.replace('"a": 0', '"a": "0"'), "vocab ids must be integers"),
-    (_BASE.replace('"a": 0', '"a": 16777216'), "vocab ids must be integers"),
-    (_BASE.replace('"merges": []', '"merges": [1]'), "merge 0 is neither"),
-    (_BASE.replace('"merges": []', '"merges": [["a"]]'), "merge 0 is neither"),
-    (_BASE.replace('"merges": []', '"merges": [["a", "b", "c"]]'), "merge 0 is neither"),
-    (_BASE.replace('"merges": []', '"merges": {}'), "merges must be an array"),
-    (_BASE.replace('"vocab": {', '"vocab": [').replace('" ": 29}', '" ": 29]'), "not valid JSON"),
-    (_BASE.replace('"vocab": {"a": 0, ', '"vocab": 7, "v": {'), "vocab must be an object"),
-    (_BASE.replace('"a": 0', '"a@": 0').encode().replace(b"@", b"\xff"), "vocab key is not valid UTF-8"),
-])
-def test_json_is_strict_and_errors_are_named(tmp_path, text, message):
-    with pytest.raises(RecurTokenizerError) as e:
-        _load_text(tmp_path, text)
-    assert message in str(e.value), str(e.value)
+def _key(k):
+    return _BASE.replace('"a": 0', k + ": 0")
+
+
+def _id(v):
+    return _BASE.replace('"a": 0', '"a": ' + v)
+
+
+def _merges(m):
+    return _BASE.replace('"merges": []', '"merges": ' + m)
+
+
+# the named error (the message, byte positions left out) -> texts that must give it
+_MALFORMED = {
+    "not valid JSON (expected a string": [_merges("[],")],
+    "not valid JSON (unexpected character": [_merges("[1,]"), _id("tru"), "/* c */" + _BASE],
+    "lone UTF-16 surrogate": [_key('"\\ud800"'), _key('"\\udc00x"')],
+    "invalid escape": [_key('"\\q"')],
+    "\\u without four hex digits": [_key('"\\u12"')],
+    "control character inside a string": [_key('"a\tb"')],
+    "expected ',' or '}'": [_id("01")],
+    "malformed number": [_id("-"), _id("1."), _id("1e")],
+    "content after the JSON value": [_BASE + " {}"],
+    "not valid JSON": [_BASE[:-1], _BASE.replace('"vocab": {', '"vocab": [').replace('" ": 29}', '" ": 29]')],
+    'the key "vocab" appears twice': [_merges('[], "vocab": {}')],
+    'the key "merges" appears twice': [_merges('[], "merges": []')],
+    'the key "model" appears twice': [_BASE[:-1] + ', "model": {}}'],
+    "nested too deep": [_BASE.replace('"decoder": null', '"decoder": null, "x": ' + "[" * 600 + "]" * 600)],
+    "not a JSON object": ["[1]", "7"],
+    "not valid JSON (expected a value": ["", "  \n"],
+    "vocab ids must be integers": [_id("1.5"), _id('"0"'), _id("16777216"), _id("-1")],
+    "merge 0 is neither": [_merges("[1]"), _merges('[["a"]]'), _merges('[["a", "b", "c"]]'), _merges('[["a", 1]]')],
+    "merges must be an array": [_merges("{}")],
+    "vocab must be an object": [_BASE.replace('"vocab": {"a": 0, ', '"vocab": 7, "v": {')],
+    "vocab key is not valid UTF-8": [_key('"a@"').encode().replace(b"@", b"\xff")],
+}
+
+
+@pytest.mark.parametrize("message", sorted(_MALFORMED))
+def test_json_is_strict_and_errors_are_named(tmp_path, message):
+    for text in _MALFORMED[message]:
+        with pytest.raises(RecurTokenizerError) as e:
+            _load_text(tmp_path, text)
+        assert message in str(e.value), (text[:80], str(e.value))
 
 
 def test_json_scan_reads_what_json_parse_reads(tmp_path):
