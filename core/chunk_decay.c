@@ -13,6 +13,17 @@ static inline float ex(double x)
     return recur__exp_nonpos((float)x);
 }
 
+/* Past the block [J0, J1) the mask factorises through r = J1 - 1: exp(b_t - b_s) = u[t] w[s] with
+ * w[s] = exp(b_r - b_s) (s in the block) and u[t] = exp(b_t - b_r) (t in [t0, t1)). */
+static inline void block_factors(const double *b, int J0, int J1, int t0, int t1, float *w, float *u)
+{
+    const double br = b[J1 - 1];
+    for (int s = J0; s < J1; s++)
+        w[s] = ex(br - b[s]);
+    for (int t = t0; t < t1; t++)
+        u[t] = ex(b[t] - br);
+}
+
 void recur__decay_rows(float *A, ptrdiff_t lda, int r0, int r1, int strict, const double *b,
                        float alpha, const float *f, float *w, float *u)
 {
@@ -30,11 +41,7 @@ void recur__decay_rows(float *A, ptrdiff_t lda, int r0, int r1, int strict, cons
         const int t0 = J1 > r0 ? J1 : r0;
         if (t0 >= r1)
             continue;
-        const double br = b[J1 - 1];
-        for (int s = J0; s < J1; s++)
-            w[s] = ex(br - b[s]);
-        for (int t = t0; t < r1; t++)
-            u[t] = ex(b[t] - br);
+        block_factors(b, J0, J1, t0, r1, w, u);
         for (int t = t0; t < r1; t++) {
             float *restrict At = A + (ptrdiff_t)(t - r0) * lda;
             const float ut = (f ? alpha * f[t] : alpha) * u[t];
@@ -56,11 +63,7 @@ void recur__decay_cols(float *A, ptrdiff_t lda, int n, const double *b, float *w
         }
         if (J1 >= n)
             continue;
-        const double br = b[J1 - 1];
-        for (int s = J0; s < J1; s++)
-            w[s] = ex(br - b[s]);
-        for (int t = J1; t < n; t++)
-            u[t] = ex(b[t] - br);
+        block_factors(b, J0, J1, J1, n, w, u);
         for (int s = J0; s < J1; s++) {
             float *restrict As = A + (ptrdiff_t)s * lda;
             const float ws = w[s];

@@ -1215,48 +1215,53 @@ void srv_residency_metrics(srv_app *app, proto_buf *b)
     srv_metric(b, "recurd_persistence_enabled", "gauge", "1 when state_dir is set.", r->p != NULL);
     if (!r->p)
         return;
-    srv_metric(b, "recurd_persistence_degraded", "gauge",
-               "1 after a failed snapshot write, until the next successful one.", r->degraded);
-    srv_metric(b, "recurd_snapshots_total", "counter", "Snapshot files written.", r->writes_ok);
-    srv_metric(b, "recurd_snapshot_failures_total", "counter",
-               "Snapshot writes that failed (the previous file stays).", r->writes_failed);
-    srv_metric(b, "recurd_snapshot_bytes_total", "counter", "Bytes of snapshot files written.",
-               r->bytes_written);
-    srv_metric(b, "recurd_snapshot_writes_in_flight", "gauge", "Snapshot writes on the threadpool.",
-               (unsigned long long)r->inflight);
-    srv_metric(b, "recurd_sessions_on_disk", "gauge", "Sessions with a snapshot file.", r->n_entries);
-    srv_metric(b, "recurd_sessions_stored", "gauge", "Sessions on disk only (not resident).",
-               r->n_stored);
-    srv_metric(b, "recurd_sessions_max_resident", "gauge", "max_resident_sessions (0 = max_sessions).",
-               (unsigned long long)r->max_resident);
-    srv_metric(b, "recurd_sessions_evicted_total", "counter", "Sessions dropped from memory to disk.",
-               r->evictions);
-    srv_metric(b, "recurd_sessions_loaded_total", "counter", "Sessions loaded from disk.", r->loads);
-    srv_metric(b, "recurd_session_load_failures_total", "counter",
-               "Snapshot reads that failed with an I/O error (file kept).", r->load_failures);
-    srv_metric(b, "recurd_snapshots_quarantined_total", "counter",
-               "Snapshot files that failed a check (at start or on load), moved to quarantine/.",
-               r->quarantined);
-    srv_metric(b, "recurd_resident_budget_exceeded_total", "counter",
-               "Sessions made resident over max_resident_sessions (every resident one was busy).",
-               r->over_budget);
-    srv_metric(b, "recurd_session_removals_pending", "gauge",
-               "Deleted sessions whose snapshot file could not be removed yet (retried every tick).",
-               r->n_rm);
-    srv_metric(b, "recurd_snapshot_unlink_failures_total", "counter",
-               "Snapshot removals (DELETE, idle_ttl) whose first unlink failed.", r->unlink_failures);
-    srv_metric(b, "recurd_snapshot_busy_captures_total", "counter",
-               "Snapshots of a computing session, copied between two of its work items.",
-               r->busy_captures);
-    srv_metric(b, "recurd_snapshot_capture_us_total", "counter",
-               "Microseconds the loop spent in those copies.", r->capture_us_total);
-    srv_metric(b, "recurd_snapshot_capture_us_max", "gauge",
-               "Longest such copy (microseconds): what the session's stream waited.",
-               r->capture_us_max);
-    srv_metric(b, "recurd_eviction_sync_writes_total", "counter",
-               "Eviction writes done on the loop thread.", r->sync_evict_writes);
-    srv_metric(b, "recurd_eviction_sync_write_us_total", "counter",
-               "Microseconds spent in eviction writes on the loop thread.", r->sync_evict_us_total);
-    srv_metric(b, "recurd_eviction_sync_write_us_max", "gauge",
-               "Longest eviction write on the loop thread (microseconds).", r->sync_evict_us_max);
+    const struct {
+        const char *name, *type, *help;
+        unsigned long long value;
+    } metrics[] = {
+        {"recurd_persistence_degraded", "gauge",
+         "1 after a failed snapshot write, until the next successful one.", r->degraded},
+        {"recurd_snapshots_total", "counter",
+         "Snapshot files written.", r->writes_ok},
+        {"recurd_snapshot_failures_total", "counter",
+         "Snapshot writes that failed (the previous file stays).", r->writes_failed},
+        {"recurd_snapshot_bytes_total", "counter",
+         "Bytes of snapshot files written.", r->bytes_written},
+        {"recurd_snapshot_writes_in_flight", "gauge",
+         "Snapshot writes on the threadpool.", r->inflight},
+        {"recurd_sessions_on_disk", "gauge",
+         "Sessions with a snapshot file.", r->n_entries},
+        {"recurd_sessions_stored", "gauge",
+         "Sessions on disk only (not resident).", r->n_stored},
+        {"recurd_sessions_max_resident", "gauge",
+         "max_resident_sessions (0 = max_sessions).", r->max_resident},
+        {"recurd_sessions_evicted_total", "counter",
+         "Sessions dropped from memory to disk.", r->evictions},
+        {"recurd_sessions_loaded_total", "counter",
+         "Sessions loaded from disk.", r->loads},
+        {"recurd_session_load_failures_total", "counter",
+         "Snapshot reads that failed with an I/O error (file kept).", r->load_failures},
+        {"recurd_snapshots_quarantined_total", "counter",
+         "Snapshot files that failed a check (at start or on load), moved to quarantine/.", r->quarantined},
+        {"recurd_resident_budget_exceeded_total", "counter",
+         "Sessions made resident over max_resident_sessions (every resident one was busy).", r->over_budget},
+        {"recurd_session_removals_pending", "gauge",
+         "Deleted sessions whose snapshot file could not be removed yet (retried every tick).", r->n_rm},
+        {"recurd_snapshot_unlink_failures_total", "counter",
+         "Snapshot removals (DELETE, idle_ttl) whose first unlink failed.", r->unlink_failures},
+        {"recurd_snapshot_busy_captures_total", "counter",
+         "Snapshots of a computing session, copied between two of its work items.", r->busy_captures},
+        {"recurd_snapshot_capture_us_total", "counter",
+         "Microseconds the loop spent in those copies.", r->capture_us_total},
+        {"recurd_snapshot_capture_us_max", "gauge",
+         "Longest such copy (microseconds): what the session's stream waited.", r->capture_us_max},
+        {"recurd_eviction_sync_writes_total", "counter",
+         "Eviction writes done on the loop thread.", r->sync_evict_writes},
+        {"recurd_eviction_sync_write_us_total", "counter",
+         "Microseconds spent in eviction writes on the loop thread.", r->sync_evict_us_total},
+        {"recurd_eviction_sync_write_us_max", "gauge",
+         "Longest eviction write on the loop thread (microseconds).", r->sync_evict_us_max},
+    };
+    for (size_t i = 0; i < sizeof metrics / sizeof *metrics; i++)
+        srv_metric(b, metrics[i].name, metrics[i].type, metrics[i].help, metrics[i].value);
 }
