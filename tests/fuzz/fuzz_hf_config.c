@@ -1,14 +1,15 @@
 /*
  * fuzz_hf_config.c — libFuzzer target: Hugging Face JSON as Python writes it (core/hf_config.c),
- * model.safetensors.index.json (core/checkpoint.c) and the FLA family's config reading
- * (core/family_fla.c) on a checkpoint without tensors.
+ * model.safetensors.index.json (core/checkpoint.c) and the FLA and Mamba-2 families' config reading
+ * (core/family_fla.c, core/family_mamba2.c) on a checkpoint without tensors.
  *
- * Input byte 0 selects (mod 3), the rest is the file:
+ * Input byte 0 selects (mod 4), the rest is the file:
  *   0  recur__hf_json_parse: accepted -> a tree (freed); refused -> a message
  *   1  recur__ckpt_parse_index: accepted -> n >= 1 names and plain shard names (no '/', not
  *      "." or ".."); refused -> a message
  *   2  recur__family_fla with an empty checkpoint: never succeeds (a tensor is missing or the
  *      config is refused), always with a message, never allocating the model's arena
+ *   3  recur__family_mamba2, the same way
  */
 #include <assert.h>
 #include <stdint.h>
@@ -25,7 +26,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *text = (const char *)data + 1;
     size_t len = size - 1;
     char err[512] = "";
-    switch (data[0] % 3) {
+    switch (data[0] % 4) {
     case 0: {
         cJSON *root = NULL;
         int rc = recur__hf_json_parse(text, len, "fuzz.json", &root, err, sizeof err);
@@ -56,7 +57,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         recur__ckpt empty;
         memset(&empty, 0, sizeof empty);
         recur_model *m = NULL;
-        int rc = recur__family_fla(text, len, &empty, 1, &m, err, sizeof err);
+        int rc = (data[0] % 4 == 3 ? recur__family_mamba2 : recur__family_fla)(text, len, &empty, 1, &m, err,
+                                                                               sizeof err);
         assert(rc != 0 && m == NULL && err[0]);
         break;
     }
