@@ -35,6 +35,7 @@ typedef struct pentry {
     uint8_t *blob;            /* state blob, in memory only */
     size_t blob_len;
     int in_mem, on_disk;
+    int flushed;              /* SIGTERM: its write was tried (shutdown_pump) */
     size_t file_bytes;        /* on disk: its file (an upper bound for files found at start) */
     struct spill *pending;    /* on disk: its write is in flight; these bytes are the file */
     struct pentry *mprev, *mnext; /* memory LRU, head = most recent */
@@ -65,6 +66,8 @@ struct srv_pcache {
     srv_persist *p;           /* spill directory, or NULL */
     plist mem, disk;
     int inflight;
+    int shutting_down, flush_logged;
+    size_t flush_queued;
     srv_pcache_stats st;
 };
 
@@ -236,6 +239,8 @@ static void spill_work(uv_work_t *req)
     j->err = srv_persist_write(j->pc->p, j->id, j->buf, j->len);
 }
 
+static void shutdown_pump(srv_pcache *pc);
+
 static void spill_after(uv_work_t *req, int status)
 {
     spill *j = req->data;
@@ -260,18 +265,18 @@ static void spill_after(uv_work_t *req, int status)
     }
     free(j->buf);
     free(j);
+    if (pc->shutting_down)
+        shutdown_pump(pc);
 }
 
-/* e leaves memory: written to the spill directory when there is one (and room), else gone. */
-static void evict_one(srv_pcache *pc, pentry *e)
+/* Write memory entry e to its file on the threadpool: e is an entry on disk from now on (its
+ * write pending), and still in memory. 0, or -1 when it cannot be written now (no spill
+ * directory, SPILL_INFLIGHT writes running, larger than the disk bound, on disk already). */
+static int spill_start(srv_pcache *pc, pentry *e)
 {
-    pc->st.evictions++;
     if (e->on_disk || !pc->p || pc->inflight >= SPILL_INFLIGHT ||
-        file_size(e->n, e->blob_len) > pc->cfg.disk_bytes) {
-        free_mem_part(pc, e);
-        entry_free_if_empty(e);
-        return;
-    }
+        file_size(e->n, e->blob_len) > pc->cfg.disk_bytes)
+        return -1;
     spill *j = calloc(1, sizeof *j);
     if (!j)
         abort();
@@ -284,12 +289,9 @@ static void evict_one(srv_pcache *pc, pentry *e)
     if (uv_queue_work(pc->loop, &j->req, spill_work, spill_after) != 0) {
         free(j->buf);
         free(j);
-        free_mem_part(pc, e);
-        entry_free_if_empty(e);
-        return;
+        return -1;
     }
     pc->inflight++;
-    free_mem_part(pc, e);
     e->on_disk = 1;
     e->pending = j;
     e->file_bytes = j->len;
@@ -297,6 +299,35 @@ static void evict_one(srv_pcache *pc, pentry *e)
     pc->st.disk_entries++;
     d_push(&pc->disk, e);
     trim_disk(pc);
+    return 0;
+}
+
+/* e leaves memory: written to the spill directory when there is one (and room), else gone. */
+static void evict_one(srv_pcache *pc, pentry *e)
+{
+    pc->st.evictions++;
+    spill_start(pc, e);
+    free_mem_part(pc, e);
+    entry_free_if_empty(e);
+}
+
+/* SIGTERM: every memory entry not on disk yet is written, most recent first, SPILL_INFLIGHT at a
+ * time (spill_after calls this again); each is tried once. */
+static void shutdown_pump(srv_pcache *pc)
+{
+    for (pentry *e = pc->mem.head; e && pc->inflight < SPILL_INFLIGHT; e = e->mnext) {
+        if (e->flushed || e->on_disk)
+            continue;
+        e->flushed = 1;
+        if (spill_start(pc, e) == 0)
+            pc->flush_queued++;
+    }
+    if (pc->inflight == 0 && !pc->flush_logged) {
+        pc->flush_logged = 1;
+        srv_log(pc->st.spill_failures ? SRV_LOG_ERROR : SRV_LOG_INFO, "prefix_cache_flush",
+                "\"written\":%zu,\"failures\":%llu,\"files\":%zu", pc->flush_queued,
+                (unsigned long long)pc->st.spill_failures, pc->st.disk_entries);
+    }
 }
 
 /* Memory over prefix_cache_bytes: the least recently used go, never keep. */
@@ -618,36 +649,10 @@ void srv_pcache_store(srv_pcache *pc, const int32_t *tokens, size_t n, const srv
 
 void srv_pcache_shutdown(srv_pcache *pc)
 {
-    if (!pc || !pc->p)
+    if (!pc || !pc->p || pc->shutting_down)
         return;
-    /* Oldest first, each to the head of the disk list: the most recent survive the disk bound. */
-    size_t written = 0, failed = 0;
-    for (pentry *e = pc->mem.tail; e; e = e->mprev) {
-        if (e->on_disk)
-            continue;
-        size_t len;
-        if (file_size(e->n, e->blob_len) > pc->cfg.disk_bytes)
-            continue;
-        uint8_t *b = file_bytes(pc, e, &len);
-        seal(b, len);
-        char id[33];
-        entry_id(e, id);
-        int rc = srv_persist_write(pc->p, id, b, len);
-        free(b);
-        if (rc != 0) {
-            failed++;
-            continue;
-        }
-        written++;
-        e->on_disk = 1;
-        e->file_bytes = len;
-        pc->st.disk_bytes += len;
-        pc->st.disk_entries++;
-        d_push(&pc->disk, e);
-        trim_disk(pc);
-    }
-    srv_log(failed ? SRV_LOG_ERROR : SRV_LOG_INFO, "prefix_cache_flush",
-            "\"written\":%zu,\"failed\":%zu,\"files\":%zu", written, failed, pc->st.disk_entries);
+    pc->shutting_down = 1;
+    shutdown_pump(pc);
 }
 
 void srv_pcache_free(srv_pcache *pc)

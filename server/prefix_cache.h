@@ -68,8 +68,8 @@ typedef struct {
  * daemon refuses to start). *out is NULL-safe to free. */
 int srv_pcache_create(const srv_pcache_config *cfg, const recur_model *m, uv_loop_t *loop,
                       srv_pcache **out, char *err, size_t errlen);
-/* SIGTERM (workers joined): write every memory entry not yet on disk, most recent first, on the
- * loop thread, within the disk bound. */
+/* SIGTERM (workers joined): write every memory entry not yet on disk, most recent first, within
+ * the disk bound, on the threadpool (a few at a time); the loop runs until they are done. */
 void srv_pcache_shutdown(srv_pcache *pc);
 /* After the loop has run to its end (no spill write in flight). */
 void srv_pcache_free(srv_pcache *pc);

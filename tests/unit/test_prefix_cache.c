@@ -273,6 +273,7 @@ Test(prefix_cache, spill_and_reload_after_restart)
     cr_assert_eq(srv_pcache_get_stats(pc).spill_loads, 1);
     settle(pc);
     srv_pcache_shutdown(pc); /* the memory entries not on disk yet */
+    settle(pc);
     srv_pcache_free(pc);
     cr_assert_eq(count_files("."), 2);
     /* a new cache on the same directory: both are hits, from the files */
@@ -303,6 +304,7 @@ static srv_session *one_spill_file(int32_t a[30], uint64_t *h)
     srv_pcache *pc = cache(1 << 20, (size_t)1 << 30, 1);
     srv_pcache_store(pc, a, 30, sa);
     srv_pcache_shutdown(pc);
+    settle(pc);
     *h = pc->mem.head->h;
     srv_pcache_free(pc);
     return sa;
@@ -417,6 +419,7 @@ Test(prefix_cache, disk_bound_removes_the_least_recently_used)
     cr_assert_eq(st.disk_entries, 2);
     cr_assert_leq(st.disk_bytes, 2 * fb + 10);
     srv_pcache_shutdown(pc); /* t[2] is written; t[0], the oldest file, goes */
+    settle(pc);
     st = srv_pcache_get_stats(pc);
     cr_assert_eq(st.disk_entries, 2);
     cr_assert_eq(count_files("."), 2);
