@@ -13,7 +13,8 @@ embedding). Nothing is renormalised or re-laid-out: the numbers are copied (--dt
 default: the checkpoint's own dtype when it is F32, F16 or BF16 throughout).
 
 Refused by name (the HF layout or recurd cannot express them): ssm_cfg.layer other than Mamba2,
-attention layers (attn_layer_idx), an MLP (d_intermediate > 0), LayerNorm blocks (rms_norm false).
+attention layers (attn_layer_idx), an MLP (d_intermediate > 0), LayerNorm blocks (rms_norm false),
+ssm_cfg.d_ssm below expand * d_model, unknown keys.
 """
 import argparse
 import json
@@ -62,7 +63,10 @@ def hf_config(src):
     if not c["rms_norm"]:
         raise ValueError("config: rms_norm false (LayerNorm blocks) is not supported")
     d = int(c["d_model"])
-    d_ssm = ssm["d_ssm"] if ssm["d_ssm"] is not None else ssm["expand"] * d
+    if ssm["d_ssm"] is not None and ssm["d_ssm"] != ssm["expand"] * d:
+        raise ValueError("config: ssm_cfg.d_ssm < expand * d_model (a gated MLP beside the SSM) is not "
+                         "supported by recurd")
+    d_ssm = ssm["expand"] * d
     mult = int(c["pad_vocab_size_multiple"])
     vocab = (int(c["vocab_size"]) + mult - 1) // mult * mult
     # Mamba2's gated norm has eps 1e-5 and MixerModel's norms norm_epsilon = 1e-5 (not configurable

@@ -238,6 +238,7 @@ def test_converter_refuses_by_name(tmp_path):
                          ({"d_intermediate": 64}, "d_intermediate"),
                          ({"rms_norm": False}, "rms_norm"),
                          ({"ssm_cfg": {"layer": "Mamba1"}}, "Mamba1"),
+                         ({"ssm_cfg": dict(base["ssm_cfg"], d_ssm=32)}, "d_ssm"),
                          ({"ssm_cfg": dict(base["ssm_cfg"], mystery=1)}, "mystery")]:
         json.dump(dict(base, **change), open(cfgp, "w"))
         with pytest.raises(ValueError, match=word):
