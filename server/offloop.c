@@ -12,6 +12,15 @@
 
 /* ---------------------------------------------------------------- decoding */
 
+/* The bodies that decode into a token request (srv_body.tr). */
+static int (*const TOKENS_DECODER[])(const uint8_t *, size_t, const proto_limits *, proto_tokens_req *,
+                                     proto_error *) = {
+    [SRV_BODY_CREATE] = proto_decode_create_req,
+    [SRV_BODY_TOKENS] = proto_decode_tokens_req,
+    [SRV_BODY_TOKENIZE] = proto_decode_tokenize_req,
+    [SRV_BODY_DETOKENIZE] = proto_decode_detokenize_req,
+};
+
 void srv_body_decode(srv_body_kind kind, const uint8_t *body, size_t len, const proto_limits *lim,
                      srv_body *out)
 {
@@ -21,22 +30,16 @@ void srv_body_decode(srv_body_kind kind, const uint8_t *body, size_t len, const 
     case SRV_BODY_NONE:
         break;
     case SRV_BODY_CREATE:
-        out->rc = proto_decode_create_req(body, len, lim, &out->tr, &out->err);
-        break;
     case SRV_BODY_TOKENS:
-        out->rc = proto_decode_tokens_req(body, len, lim, &out->tr, &out->err);
+    case SRV_BODY_TOKENIZE:
+    case SRV_BODY_DETOKENIZE:
+        out->rc = TOKENS_DECODER[kind](body, len, lim, &out->tr, &out->err);
         break;
     case SRV_BODY_GENERATE:
         out->rc = proto_decode_generate_req(body, len, lim, &out->g, &out->err);
         break;
     case SRV_BODY_EMPTY:
         out->rc = proto_decode_empty_req(body, len, &out->err);
-        break;
-    case SRV_BODY_TOKENIZE:
-        out->rc = proto_decode_tokenize_req(body, len, lim, &out->tr, &out->err);
-        break;
-    case SRV_BODY_DETOKENIZE:
-        out->rc = proto_decode_detokenize_req(body, len, lim, &out->tr, &out->err);
         break;
     case SRV_BODY_ROLLBACK:
         out->rc = proto_decode_rollback_req(body, len, &out->rb, &out->err);
