@@ -66,7 +66,7 @@ typedef struct {
     } u;
 } ct_value;
 
-struct ct_list { size_t n, cap; ct_value *v; };
+struct ct_list { size_t n, cap; ct_value *v; int tuple; /* prints (a, b); never == a list */ };
 struct ct_dict { size_t n, cap; ct_value *key, *val; }; /* insertion order; keys are strings */
 
 static inline ct_value ct_undef(void) { ct_value v = {CT_UNDEF, {0}}; return v; }
@@ -168,7 +168,7 @@ enum { FN_RAISE_EXCEPTION, FN_NAMESPACE, FN_RANGE, FN_STRFTIME_NOW, FN_COUNT_ };
 typedef struct ct_node ct_node;
 struct ct_node {
     ct_node_kind kind;
-    int op;              /* OP_*, F_*, TS_*, M_*, FN_*; N_TEST: negated in neg */
+    int op;              /* OP_*, F_*, TS_*, M_*, FN_*; N_LIST: 1 for a tuple; N_TEST: negated in neg */
     int neg;
     size_t line;
     ct_value lit;        /* N_LITERAL */

@@ -140,6 +140,7 @@ static ct_value eval_slice(walker *W, ct_scope *s, const ct_node *n)
         int64_t start, stop, step;
         slice_bounds(W, n, s, (int64_t)obj.u.list->n, &start, &stop, &step);
         ct_value r = ct_list_new(c, 0);
+        r.u.list->tuple = obj.u.list->tuple;
         for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) ct_list_push(c, r.u.list, obj.u.list->v[i]);
         return r;
     }
@@ -195,6 +196,7 @@ static ct_value repeat(walker *W, const ct_node *n, ct_value seq, int64_t times)
         ct_fail(c, RECUR_ESHAPE, "line %zu: a repeated list longer than RECUR_CHAT_MAX_LOOP_ITERATIONS (%d)", n->line,
                 RECUR_CHAT_MAX_LOOP_ITERATIONS);
     ct_value r = ct_list_new(c, seq.u.list->n * (size_t)times);
+    r.u.list->tuple = seq.u.list->tuple;
     for (int64_t k = 0; k < times; k++)
         for (size_t i = 0; i < seq.u.list->n; i++) ct_list_push(c, r.u.list, seq.u.list->v[i]);
     return r;
@@ -236,8 +238,9 @@ static ct_value arith(walker *W, const ct_node *n, ct_value a, ct_value b)
         memcpy(p + a.u.str.n, b.u.str.s, b.u.str.n);
         return ct_str(p, a.u.str.n + b.u.str.n);
     }
-    if (op == OP_ADD && a.kind == CT_LIST && b.kind == CT_LIST) {
+    if (op == OP_ADD && a.kind == CT_LIST && b.kind == CT_LIST && a.u.list->tuple == b.u.list->tuple) {
         ct_value r = ct_list_new(c, a.u.list->n + b.u.list->n);
+        r.u.list->tuple = a.u.list->tuple;
         for (size_t i = 0; i < a.u.list->n; i++) ct_list_push(c, r.u.list, a.u.list->v[i]);
         for (size_t i = 0; i < b.u.list->n; i++) ct_list_push(c, r.u.list, b.u.list->v[i]);
         return r;
@@ -341,6 +344,7 @@ static ct_value eval(walker *W, ct_scope *s, const ct_node *n)
     case N_NAME: r = lookup(s, n->name, n->name_n); break;
     case N_LIST:
         r = ct_list_new(c, n->nkid);
+        r.u.list->tuple = n->op;
         for (size_t i = 0; i < n->nkid; i++) ct_list_push(c, r.u.list, eval(W, s, n->kid[i]));
         break;
     case N_DICT:

@@ -216,6 +216,7 @@ static ct_value pairs(ct_ctx *c, ct_dict *d)
     ct_value r = ct_list_new(c, d->n);
     for (size_t i = 0; i < d->n; i++) {
         ct_value p = ct_list_new(c, 2);
+        p.u.list->tuple = 1; /* Python's (key, value) */
         ct_list_push(c, p.u.list, d->key[i]);
         ct_list_push(c, p.u.list, d->val[i]);
         ct_list_push(c, r.u.list, p);

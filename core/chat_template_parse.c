@@ -206,7 +206,7 @@ static ct_node *parse_primary(parser *P)
         if (is_op(t, "(")) {
             next(P);
             enter(P);
-            if (is_op(peek(P), ")")) { next(P); leave(P); n = node(P, N_LIST); return n; } /* () */
+            if (is_op(peek(P), ")")) { next(P); leave(P); n = node(P, N_LIST); n->op = 1; return n; } /* () */
             ct_node *e = parse_expr(P);
             if (is_op(peek(P), ",")) { /* a tuple: a list to this interpreter */
                 kids k = {0};
@@ -217,6 +217,7 @@ static ct_node *parse_primary(parser *P)
                     kids_add(P, &k, parse_expr(P), NULL);
                 }
                 e = node(P, N_LIST);
+                e->op = 1; /* a tuple */
                 e->kid = k.v;
                 e->nkid = k.n;
             }
@@ -569,6 +570,7 @@ static ct_node *parse_set(parser *P)
         if (is_op(peek(P), ",")) {
             /* set a, b = x, y: the right side is a tuple */
             ct_node *l = node(P, N_LIST);
+            l->op = 1; /* a tuple */
             kids k = {0};
             kids_add(P, &k, n->a, NULL);
             while (is_op(peek(P), ",")) { next(P); kids_add(P, &k, parse_expr(P), NULL); }

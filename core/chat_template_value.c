@@ -188,7 +188,7 @@ int ct_equal(ct_value a, ct_value b)
     case CT_UNDEF: case CT_NONE: return 1;
     case CT_STR: return a.u.str.n == b.u.str.n && !memcmp(a.u.str.s, b.u.str.s, a.u.str.n);
     case CT_LIST:
-        if (a.u.list->n != b.u.list->n) return 0;
+        if (a.u.list->n != b.u.list->n || a.u.list->tuple != b.u.list->tuple) return 0;
         for (size_t i = 0; i < a.u.list->n; i++)
             if (!ct_equal(a.u.list->v[i], b.u.list->v[i])) return 0;
         return 1;
@@ -218,7 +218,7 @@ int ct_compare(ct_ctx *c, ct_value a, ct_value b, const char *op)
         if (r) return r;
         return (a.u.str.n > b.u.str.n) - (a.u.str.n < b.u.str.n);
     }
-    if (a.kind == CT_LIST && b.kind == CT_LIST) {
+    if (a.kind == CT_LIST && b.kind == CT_LIST && a.u.list->tuple == b.u.list->tuple) {
         size_t n = a.u.list->n < b.u.list->n ? a.u.list->n : b.u.list->n;
         for (size_t i = 0; i < n; i++) {
             if (ct_equal(a.u.list->v[i], b.u.list->v[i])) continue;
@@ -338,12 +338,13 @@ static void put_container(ct_ctx *c, ct_out *o, ct_value v, int depth)
     if (depth > RECUR_CHAT_MAX_DEPTH)
         ct_fail(c, RECUR_ESHAPE, "a value nested deeper than RECUR_CHAT_MAX_DEPTH (%d)", RECUR_CHAT_MAX_DEPTH);
     if (v.kind == CT_LIST) {
-        put_s(c, o, "[");
+        int tuple = v.u.list->tuple;
+        put_s(c, o, tuple ? "(" : "[");
         for (size_t i = 0; i < v.u.list->n; i++) {
             if (i) put_s(c, o, ", ");
             put_repr(c, o, v.u.list->v[i], depth + 1);
         }
-        put_s(c, o, "]");
+        put_s(c, o, tuple ? (v.u.list->n == 1 ? ",)" : ")") : "]");
         return;
     }
     put_s(c, o, v.kind == CT_NS ? "<Namespace {" : "{");

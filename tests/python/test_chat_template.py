@@ -324,6 +324,7 @@ FEATURES = [
     "{% for outer in [[1, 2], [3]] %}{% for inner in outer %}{{ loop.index }}{% endfor %}/{{ loop.index }} {% endfor %}",
     # values printed as Python prints them
     "{{ 1500.0 }} {{ 1.5e3 }} {{ 123456.789 }} {{ 1e16 }} {{ 1.0 / 3 }} {{ -0.0 }} {{ 2.5e-7 }} {{ 10 / 4 }}",
+    "{{ (1, 'a') }} {{ (1,) }} {{ () }} {{ {'a': 1}.items() | list }} {{ (1, 2) == [1, 2] }} {{ (1, 2) + (3,) }} {{ (1, 2, 3)[1:] }} {% set t = 1, 2 %}{{ t }}",
     "{{ none }} {{ true }} {{ 1.0 }} {{ 1e20 }} {{ 0.0001 }} {{ 1e-5 }} {{ [1, 'a', none] }} {{ {'k': 'v'} }} {{ undefined_name }}",
 ]
 
