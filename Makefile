@@ -98,7 +98,7 @@ ifneq ($(LOAD_SRC),)
 endif
 
 .SECONDARY:
-.PHONY: all deps test test-unit test-python test-js-deps test-js-jinja-deps bench bench-tools run clean fuzz fuzz-build fuzz-replay
+.PHONY: all deps test test-unit test-python test-js-deps test-js-jinja-deps test-js-openai-deps bench bench-tools run clean fuzz fuzz-build fuzz-replay
 all: $(BINS) $(TEST_BIN)
 
 # ---------------------------------------------------------------- deps
@@ -172,7 +172,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 test: deps
 	@$(MAKE) --no-print-directory all
-	@$(MAKE) --no-print-directory test-js-deps test-js-jinja-deps test-unit test-python fuzz-replay
+	@$(MAKE) --no-print-directory test-js-deps test-js-jinja-deps test-js-openai-deps test-unit test-python fuzz-replay
 
 test-unit: $(TEST_BIN)
 	@fail=0; pass=0; for t in $(TEST_BIN); do \
@@ -193,6 +193,14 @@ test-js-jinja-deps: tests/js_jinja/node_modules/.installed
 tests/js_jinja/node_modules/.installed: tests/js_jinja/package.json tests/js_jinja/package-lock.json
 	@command -v npm >/dev/null 2>&1 || $(MAKE) --no-print-directory deps DEBIAN_PACKAGES=npm
 	cd tests/js_jinja && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+# The official openai SDK for tests/python/test_openai.py, pinned by tests/js_openai/package-lock.json,
+# installed into tests/js_openai/node_modules (gitignored).
+test-js-openai-deps: tests/js_openai/node_modules/.installed
+tests/js_openai/node_modules/.installed: tests/js_openai/package.json tests/js_openai/package-lock.json
+	@command -v npm >/dev/null 2>&1 || $(MAKE) --no-print-directory deps DEBIAN_PACKAGES=npm
+	cd tests/js_openai && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
 test-python:

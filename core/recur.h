@@ -290,6 +290,20 @@ void recur_log_softmax_consts(const float *logits, int vocab, float *out, float 
  * ties; NaN never ranks. Returns how many were written (<= k). */
 int recur_top_k(const float *x, int n, int k, int32_t *ids, float *vals);
 
+/* Logit adjustment before sampling (core/logit_adjust.c; OpenAI's presence_penalty,
+ * frequency_penalty and logit_bias): for each distinct generated id ids[i] seen counts[i] times,
+ * logits[id] -= counts[i] * frequency + presence (when counts[i] > 0); then logits[bias_ids[j]]
+ * += bias[j]. ids [n] distinct; bias_ids / bias [n_bias]. RECUR_EINVAL, or RECUR_ETOKEN for an
+ * id outside [0, vocab) (nothing changed then). */
+typedef struct {
+    float presence, frequency;
+    const int32_t *bias_ids; /* [n_bias] */
+    const float *bias;       /* [n_bias] */
+    size_t n_bias;
+} recur_logit_adjust_params;
+int recur_logit_adjust(float *logits, int vocab, const recur_logit_adjust_params *p,
+                       const int32_t *ids, const uint32_t *counts, size_t n);
+
 /* ---------------------------------------------------------------- tokenizer (docs/API.md §Tokenizers) */
 
 /* A tokenizer is immutable after load and shareable across threads (encode keeps a small

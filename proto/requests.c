@@ -13,13 +13,19 @@
 static int fail(proto_error *err, int status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-static int fail(proto_error *err, int status, const char *code, const char *fmt, ...)
+int proto_vfail(proto_error *err, int status, const char *code, const char *fmt, va_list ap)
 {
     err->status = status;
     snprintf(err->code, sizeof err->code, "%s", code);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    return -1;
+}
+
+static int fail(proto_error *err, int status, const char *code, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    proto_vfail(err, status, code, fmt, ap);
     va_end(ap);
     return -1;
 }

@@ -17,6 +17,7 @@
 #ifndef PROTO_REQUESTS_H
 #define PROTO_REQUESTS_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,16 +33,25 @@ typedef struct {
     char message[192];
 } proto_error;
 
+/* Fill *err with status, code and the printf message; returns -1 (the decoders' refusal). */
+int proto_vfail(proto_error *err, int status, const char *code, const char *fmt, va_list ap);
+
 /* Text -> token ids with the served model's tokenizer (server/text.c): 0, or -1 when it cannot.
  * *ids malloc'd (free()), NULL when *n == 0. */
 typedef int proto_encode_fn(const void *ctx, const uint8_t *text, size_t len, int add_special,
                             int32_t **ids, size_t *n);
+
+struct proto_chat_msg;
 
 typedef struct {
     int vocab_size;
     size_t max_tokens_per_request;
     proto_encode_fn *encode;  /* NULL: the byte tokenizer (one token per byte, as before) */
     const void *encode_ctx;
+    /* the OpenAI chat route's template (openai_requests.h proto_render_fn; NULL: none) */
+    int (*render)(const void *ctx, const struct proto_chat_msg *msgs, size_t n, char **text,
+                  size_t *len, char *err, size_t errlen);
+    const void *render_ctx;
 } proto_limits;
 
 /* Tokens to fold: from "tokens" (array of ids) or "text" (encoded by lim->encode; without one,

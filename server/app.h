@@ -22,6 +22,8 @@ typedef struct {
     uint64_t sessions_rejected_full;     /* 503 max_sessions */
     uint64_t streams_cancelled;          /* client left or drain timeout */
     uint64_t generations_by_reason[3];   /* length, stop, cancelled */
+    uint64_t openai_requests[2];         /* /v1/completions, /v1/chat/completions */
+    uint64_t openai_errors;              /* answered with an OpenAI error */
 } srv_counters;
 
 /* Requests held behind an off-loop body decode (offloop.h): the per-session gates, and the
@@ -53,6 +55,9 @@ typedef struct srv_app {
     srv_held_state held;       /* requests held behind an off-loop body decode (offloop.c) */
     recur_tokenizer *tok;      /* the model folder's tokenizer, or the byte tokenizer (text.h) */
     struct srv_pcache *pcache; /* the prefix-state cache (prefix_cache.h) */
+    recur_chat_template *chat; /* the OpenAI chat route's template, or NULL (openai.h) */
+    char chat_source[64];      /* where it came from: a built-in, a file, tokenizer_config.json */
+    char chat_error[320];      /* why there is none */
 } srv_app;
 
 /* The HTTP callbacks (routes.c). */

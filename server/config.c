@@ -67,6 +67,11 @@ static const opt OPTS[] = {
     {"max_connections", OPT_INT, H(max_connections), 1, 1e7, "open connections"},
     {"max_tokens_per_request", OPT_SIZE, F(max_tokens_per_request), 1, 1e8,
      "tokens folded or generated per request -> 422"},
+    {"chat_template", OPT_STR, F(chat_template), 0, 0,
+     "the OpenAI chat route's template: a built-in (chatml, llama2, llama3, rwkv, plain) or a "
+     "Jinja file; \"\" = the model folder's tokenizer_config.json, else plain"},
+    {"max_choices_per_request", OPT_INT, F(max_choices_per_request), 1, 1024,
+     "OpenAI routes: prompts x n choices of one request -> 400"},
     {"max_sessions", OPT_INT, F(max_sessions), 1, 1e8,
      "sessions in total, in memory and (with state_dir) on disk -> 503"},
     {"idle_ttl_ms", OPT_U64, F(idle_ttl_ms), 0, BIG,
@@ -108,6 +113,7 @@ static void defaults(srv_config *c)
     snprintf(c->log_level, sizeof c->log_level, "info");
     srv_http_limits_default(&c->http);
     c->max_tokens_per_request = 8192;
+    c->max_choices_per_request = 16;
     c->max_sessions = 10000;
     c->idle_ttl_ms = 3600000;
     c->max_queued_ops_per_session = 64;

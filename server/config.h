@@ -35,6 +35,8 @@ typedef struct {
 
     srv_http_limits http;
     size_t max_tokens_per_request;
+    char chat_template[SRV_PATH_MAX]; /* OpenAI chat: built-in name or Jinja file; "" = auto */
+    int max_choices_per_request;      /* OpenAI routes: prompts x n */
     int max_sessions;
     uint64_t idle_ttl_ms;            /* 0 = never expire */
     int max_queued_ops_per_session;

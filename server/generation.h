@@ -28,6 +28,8 @@
  * generation comes back to the loop instead of stepping on (the loop's own bound is the
  * connection's write_high_watermark; this one only matters when the loop thread lags). */
 #define SRV_GEN_BACKLOG 65536
+/* Candidates per generated token an internal client may keep (OpenAI's top_logprobs <= 20). */
+#define SRV_GEN_MAX_TOP 20
 
 typedef struct srv_gen {
     /* Set by the loop (srv_gen_init), read-only afterwards. */
@@ -42,6 +44,19 @@ typedef struct srv_gen {
     srv_gen_text text;       /* decoded text and stop strings (gen_text.h) */
     proto_buf token_text;    /* scratch: the text of the token being written */
     int stop_matched;        /* the last token completed a stop string */
+    /* An internal client's generation (server/openai.c): records instead of lines, the
+     * sampler's logits adjusted, the top candidates kept (set by srv_gen_set_openai). */
+    int records;             /* 1: srv_gen_token appends a srv_gen_record, not a line */
+    int want_top;            /* candidates per token to keep (<= SRV_GEN_MAX_TOP) */
+    int n_top;               /* the worker's, for the token being sampled: */
+    int32_t top_ids[SRV_GEN_MAX_TOP];
+    float top_lps[SRV_GEN_MAX_TOP];
+    recur_logit_adjust_params adjust;
+    int adjusting;           /* penalties or a bias are set */
+    int32_t *seen_ids;       /* [n_seen] distinct generated ids (penalties), owned */
+    uint32_t *seen_counts;   /* [n_seen] */
+    int32_t *seen_slot;      /* [vocab]: index into seen_ids, or -1; owned */
+    size_t n_seen;
 
     /* Raised by the loop at any time, read by the worker after each step. */
     atomic_int stop;         /* the client left, or the drain timed out: come back now */
@@ -68,6 +83,32 @@ typedef struct srv_gen {
 int srv_gen_init(srv_gen *g, const proto_generate_req *req, proto_framing framing, uint64_t rng,
                  uint64_t max_seen, const recur_tokenizer *tok);
 void srv_gen_free(srv_gen *g); /* the buffers and the decoder */
+
+/* What srv_gen_token appends for a generation with records set: this header, then text_len
+ * bytes of text, then n_top (int32 id, float logprob) pairs, highest first. Native layout: the
+ * loop reads what a worker of the same process wrote (srv_gen_record_next). */
+typedef struct {
+    int32_t token;
+    float logprob;      /* log p(token | before), the model's (before any adjustment) */
+    uint32_t text_len;  /* UTF-8 text this token completes */
+    int32_t n_top;
+} srv_gen_record;
+
+/* Make g an internal client's generation (after srv_gen_init): records, want_top candidates per
+ * token, and the logit adjustment p (copied; its arrays must outlive g). vocab sizes the
+ * penalty bookkeeping, allocated only when a penalty is set. */
+void srv_gen_set_openai(srv_gen *g, int want_top, const recur_logit_adjust_params *p, int vocab);
+/* The next record in [*p, end): 1 with *rec, *text and the top pairs (ids, lps copied into
+ * [SRV_GEN_MAX_TOP] arrays), *p advanced; 0 at the end. */
+int srv_gen_record_next(const char **p, const char *end, srv_gen_record *rec, const char **text,
+                        int32_t *top_ids, float *top_lps);
+
+/* On the worker, before sampling: the logits to sample from. adjusted [vocab] is the worker's
+ * scratch; returns logits itself when g adjusts nothing. */
+const float *srv_gen_sampling_logits(srv_gen *g, const float *logits, float *adjusted, int vocab);
+/* On the worker, once log p = (logits - c[0]) - c[1] is known for the position being sampled:
+ * keep its want_top best candidates. */
+void srv_gen_keep_top(srv_gen *g, const float *logits, int vocab, const float c[2]);
 
 /* Token `token` at position `pos` was sampled (log-probability logprob) and folded: append its
  * line to out with the text that is final now (gen_text.h), check the stop strings, count it.

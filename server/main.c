@@ -18,6 +18,7 @@
 
 #include "app.h"
 #include "text.h"
+#include "openai.h"
 #include "auth.h"
 #include "hostaddr.h"
 #include "log.h"
@@ -183,7 +184,7 @@ int main(int argc, char **argv)
                 srv_log_str(app->cfg.host, h, sizeof h));
         return 2;
     }
-    if (load_model(app) != 0 || srv_text_load(app) != 0)
+    if (load_model(app) != 0 || srv_text_load(app) != 0 || srv_chat_load(app) != 0)
         return 1;
     if (app->cfg.check_only) {
         srv_config_write_json(&app->cfg, stdout);
@@ -262,6 +263,7 @@ int main(int argc, char **argv)
     srv_pcache_free(app->pcache);
     srv_table_destroy(app->table);
     srv_text_free(app);
+    srv_chat_free(app);
     recur_model_free(app->model);
     srv_log(SRV_LOG_INFO, "exit", "\"code\":0");
     return 0;

@@ -3,6 +3,7 @@
 #include <stdio.h>
 
 #include "metrics.h"
+#include "openai.h"
 #include "prefix_cache.h"
 #include "residency.h"
 
@@ -122,4 +123,5 @@ void srv_metrics_render(srv_app *app, proto_buf *b)
                    (unsigned long long)rss);
     srv_residency_metrics(app, b);
     srv_pcache_metrics(app->pcache, b);
+    srv_openai_metrics(app, b);
 }

@@ -44,12 +44,18 @@ void srv_body_decode(srv_body_kind kind, const uint8_t *body, size_t len, const 
     case SRV_BODY_ROLLBACK:
         out->rc = proto_decode_rollback_req(body, len, &out->rb, &out->err);
         break;
+    case SRV_BODY_OAI_COMPLETION:
+    case SRV_BODY_OAI_CHAT:
+        out->oai_rc = proto_decode_oai_req(body, len, kind == SRV_BODY_OAI_CHAT, lim, lim->render,
+                                           lim->render_ctx, &out->oai, &out->oai_err);
+        break;
     }
 }
 
 void srv_body_free(srv_body *b)
 {
     proto_tokens_req_free(&b->tr);
+    proto_oai_req_free(&b->oai);
 }
 
 /* ---------------------------------------------------------------- held requests */

@@ -24,6 +24,7 @@
 #include <stddef.h>
 
 #include "app.h"
+#include "openai_requests.h"
 #include "requests.h"
 
 /* The longest session id a held request carries (as routes.c's {id}). */
@@ -46,6 +47,8 @@ typedef enum {
     SRV_BODY_TOKENIZE,   /* proto_decode_tokenize_req (into tr) */
     SRV_BODY_DETOKENIZE, /* proto_decode_detokenize_req (into tr) */
     SRV_BODY_ROLLBACK,   /* proto_decode_rollback_req (into rb) */
+    SRV_BODY_OAI_COMPLETION, /* proto_decode_oai_req (into oai): /v1/completions */
+    SRV_BODY_OAI_CHAT,       /* proto_decode_oai_req (into oai): /v1/chat/completions */
 } srv_body_kind;
 
 /* A decoded request body. */
@@ -56,6 +59,10 @@ typedef struct {
     proto_tokens_req tr;  /* CREATE, TOKENS, (DE)TOKENIZE: the caller may take tr.tokens (set it to NULL) */
     proto_generate_req g; /* GENERATE */
     proto_rollback_req rb; /* ROLLBACK */
+    /* OAI_*: rc stays 0; the OpenAI-shaped refusal is oai_rc / oai_err (openai.c answers it) */
+    int oai_rc;
+    proto_oai_error oai_err;
+    proto_oai_req oai;    /* the handler may take oai.prompts (set them to NULL) */
 } srv_body;
 
 /* The one place a body is decoded, inline or on the threadpool. Thread-safe. */

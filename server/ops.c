@@ -7,6 +7,7 @@
 
 #include "checkpoints.h"
 #include "log.h"
+#include "openai.h"
 #include "prefix_cache.h"
 #include "residency.h"
 #include "responses.h"
@@ -40,6 +41,8 @@ static void srv_op_free(srv_op *op)
 {
     if (!op)
         return;
+    if (op->sink)
+        op->sink->released(op);
     free(op->tokens);
     free(op->blob);
     free(op->ckpt);
@@ -51,8 +54,16 @@ static void srv_op_free(srv_op *op)
 
 static void op_error(srv_op *op, int status, const char *code, const char *message)
 {
-    if (!op->cancelled)
+    if (op->sink)
+        op->sink->failed(op, status, code, message);
+    else if (!op->cancelled)
         srv_respond_error(op->conn, status, code, message);
+}
+
+/* The op's client may take more output now. */
+static int op_writable(srv_op *op)
+{
+    return op->sink ? op->sink->writable(op) : srv_stream_writable(op->conn);
 }
 
 /* ---------------------------------------------------------------- checkpoint (docs/API.md non_finite)
@@ -159,11 +170,18 @@ static void finish(srv_op *op)
     srv_op_free(op);
 }
 
-/* Finish and start whatever is next on the session. */
+/* Finish and start whatever is next on the session (an internal client's session goes once
+ * its last op ended: drop_session). */
 static void finish_and_pump(srv_op *op)
 {
     srv_session *s = op->sess;
+    srv_app *app = op->app;
+    int drop = op->drop_session;
     finish(op);
+    if (drop && !s->q_head) {
+        srv_table_remove(app->table, s);
+        return;
+    }
     pump(s);
 }
 
@@ -332,7 +350,9 @@ static void end_generation(srv_op *op, int reason)
     }
     char cid[SRV_CKPT_ID_LEN + 1];
     const char *ck = reason == REASON_CANCELLED ? NULL : ckpt_at_end(op, cid);
-    if (!op->cancelled) {
+    if (op->sink) {
+        op->sink->ended(op, REASONS[reason], 0); /* it takes the held-back text (openai.c) */
+    } else if (!op->cancelled) {
         proto_buf held; /* a stream cut by the drain may still hold text back (generation.h) */
         proto_buf_init(&held);
         srv_gen_end_text(&op->run, &held);
@@ -368,7 +388,9 @@ static void stream_error_end(srv_op *op, int rc)
 {
     op_rollback(op);
     const char *code = compute_error_code(rc);
-    if (!op->cancelled) {
+    if (op->sink) {
+        op->sink->ended(op, NULL, rc);
+    } else if (!op->cancelled) {
         char msg[160];
         snprintf(msg, sizeof msg, "%s; the request was undone, the session is as it was before it",
                  rc == RECUR_ENONFINITE ? "the computation turned non-finite"
@@ -402,7 +424,7 @@ static void continue_op(srv_op *op)
             end_generation(op, REASON_CANCELLED);
         } else if (op->run.generated >= op->gen.max_tokens || context_left(app, op->sess) <= 0) {
             end_generation(op, REASON_LENGTH);
-        } else if (!srv_stream_writable(op->conn)) {
+        } else if (!op_writable(op)) {
             op->paused = 1;
         } else {
             submit_generation(op);
@@ -426,7 +448,10 @@ static void continue_op(srv_op *op)
                 return;
             }
             pc_after_fold(op);
-            respond_session(op, 201, s);
+            if (op->sink)
+                op->sink->created(op);
+            else
+                respond_session(op, 201, s);
             finish_and_pump(op);
         }
         return;
@@ -441,7 +466,7 @@ static void continue_op(srv_op *op)
         finish_and_pump(op);
         return;
     }
-    if (op->kind == SRV_OP_FOLD && !srv_stream_writable(op->conn)) {
+    if (op->kind == SRV_OP_FOLD && !op_writable(op)) {
         op->paused = 1;
         return;
     }
@@ -497,7 +522,11 @@ void srv_ops_gen_progress(srv_work *w, void *appv)
     srv_gen *g = &op->run;
     op->sess->tokens_seen = g->taken_seen; /* GET /v1/sessions/{id} follows the stream */
     app->counters.tokens_generated += (uint64_t)g->taken_tokens;
-    if (!op->cancelled) {
+    if (op->sink) {
+        op->sink->output(op, g->taken.data, g->taken.len, g->taken_tokens);
+        if (!op->sink->writable(op))
+            atomic_store(&g->hold, 1);
+    } else if (!op->cancelled) {
         const char *p = g->taken.data, *end = p + g->taken.len;
         while (p < end) { /* one line (NDJSON) or event (SSE) per chunk */
             const char *next = proto_frame_next(p, end, op->framing);
@@ -557,24 +586,15 @@ void srv_ops_reject_full(srv_app *app, srv_conn *c)
     srv_respond_error_ex(c, 503, "max_sessions", msg, "Retry-After: 1\r\n");
 }
 
-static void start_fork(srv_op *op)
+int srv_ops_copy_session(srv_app *app, srv_session *src, srv_session **out)
 {
-    srv_app *app = op->app;
-    srv_session *src = op->sess, *dst;
+    srv_session *dst;
     int rc = srv_table_new(app->table, uv_now(app->loop), &dst);
-    if (rc == -1) {
-        srv_ops_reject_full(app, op->conn);
-        return;
-    }
-    if (rc != 0) {
-        op_error(op, 503, "out_of_memory", "cannot create a session");
-        return;
-    }
-    rc = recur_state_copy(dst->state, src->state);
-    if (rc != 0) {
+    if (rc != 0)
+        return rc == -1 ? SRV_COPY_FULL : SRV_COPY_NOMEM;
+    if (recur_state_copy(dst->state, src->state) != 0) {
         srv_table_remove(app->table, dst);
-        op_error(op, 500, "model_error", recur_strerror(rc));
-        return;
+        return SRV_COPY_MODEL;
     }
     memcpy(dst->logits, src->logits, (size_t)app->info->vocab_size * sizeof(float));
     dst->has_logits = src->has_logits;
@@ -582,11 +602,32 @@ static void start_fork(srv_op *op)
     dst->tokens_seen = src->tokens_seen;
     if (srv_ckpt_copy(dst, src) != 0) {
         srv_table_remove(app->table, dst);
-        op_error(op, 503, "out_of_memory", "cannot copy the session's checkpoints");
-        return;
+        return SRV_COPY_CKPT;
     }
     if (src->pc_hist)
         srv_pcache_hist_append(dst, src->pc_hist, src->pc_hist_n, pc_hist_max(app));
+    *out = dst;
+    return SRV_COPY_OK;
+}
+
+static void start_fork(srv_op *op)
+{
+    srv_app *app = op->app;
+    srv_session *dst;
+    int rc = srv_ops_copy_session(app, op->sess, &dst);
+    if (rc == SRV_COPY_FULL) {
+        srv_ops_reject_full(app, op->conn);
+        return;
+    }
+    if (rc == SRV_COPY_NOMEM || rc == SRV_COPY_CKPT) {
+        op_error(op, 503, "out_of_memory",
+                 rc == SRV_COPY_NOMEM ? "cannot create a session" : "cannot copy the session's checkpoints");
+        return;
+    }
+    if (rc != SRV_COPY_OK) {
+        op_error(op, 500, "model_error", "the state could not be copied");
+        return;
+    }
     app->counters.sessions_created++;
     respond_session(op, 201, dst);
 }
@@ -725,7 +766,10 @@ static void start_generate(srv_op *op)
     }
     op_checkpoint(op);
     op->streaming = 1;
-    srv_stream_begin(op->conn, 200, proto_frame_content_type(op->framing));
+    if (op->sink)
+        srv_gen_set_openai(&op->run, op->want_top, &op->adjust, app->info->vocab_size);
+    else
+        srv_stream_begin(op->conn, 200, proto_frame_content_type(op->framing));
     if (app->stopping)
         op->stop_requested = 1;
     continue_op(op);
@@ -833,6 +877,8 @@ static void start(srv_op *op)
         start_rollback(op);
         finish_and_pump(op);
         return;
+    case SRV_OP_CLIENT: /* never queued */
+        abort();
     }
 }
 
@@ -858,18 +904,17 @@ void srv_ops_enqueue(srv_op *op)
     s->q_len++;
     s->last_used_ms = uv_now(app->loop);
     s->mut_gen++; /* may change the state: due for a snapshot (residency.c) */
-    srv_conn_ref(op->conn);
-    srv_conn_set_user(op->conn, op);
+    if (op->conn) {
+        srv_conn_ref(op->conn);
+        srv_conn_set_user(op->conn, op);
+    }
     pump(s);
 }
 
 /* ---------------------------------------------------------------- connection events */
 
-void srv_app_on_close(srv_conn *c, void *appv)
+void srv_ops_cancel(srv_op *op)
 {
-    srv_op *op = srv_conn_get_user(c);
-    if (!op)
-        return;
     op->cancelled = 1;
     if (op->kind == SRV_OP_GENERATE && op->in_flight)
         atomic_store(&op->run.stop, 1); /* stops after its current step */
@@ -879,15 +924,35 @@ void srv_app_on_close(srv_conn *c, void *appv)
     }
 }
 
-void srv_app_on_drain(srv_conn *c, void *appv)
+void srv_ops_resume(srv_op *op)
 {
-    srv_op *op = srv_conn_get_user(c);
-    if (op && op->kind == SRV_OP_GENERATE && op->in_flight)
+    if (op->kind == SRV_OP_GENERATE && op->in_flight)
         atomic_store(&op->run.hold, 0); /* not yet back: it may step on */
-    if (!op || !op->paused || op->in_flight)
+    if (!op->paused || op->in_flight)
         return;
     op->paused = 0;
     continue_op(op);
+}
+
+/* A connection's user is an op, or an internal client (server/openai.h), told apart by the
+ * kind both start with: the event goes to the one it is. */
+static void conn_event(srv_conn *c, void (*client_fn)(void *), void (*op_fn)(srv_op *))
+{
+    void *u = srv_conn_get_user(c);
+    if (u && *(const srv_op_kind *)u == SRV_OP_CLIENT)
+        client_fn(u);
+    else if (u)
+        op_fn(u);
+}
+
+void srv_app_on_close(srv_conn *c, void *appv)
+{
+    conn_event(c, srv_openai_on_close, srv_ops_cancel);
+}
+
+void srv_app_on_drain(srv_conn *c, void *appv)
+{
+    conn_event(c, srv_openai_on_drain, srv_ops_resume);
 }
 
 typedef struct {

@@ -29,8 +29,28 @@ typedef enum {
     SRV_OP_CKPT_TAKE,   /* POST .../checkpoints (checkpoints.h) */
     SRV_OP_CKPT_LIST,   /* GET .../checkpoints */
     SRV_OP_CKPT_DELETE, /* DELETE .../checkpoints/{cid} */
-    SRV_OP_ROLLBACK     /* POST .../rollback */
+    SRV_OP_ROLLBACK,    /* POST .../rollback */
+    SRV_OP_CLIENT  /* never an op: the kind an internal client (openai.h) starts with, so a
+                    * connection's user pointer says which of the two it is */
 } srv_op_kind;
+
+/* An op run for an internal client (server/openai.c) instead of an HTTP connection: its conn
+ * is NULL, and what ops.c would send on a connection goes to the sink. Called on the loop
+ * thread; none of them may free the op (released says when it is freed). */
+typedef struct srv_op_sink {
+    /* CREATE: the prompt is folded; the op is still its session's running head, so an op
+     * enqueued on the session now runs next (the session is never idle in between). */
+    void (*created)(srv_op *op);
+    /* The op was refused or failed before producing anything (status, code as the session API's). */
+    void (*failed)(srv_op *op, int status, const char *code, const char *message);
+    /* GENERATE: records (generation.h srv_gen_record) of `tokens` new tokens. */
+    void (*output)(srv_op *op, const char *data, size_t len, int64_t tokens);
+    /* GENERATE ended: reason "length", "stop" or "cancelled", or err != 0 (a RECUR_E*: the
+     * session was put back as the op found it). */
+    void (*ended)(srv_op *op, const char *reason, int err);
+    int (*writable)(srv_op *op);    /* 0: hold the generation (backpressure) */
+    void (*released)(srv_op *op);   /* the op is about to be freed */
+} srv_op_sink;
 
 struct srv_op {
     srv_op_kind kind;
@@ -70,6 +90,13 @@ struct srv_op {
     size_t blob_len;
     srv_work work;
     proto_buf out;
+    /* an internal client's op (above) */
+    const srv_op_sink *sink;
+    void *sink_ctx;
+    int sink_index;             /* the client's own number for the op */
+    int drop_session;           /* remove the session once this op ends and nothing is queued */
+    int want_top;               /* GENERATE: candidates kept per token (srv_gen_set_openai) */
+    recur_logit_adjust_params adjust;
 };
 
 /* A new op for conn on sess (fields to be filled by the caller). */
@@ -77,6 +104,21 @@ srv_op *srv_op_new(srv_app *app, srv_op_kind kind, srv_session *sess, srv_conn *
 /* Append to the session's FIFO and start it when it is first. The caller has checked
  * max_queued_ops_per_session (routes.c). */
 void srv_ops_enqueue(srv_op *op);
+/* The client of op left: it stops at its next step or slice boundary (what a closed
+ * connection does to its op). */
+void srv_ops_cancel(srv_op *op);
+/* op was held for backpressure (its sink said not writable): go on when it is writable again. */
+void srv_ops_resume(srv_op *op);
+/* A new session holding a copy of src's state, logits, tokens_seen, checkpoints and token
+ * history (what fork does): SRV_COPY_OK, or why not (nothing was created then). */
+enum {
+    SRV_COPY_OK = 0,
+    SRV_COPY_FULL,   /* max_sessions */
+    SRV_COPY_NOMEM,  /* no memory, or no resident slot */
+    SRV_COPY_CKPT,   /* no memory for the checkpoints */
+    SRV_COPY_MODEL,  /* the state copy failed */
+};
+int srv_ops_copy_session(srv_app *app, srv_session *src, srv_session **out);
 /* 503 max_sessions (+ Retry-After), counted: a create or fork found the table full. */
 void srv_ops_reject_full(srv_app *app, srv_conn *c);
 

@@ -18,6 +18,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "offloop.h"
+#include "openai.h"
 #include "ops.h"
 #include "prefix_cache.h"
 #include "requests.h"
@@ -75,8 +76,11 @@ static int blob_body_ok(srv_conn *c, const srv_request *req)
 
 static proto_limits limits_of(const srv_app *app)
 {
-    proto_limits l = {app->info->vocab_size, app->cfg.max_tokens_per_request, NULL, NULL};
+    proto_limits l = {.vocab_size = app->info->vocab_size,
+                      .max_tokens_per_request = app->cfg.max_tokens_per_request};
     srv_text_limits(app, &l); /* text fields through the model's tokenizer (text.h) */
+    l.render = srv_chat_render; /* OpenAI chat: the chat template (openai.h) */
+    l.render_ctx = app;
     return l;
 }
 
@@ -387,6 +391,11 @@ static const route routes[] = {
      handle_ckpt_delete},
     {"POST", "/v1/sessions/{id}/rollback", R_JSON | R_SESSION | R_QUEUED, SRV_BODY_ROLLBACK,
      handle_rollback},
+    /* the OpenAI API (openai.h) */
+    {"POST", "/v1/completions", R_JSON, SRV_BODY_OAI_COMPLETION, srv_openai_completions},
+    {"POST", "/v1/chat/completions", R_JSON, SRV_BODY_OAI_CHAT, srv_openai_completions},
+    {"GET", "/v1/models/?", 0, SRV_BODY_NONE, srv_openai_models},
+    {"GET", "/v1/models/{id}/?", 0, SRV_BODY_NONE, srv_openai_model},
 };
 #define N_ROUTES (sizeof routes / sizeof routes[0])
 

@@ -17,6 +17,7 @@ typedef struct {
     float *logits;        /* [max(max_batch, prefill_slice)][vocab] */
     float *lsm;           /* [vocab] log-softmax of the previous position */
     float *scratch;       /* [2*vocab] sampler scratch */
+    float *adjusted;      /* [vocab] logits after a generation's adjustment (generation.h) */
     recur_state **states; /* [max_batch] */
     proto_buf lines;      /* generated lines of the last batch, before they go to their streams */
     size_t *line_end;     /* [max_batch] end of item i's line in `lines` */
@@ -104,7 +105,8 @@ static void run_steps(worker *wk, srv_work **items, int B)
         w->has_logprob = 0;
         w->tokens_seen = recur_state_tokens_seen(w->state); /* stays right if w fails */
         if (w->sample) {
-            int t = recur_sample(w->logits, V, &w->sp, w->rng, wk->scratch);
+            const float *lg = srv_gen_sampling_logits(w->gen, w->logits, wk->adjusted, V);
+            int t = recur_sample(lg, V, &w->sp, w->rng, wk->scratch);
             if (t < 0) {
                 w->err = t;
                 continue;
@@ -122,6 +124,8 @@ static void run_steps(worker *wk, srv_work **items, int B)
             w->logprob = wk->lsm[w->token];
             w->has_logprob = 1;
         }
+        if (w->gen && w->gen->want_top && *w->has_logits == 2)
+            srv_gen_keep_top(w->gen, w->logits, V, w->lsm_c);
     }
     /* Gather the items that are still good into one batch. */
     int nb = 0;
@@ -497,12 +501,13 @@ int srv_sched_create(uv_loop_t *loop, const recur_model *m, int workers, int max
         wk->logits = malloc(rows * (size_t)s->vocab * sizeof(float));
         wk->lsm = malloc((size_t)s->vocab * sizeof(float));
         wk->scratch = malloc(2 * (size_t)s->vocab * sizeof(float));
+        wk->adjusted = malloc((size_t)s->vocab * sizeof(float));
         wk->states = malloc((size_t)max_batch * sizeof *wk->states);
         wk->tokens = malloc((size_t)max_batch * sizeof *wk->tokens);
         wk->items = malloc((size_t)max_batch * sizeof *wk->items);
         wk->line_end = malloc((size_t)max_batch * sizeof *wk->line_end);
         proto_buf_init(&wk->lines);
-        if (!wk->logits || !wk->lsm || !wk->scratch || !wk->states || !wk->tokens || !wk->items ||
+        if (!wk->logits || !wk->lsm || !wk->scratch || !wk->adjusted || !wk->states || !wk->tokens || !wk->items ||
             !wk->line_end)
             return RECUR_ENOMEM;
         if (pthread_create(&wk->tid, NULL, worker_main, wk) != 0)
@@ -567,6 +572,7 @@ void srv_sched_free(srv_sched *s)
         free(wk->logits);
         free(wk->lsm);
         free(wk->scratch);
+        free(wk->adjusted);
         free(wk->states);
         free(wk->tokens);
         free(wk->items);

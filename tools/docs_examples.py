@@ -138,9 +138,39 @@ def run_examples():
         out.append(("put_state", "curl -s -XPUT $B/v1/sessions/$OTHER/state -H 'Content-Type: "
                                  "application/octet-stream' --data-binary @s.bin",
                     ["%d %s" % (st, ids_out(body.decode().strip(), {other["id"]: "$OTHER"}))]))
+
+        oai_examples(d, out)
     finally:
         d.stop()
     return out, facts
+
+
+def oai_stable(text):
+    """An OpenAI answer with what differs per run replaced: "id" and "created"."""
+    text = re.sub(r'"id":"(cmpl|chatcmpl)-[0-9a-f]+"', r'"id":"\1-<random>"', text)
+    return re.sub(r'"created":\d+', '"created":"<unix time>"', text)
+
+
+def oai_examples(d, out):
+    """The OpenAI routes' examples (API.md "OpenAI API")."""
+    model = json.loads(d.request("GET", "/v1/models")[1])["data"][0]["id"]
+    st, body = d.request("GET", "/v1/models")
+    out.append(("oai_models", "curl -s $B/v1/models", [oai_stable(body.decode().strip())]))
+    st, body = d.request("GET", "/v1/models/" + model)
+    out.append(("oai_model", "curl -s $B/v1/models/" + model, [oai_stable(body.decode().strip())]))
+    req = {"model": model, "prompt": "Hello", "max_tokens": 5, "temperature": 0}
+    st, body = d.request("POST", "/v1/completions", req)
+    out.append(("oai_completion", "curl -s $B/v1/completions -d '%s'" % compact(req),
+                [oai_stable(body.decode().strip())]))
+    req = {"model": model, "prompt": "Hello", "max_tokens": 2, "temperature": 0, "stream": True,
+           "stream_options": {"include_usage": True}}
+    st, body = d.request("POST", "/v1/completions", req)
+    out.append(("oai_completion_stream", "curl -sN $B/v1/completions -d '%s'" % compact(req),
+                oai_stable(body.decode()).rstrip("\n").split("\n")))
+    req = {"model": model, "prompt": "Hello", "suffix": "!"}
+    st, body = d.request("POST", "/v1/completions", req)
+    out.append(("oai_refused", "curl -s $B/v1/completions -d '%s'" % compact(req),
+                ["%d %s" % (st, body.decode().strip())]))
 
 
 def main(argv):
