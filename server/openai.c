@@ -344,6 +344,7 @@ static void sink_created(srv_op *op)
     oai_req *o = op->sink_ctx;
     size_t p = (size_t)op->sink_index;
     o->prompt_tokens += op->n;
+    o->cached_tokens += op->sess->pc_cached;
     if (o->answered) {
         op->drop_session = 1;
         return;
@@ -581,6 +582,7 @@ void srv_openai_completions(srv_app *app, srv_conn *c, const srv_request *req, s
         op->sink = &SINK;
         op->sink_ctx = o;
         op->sink_index = (int)p;
+        op->pc_lookup = 1; /* the longest cached prefix of the prompt is restored, not folded */
         o->creates[p] = op;
         oai_ref(o);
         srv_ops_enqueue(op);
