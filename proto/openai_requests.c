@@ -70,6 +70,15 @@ static void key_name(pj_span key, char *out, size_t cap)
     free(s);
 }
 
+/* A refusal naming member k of param: fmt takes param, then the member's name. */
+static int refuse_member(proto_oai_error *e, const char *code, const char *param, pj_span k,
+                         const char *fmt)
+{
+    char name[41];
+    key_name(k, name, sizeof name);
+    return fail(e, code, param, fmt, param, name);
+}
+
 /* ---------------------------------------------------------------- values */
 
 static int is_null(pj_span v)
@@ -289,10 +298,7 @@ static int decode_content(pj_span v, proto_chat_msg *m, size_t idx, proto_oai_er
                     return invalid(e, param, "parts whose \"text\" is a string");
                 text = val;
             } else {
-                char name[41];
-                key_name(k, name, sizeof name);
-                return fail(e, "unknown_parameter", param, "'%s': unknown part member '%s'", param,
-                            name);
+                return refuse_member(e, "unknown_parameter", param, k, "'%s': unknown part member '%s'");
             }
         }
         if (!is_text || !text.p)
@@ -339,14 +345,10 @@ static int decode_message(pj_span v, proto_chat_msg *m, size_t idx, proto_oai_er
                    pj_string_eq(k, "refusal") || pj_string_eq(k, "audio")) {
             if (is_null(val))
                 continue;
-            char name[41];
-            key_name(k, name, sizeof name);
-            return fail(e, "unsupported_parameter", param, "'%s.%s' is not supported by recurd",
-                        param, name);
+            return refuse_member(e, "unsupported_parameter", param, k,
+                                 "'%s.%s' is not supported by recurd");
         } else {
-            char name[41];
-            key_name(k, name, sizeof name);
-            return fail(e, "unknown_parameter", param, "'%s': unknown member '%s'", param, name);
+            return refuse_member(e, "unknown_parameter", param, k, "'%s': unknown member '%s'");
         }
     }
     if (!m->role)
@@ -478,10 +480,8 @@ static int decode_stream_options(pj_span v, proto_oai_req *r, proto_oai_error *e
             if (!is_null(val) && get_bool(val, "stream_options.include_usage", &r->include_usage, e))
                 return -1;
         } else {
-            char name[41];
-            key_name(k, name, sizeof name);
-            return fail(e, "unknown_parameter", "stream_options",
-                        "'stream_options.%s' is not supported by recurd", name);
+            return refuse_member(e, "unknown_parameter", "stream_options", k,
+                                 "'%s.%s' is not supported by recurd");
         }
     }
     return 0;
