@@ -231,6 +231,8 @@ static void stream_choice(oai_req *o, int idx)
         const oai_token *t = &c->toks[c->sent_toks];
         size_t end = t->text_off + t->text_len;
         size_t from = c->sent_text < end ? c->sent_text : end;
+        if (from == end && !o->req.logprobs)
+            continue; /* its text is held back (a stop sequence may begin there): nothing to say yet */
         proto_buf lp;
         proto_buf_init(&lp);
         if (o->req.logprobs)

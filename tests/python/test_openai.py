@@ -276,3 +276,17 @@ def test_client_leaving_mid_stream_frees_everything(d):
     s.close()
     wait_sessions_zero(d)
     assert metric(d, "recurd_streams_cancelled_total") > before
+
+
+def test_stop_sequences_cut_the_text_streamed_or_not(d):
+    """The text ends before the first occurrence of a stop sequence (found in the run without
+    one: same seed, same tokens up to there), finish_reason "stop", streamed or not."""
+    full = sdk(d, "completion", d.model, prompt=PROMPT, seed=7, max_tokens=40)["choices"][0]["text"]
+    stop = full[6:8]
+    want = full[:full.index(stop)]
+    r = sdk(d, "completion", d.model, prompt=PROMPT, seed=7, max_tokens=40, stop=[stop, "\x00zz"])
+    assert r["choices"][0]["text"] == want and r["choices"][0]["finish_reason"] == "stop"
+    st = sdk(d, "completion_stream", d.model, prompt=PROMPT, seed=7, max_tokens=40, stop=stop)["chunks"]
+    assert "".join(c["choices"][0]["text"] for c in st) == want
+    assert st[-1]["choices"][0]["finish_reason"] == "stop"
+    assert all(c["choices"][0]["text"] for c in st[:-1])  # no empty chunks while text is held
