@@ -46,8 +46,18 @@ int recur_chat_template_parse(const char *src, size_t len, const char *bos_token
         free(c);
         return code;
     }
-    /* tokens and text nodes point into this copy */
+    /* tokens and text nodes point into this copy; Jinja reads \r\n and \r as \n (newline_sequence) */
     char *copy = ct_strdup(c, src ? src : "", len);
+    size_t w = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (copy[i] == '\r') {
+            if (i + 1 < len && copy[i + 1] == '\n') i++;
+            copy[w++] = '\n';
+        } else {
+            copy[w++] = copy[i];
+        }
+    }
+    len = w;
     t->bos_n = bos_token ? strlen(bos_token) : 0;
     t->eos_n = eos_token ? strlen(eos_token) : 0;
     t->bos = ct_strdup(c, bos_token ? bos_token : "", t->bos_n);

@@ -285,6 +285,7 @@ FEATURES = [
     "{# comment #}\nx\n  {#- c -#}  y",
     "{{- '  a  ' -}}   {{ 'b' }}\n{{ 'c' }}  \n",
     "{%+ if true %}kept{% endif %}\n  {%+ if true %}lead{% endif %}",
+    "a\r\nb{% if 1 %}\r\nc\rd{{ \"x\r\ny\" }}{% endif %}\r\n  {% if 1 %}z{% endif %}\r\n",
     # literals and operators
     "{{ 1 + 2 * 3 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 2 ** 10 }} {{ 7 / 2 }}",
     "{{ 'a' ~ 1 ~ none ~ true }} {{ 'x' * 3 }} {{ [1, 2] + [3] }}",
