@@ -366,6 +366,43 @@ def test_generation_tag_renders_its_body_as_huggingface_jinja():
     assert ours(ChatTemplate.parse(src), msgs, False) == js
 
 
+def random_whitespace_templates(seed=7, count=600):
+    """nested if / for / {{ }} / comments with every whitespace-control marker ({%- -%} {%+ {{- -}}
+    {#- -#}) between text made of blanks, tabs and newlines: trim_blocks + lstrip_blocks territory"""
+    rng = random.Random(seed)
+    texts = ["", " ", "  ", "\n", "\n\n", "\t", " \n ", "a", "b\n", "\n  ", "  \t\n", "x y", "\n\t\n"]
+
+    def tag(open_, body, close, plus):
+        return (open_ + rng.choice(["", "-"] + (["+"] if plus else [])) + rng.choice(["", " ", "  "]) + body
+                + rng.choice(["", " "]) + rng.choice(["", "-"]) + close)
+
+    def gen(depth):
+        out = []
+        for _ in range(rng.randint(1, 5)):
+            out.append(rng.choice(texts))
+            c = rng.random()
+            if c < 0.3:
+                out.append(tag("{{", rng.choice(["'v'", "1", "' s '", "none"]), "}}", False))
+            elif c < 0.45:
+                out.append(tag("{#", "c", "#}", True))
+            elif depth < 3:
+                head, end = ("if true", "endif") if c < 0.8 else ("for i in [1, 2]", "endfor")
+                out += [tag("{%", head, "%}", True), gen(depth + 1), tag("{%", end, "%}", True)]
+        out.append(rng.choice(texts))
+        return "".join(out)
+    return [gen(0) for _ in range(count)]
+
+
+def test_random_whitespace_control_matches_python_jinja():
+    bad = []
+    for src in random_whitespace_templates():
+        want = python_render(src, variables([], False, "", ""))
+        got = ours(ChatTemplate.parse(src), [], False)
+        if got != want:
+            bad.append((src, got, want))
+    assert not bad, bad[:3]
+
+
 # ---------------------------------------------------------------- errors at load
 
 # Each refusal names its rule: ("load") unsupported or malformed templates fail when parsed,
