@@ -87,6 +87,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         if (proto_decode_empty_req(copy, len, &e) != 0)
             check_error(&e);
+        proto_rollback_req rb; /* POST .../rollback */
+        if (proto_decode_rollback_req(copy, len, &rb, &e) == 0) {
+            size_t n = strlen(rb.checkpoint);
+            if (n == 0 || n >= sizeof rb.checkpoint)
+                abort();
+        } else {
+            check_error(&e);
+        }
         break;
     }
     }

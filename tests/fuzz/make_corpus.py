@@ -443,6 +443,16 @@ def seeds_server():
         "6;a=1;b=2\r\n{\"text\r\n8;c;d=\"e\"\r\n\":\"abc\"}\r\n0;z=9\r\n\r\n")
     add("expect-100-create", 2, "POST /v1/sessions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
         "Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+    # issue 14: checkpoints and the prefix cache's create extension
+    add("checkpoints", 0, req("POST", "/v1/sessions/@S/checkpoints", "{}"),
+        req("POST", "/v1/sessions/@S/tokens", '{"tokens":[1,2,3],"checkpoint":true}'),
+        req("GET", "/v1/sessions/@S/checkpoints"),
+        req("POST", "/v1/sessions/@S/rollback", '{"checkpoint":"0123456789abcdef"}'),
+        req("DELETE", "/v1/sessions/@S/checkpoints/0123456789abcdef"),
+        req("POST", "/v1/sessions/@S/generate", '{"max_tokens":2,"checkpoint":true}'))
+    add("create-prefix-cache", 2, req("POST", "/v1/sessions", '{"tokens":[1,2,3,4],"prefix_cache":true}'),
+        req("POST", "/v1/sessions", '{"tokens":[1,2,3,4,5],"prefix_cache":true}'),
+        req("POST", "/v1/sessions/@N/generate", '{"max_tokens":2,"temperature":0}'))
     return s
 
 
