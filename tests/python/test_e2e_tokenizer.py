@@ -2,6 +2,7 @@
 /v1/tokenize equals the Python binding's encode, /v1/detokenize round-trips, "text" in create and
 fold is encoded with the tokenizer, /v1/model reports it. The tokenizer files are read from
 ../shared/tokenizers/ (never committed); the model is seeded with tools/export.py."""
+import ast
 import json
 import os
 import shutil
@@ -142,6 +143,33 @@ class NeoxReference:
 
     def decode(self, ids):
         return b"".join(self.raw.get(i, b"") for i in ids).decode("utf-8", "replace")
+
+
+def rwkv_reference_decode(ids):
+    """RWKV World decode written here: each id's bytes (the file's Python literals), joined, read
+    as UTF-8 with U+FFFD for each maximal invalid subpart."""
+    if not hasattr(rwkv_reference_decode, "raw"):
+        raw = {}
+        with open(RWKV, encoding="utf-8") as f:
+            for line in f:
+                i, rest = line.rstrip("\n").split(" ", 1)
+                v = ast.literal_eval(rest.rsplit(" ", 1)[0])
+                raw[int(i)] = v.encode("utf-8") if isinstance(v, str) else v
+        rwkv_reference_decode.raw = raw
+    return b"".join(rwkv_reference_decode.raw.get(i, b"") for i in ids).decode("utf-8", "replace")
+
+
+def test_generate_text_is_the_streaming_decode_unpadded(served):
+    """The same on both unpadded folders (NeoX and RWKV World, whose tokens are raw bytes, many
+    of them pieces of characters): texts concatenate to the one-shot decode, by the binding and
+    by a decoder written here."""
+    d, tok, kind = served
+    ref = NeoxReference(NEOX).decode if kind == "neox" else rwkv_reference_decode
+    for seed in range(4):
+        sid = _session(d, "Once upon a time, ")
+        lines, _, _ = _stream(d, sid, sse=seed % 2 == 1, max_tokens=96, temperature=100.0, seed=seed)
+        ids = [l["token"] for l in lines]
+        assert "".join(l["text"] for l in lines) == tok.decode(ids) == ref(ids), (kind, seed)
 
 
 @pytest.fixture(scope="module")
