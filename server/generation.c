@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+_Static_assert(PROTO_MAX_STOP <= SRV_STOP_MAX, "a generate request's stop strings fit the matcher");
+
 int srv_gen_init(srv_gen *g, const proto_generate_req *req, proto_framing framing, uint64_t rng,
                  uint64_t max_seen, const recur_tokenizer *tok)
 {
