@@ -24,7 +24,8 @@ int srv_auth_bearer_ok(const char *key, const char *authorization)
 
 int srv_auth_check(const srv_app *app, const srv_request *req, srv_refusal *r)
 {
-    if (!app->cfg.api_key[0] || strncmp(req->path, "/v1/", 4) != 0 ||
+    /* OPTIONS (a CORS preflight) never carries credentials; it reveals the methods alone */
+    if (!app->cfg.api_key[0] || strncmp(req->path, "/v1/", 4) != 0 || !strcmp(req->method, "OPTIONS") ||
         srv_auth_bearer_ok(app->cfg.api_key, req->authorization))
         return 0;
     return srv_auth_refuse(r, "missing or wrong API key (Authorization: Bearer KEY)");

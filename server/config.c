@@ -65,6 +65,9 @@ static const opt OPTS[] = {
     {"write_low_watermark", OPT_SIZE, H(write_low_watermark), 0, BIG,
      "queued bytes below which a paused stream resumes"},
     {"max_connections", OPT_INT, H(max_connections), 1, 1e7, "open connections"},
+    {"cors_origin", OPT_STR, H(cors_origin), 0, 0,
+     "CORS: \"\" = off, \"*\" = any origin, or a comma-separated list of exact origins allowed to "
+     "call recurd from a browser page"},
     {"max_tokens_per_request", OPT_SIZE, F(max_tokens_per_request), 1, 1e8,
      "tokens folded or generated per request -> 422"},
     {"chat_template", OPT_STR, F(chat_template), 0, 0,
@@ -299,6 +302,28 @@ static void srv_config_usage(FILE *out)
     }
 }
 
+/* cors_origin goes into a response header as is: only "", "*", or non-empty entries of
+ * printable ASCII without spaces (no CR / LF: no header can be injected). */
+static int cors_origin_bad(const char *s)
+{
+    if (!s[0] || !strcmp(s, "*"))
+        return 0;
+    size_t entry = 0;
+    for (const char *p = s;; p++) {
+        if (*p == ',' || *p == '\0') {
+            if (entry == 0)
+                return 1;
+            if (*p == '\0')
+                return 0;
+            entry = 0;
+        } else if (*p <= 0x20 || *p >= 0x7f || *p == '*') {
+            return 1;
+        } else {
+            entry++;
+        }
+    }
+}
+
 int srv_config_load(srv_config *cfg, int argc, char **argv, char *err, size_t en)
 {
     defaults(cfg);
@@ -386,6 +411,9 @@ int srv_config_load(srv_config *cfg, int argc, char **argv, char *err, size_t en
     }
     if (env_err[0] && !key_from_flag)
         return srv_errf(err, en, "%s", env_err);
+    if (cors_origin_bad(cfg->http.cors_origin))
+        return srv_errf(err, en, "cors_origin must be \"\", \"*\" or a comma-separated list of origins "
+                                 "(printable ASCII, no spaces, no empty entry)");
     if (cfg->http.write_low_watermark >= cfg->http.write_high_watermark)
         return srv_errf(err, en, "write_low_watermark must be below write_high_watermark");
     if (!strcmp(cfg->log_level, "debug") + !strcmp(cfg->log_level, "info") +

@@ -35,6 +35,10 @@ typedef struct {
     size_t write_high_watermark; /* 256 KiB: srv_stream_writable() turns 0 above it */
     size_t write_low_watermark;  /* 64 KiB: on_drain fires when the queue falls below it */
     int max_connections;         /* 1024: further connections are accepted and closed at once */
+    /* CORS (docs/API.md "CORS"): "" = no CORS headers; "*" = any origin; else a comma-separated
+     * list of exact origins ("https://a.example,http://localhost:3000"), each echoed when a
+     * request's Origin equals it. Not a limit: the response head is the HTTP layer's to write. */
+    char cors_origin[512];
 } srv_http_limits;
 
 void srv_http_limits_default(srv_http_limits *l);
@@ -48,6 +52,7 @@ typedef struct {
     const char *accept;          /* header value or NULL */
     const char *authorization;   /* header value or NULL */
     const char *last_event_id;   /* Last-Event-ID (an SSE reconnect) or NULL */
+    const char *origin;          /* Origin (a browser's cross-origin request) or NULL */
     const uint8_t *body;         /* body bytes, NUL-terminated past body_len (for cJSON) */
     size_t body_len;
 } srv_request;

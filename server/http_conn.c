@@ -132,7 +132,7 @@ static int on_header_field_complete(llhttp_t *p)
         {"host", HDR_HOST},           {"content-type", HDR_CONTENT_TYPE},
         {"accept", HDR_ACCEPT},       {"authorization", HDR_AUTHORIZATION},
         {"transfer-encoding", HDR_TE}, {"expect", HDR_EXPECT},
-        {"last-event-id", HDR_LAST_EVENT_ID},
+        {"last-event-id", HDR_LAST_EVENT_ID}, {"origin", HDR_ORIGIN},
     };
     size_t n = c->field_len;
     c->field_len = 0;
@@ -259,6 +259,7 @@ static void fill_request(srv_conn *c, srv_request *req, int with_body)
     req->accept = hdr_value(c, HDR_ACCEPT);
     req->authorization = hdr_value(c, HDR_AUTHORIZATION);
     req->last_event_id = hdr_value(c, HDR_LAST_EVENT_ID);
+    req->origin = hdr_value(c, HDR_ORIGIN);
     if (with_body && c->body.data)
         c->body.data[c->body.len] = '\0';
     req->body = (const uint8_t *)(with_body && c->body.data ? c->body.data : "");

@@ -278,6 +278,29 @@ static int append_u64(proto_buf *b, uint64_t v, int hex)
     return proto_buf_try_append(b, p, (size_t)(tmp + 24 - p));
 }
 
+/* The origin a response allows (docs/API.md "CORS"), or NULL: with cors_origin "*" any request
+ * that names an Origin gets "*"; with a list, an Origin equal to one of its entries is echoed. */
+static const char *cors_allowed(const char *conf, const char *origin, size_t *n)
+{
+    if (!conf[0] || !origin)
+        return NULL;
+    if (!strcmp(conf, "*")) {
+        *n = 1;
+        return conf;
+    }
+    size_t olen = strlen(origin);
+    for (const char *p = conf; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == olen && !memcmp(p, origin, len)) {
+            *n = len;
+            return p;
+        }
+        p += len + (e != NULL);
+    }
+    return NULL;
+}
+
 /* Decides keep-alive for the response being started and writes the common head. framing:
  * 0 = Content-Length len, 1 = chunked, 2 = none (HTTP/1.0 stream, ends by close). */
 static int build_head(srv_conn *c, proto_buf *b, int status, const char *content_type, int framing,
@@ -305,6 +328,15 @@ static int build_head(srv_conn *c, proto_buf *b, int status, const char *content
     }
     if (!r && extra)
         r = append_str(b, extra);
+    size_t olen = 0;
+    const char *allow = cors_allowed(s->limits.cors_origin,
+                                     c->hdr_count[HDR_ORIGIN] ? c->hdr[HDR_ORIGIN].data : NULL, &olen);
+    if (!r && allow) /* a list echoes one entry: caches must key on Origin */
+        r = proto_buf_try_append(b, "Access-Control-Allow-Origin: ", 29) ||
+            proto_buf_try_append(b, allow, olen) ||
+            proto_buf_try_append(b, olen == 1 && allow[0] == '*' ? "\r\n" : "\r\nVary: Origin\r\n",
+                                 olen == 1 && allow[0] == '*' ? 2 : 15) ||
+            append_str(b, "Access-Control-Expose-Headers: Retry-After, Allow\r\n");
     if (!r)
         r = c->keep_alive ? proto_buf_try_append(b, "Connection: keep-alive\r\n\r\n", 26)
                           : proto_buf_try_append(b, "Connection: close\r\n\r\n", 21);

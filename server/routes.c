@@ -54,11 +54,13 @@ static int media_is(const char *ct, const char *want)
  * otherwise; accepting that label keeps `curl -d '{...}'` working. Other types are refused. */
 #define CURL_DEFAULT_TYPE "application/x-www-form-urlencoded"
 
-/* A JSON body: Content-Type absent, application/json or curl's default; otherwise 415. */
+/* A JSON body: Content-Type absent, application/json, curl's default, or text/plain (what a
+ * browser's fetch(url, {body: JSON.stringify(x)}) sends: a "simple" request needs no CORS
+ * preflight); otherwise 415. The body is decoded as strict JSON whatever the label. */
 static int json_body_ok(srv_conn *c, const srv_request *req)
 {
     if (req->body_len == 0 || !req->content_type || media_is(req->content_type, "application/json") ||
-        media_is(req->content_type, CURL_DEFAULT_TYPE))
+        media_is(req->content_type, CURL_DEFAULT_TYPE) || media_is(req->content_type, "text/plain"))
         return 1;
     srv_respond_error(c, 415, "unsupported_media_type", "request body must be application/json");
     return 0;
@@ -369,6 +371,7 @@ typedef struct {
 /* Paths outside /v1/ need no key (health checks and scrapers); every /v1/ path does. */
 static const route routes[] = {
     {"GET", "/healthz", 0, SRV_BODY_NONE, handle_health},
+    {"GET", "/health", 0, SRV_BODY_NONE, handle_health}, /* vLLM's and llama.cpp's name */
     {"GET", "/metrics", 0, SRV_BODY_NONE, handle_metrics},
     {"GET", "/v1/model", 0, SRV_BODY_NONE, handle_model},
     {"POST", "/v1/tokenize", R_JSON, SRV_BODY_TOKENIZE, handle_tokenize},
@@ -433,17 +436,60 @@ static int path_match(const char *pattern, const char *path, char id[ROUTE_ID_MA
     return *s == '\0';
 }
 
+/* A route of method m answers a request of method req_method: the same, or HEAD on a GET route
+ * (the HTTP layer sends the head alone). */
+static int method_serves(const char *m, const char *req_method)
+{
+    return !strcmp(m, req_method) || (!strcmp(req_method, "HEAD") && !strcmp(m, "GET"));
+}
+
+/* The methods path answers, as an Allow value ("GET, HEAD, POST, OPTIONS"); 0 when no route
+ * has the path. */
+static int allowed_methods(const char *path, char *allow, size_t cap)
+{
+    char id[ROUTE_ID_MAX + 1];
+    size_t len = 0;
+    int any = 0;
+    allow[0] = '\0';
+    for (size_t i = 0; i < N_ROUTES; i++)
+        if (path_match(routes[i].pattern, path, id)) {
+            any = 1;
+            len += (size_t)snprintf(allow + len, cap - len, "%s%s%s", len ? ", " : "",
+                                    routes[i].method, strcmp(routes[i].method, "GET") ? "" : ", HEAD");
+        }
+    if (any)
+        snprintf(allow + len, cap - len, ", OPTIONS");
+    return any;
+}
+
 static void method_not_allowed(srv_conn *c, const char *path)
 {
-    char allow[64] = "", id[ROUTE_ID_MAX + 1], hdr[96], msg[128];
-    size_t len = 0;
-    for (size_t i = 0; i < N_ROUTES; i++)
-        if (path_match(routes[i].pattern, path, id))
-            len += (size_t)snprintf(allow + len, sizeof allow - len, "%s%s", len ? ", " : "",
-                                    routes[i].method);
+    char allow[128], hdr[160], msg[192];
+    allowed_methods(path, allow, sizeof allow);
     snprintf(hdr, sizeof hdr, "Allow: %s\r\n", allow);
     snprintf(msg, sizeof msg, "method not allowed; allowed: %s", allow);
     srv_respond_error_ex(c, 405, "method_not_allowed", msg, hdr);
+}
+
+/* OPTIONS: 204 with Allow; with cors_origin set (the HTTP layer adds Access-Control-Allow-Origin
+ * when the Origin is allowed) it is also the CORS preflight's answer: the methods, the request
+ * headers a browser may send, and how long it may cache that. No API key: a preflight carries
+ * none (the request it announces does). */
+static void options(srv_app *app, srv_conn *c, const srv_request *req)
+{
+    char allow[128], hdr[512];
+    if (!allowed_methods(req->path, allow, sizeof allow)) {
+        srv_respond_error(c, 404, "not_found", "no such endpoint");
+        return;
+    }
+    int n = snprintf(hdr, sizeof hdr, "Allow: %s\r\n", allow);
+    if (app->cfg.http.cors_origin[0])
+        snprintf(hdr + n, sizeof hdr - (size_t)n,
+                 "Access-Control-Allow-Methods: %s\r\n"
+                 "Access-Control-Allow-Headers: Authorization, Content-Type, Accept, Last-Event-ID\r\n"
+                 "Access-Control-Max-Age: 600\r\n",
+                 allow);
+    srv_respond(c, 204, NULL, NULL, 0, hdr);
 }
 
 /* The checks of r's flags; 0 after answering the request. *s: the session for R_SESSION. */
@@ -501,6 +547,10 @@ static void run_held(srv_app *app, srv_conn *c, const srv_request *req, const ch
 void srv_app_on_request(srv_conn *c, const srv_request *req, void *appv)
 {
     srv_app *app = appv;
+    if (!strcmp(req->method, "OPTIONS")) {
+        options(app, c, req);
+        return;
+    }
     /* Every /v1 path: the key is checked before the path or the body is looked at (auth.h; a
      * request with a body was already checked at its head, before the body was read). */
     srv_refusal unauth;
@@ -515,7 +565,7 @@ void srv_app_on_request(srv_conn *c, const srv_request *req, void *appv)
         if (!path_match(r->pattern, req->path, id))
             continue;
         path_known = 1;
-        if (strcmp(r->method, req->method))
+        if (!method_serves(r->method, req->method))
             continue;
         srv_session *s = NULL;
         if (!checks_pass(app, c, req, r, id, &s))

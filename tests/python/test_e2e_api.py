@@ -194,10 +194,14 @@ def test_allow_lists_every_method_of_the_path(d):
     """405's Allow names exactly the methods the route table has for the path (routes.c)."""
     s = create(d)
     base = "/v1/sessions/%s" % s["id"]
-    for method, path, allow in [("PATCH", base, "GET, DELETE"), ("POST", base + "/", "GET, DELETE"),
-                                ("DELETE", base + "/state", "GET, PUT"),
-                                ("PUT", base + "/tokens", "POST"), ("GET", base + "/fork", "POST"),
-                                ("GET", "/v1/sessions/", "POST"), ("POST", "/metrics", "GET")]:
+    # every GET route answers HEAD too, and every known path OPTIONS (issue 15)
+    for method, path, allow in [("PATCH", base, "GET, HEAD, DELETE, OPTIONS"),
+                                ("POST", base + "/", "GET, HEAD, DELETE, OPTIONS"),
+                                ("DELETE", base + "/state", "GET, HEAD, PUT, OPTIONS"),
+                                ("PUT", base + "/tokens", "POST, OPTIONS"),
+                                ("GET", base + "/fork", "POST, OPTIONS"),
+                                ("GET", "/v1/sessions/", "POST, OPTIONS"),
+                                ("POST", "/metrics", "GET, HEAD, OPTIONS")]:
         r = requests.request(method, d.url(path), timeout=10)
         e = error_of(r, 405, "method_not_allowed")
         assert r.headers["Allow"] == allow, (method, path, r.headers)
@@ -392,8 +396,12 @@ def test_malformed_json(d):
 def test_content_type_415(d):
     s = create(d)
     r = requests.post(d.url("/v1/sessions/%s/tokens" % s["id"]), data='{"tokens":[1]}',
-                      headers={"Content-Type": "text/plain"}, timeout=10)
+                      headers={"Content-Type": "text/html"}, timeout=10)
     error_of(r, 415, "unsupported_media_type")
+    # text/plain is a browser's label for fetch(url, {body: JSON.stringify(x)}): JSON (issue 15)
+    r = requests.post(d.url("/v1/sessions/%s/tokens" % s["id"]), data='{"tokens":[1]}',
+                      headers={"Content-Type": "text/plain"}, timeout=10)
+    assert r.status_code == 200
     r = requests.put(d.url("/v1/sessions/%s/state" % s["id"]), data=b"xx",
                      headers={"Content-Type": "application/json"}, timeout=10)
     error_of(r, 415)
@@ -405,7 +413,7 @@ def test_content_type_415(d):
     r = requests.post(d.url("/v1/sessions/%s/tokens" % s["id"]), data='{"tokens":[1]}',
                       headers={"Content-Type": "application/json; charset=utf-8"}, timeout=10)
     assert r.status_code == 200
-    assert info(d, s["id"])["tokens_seen"] == 2
+    assert info(d, s["id"])["tokens_seen"] == 3  # the text/plain, the curl-labelled and the application/json folds
 
 
 def test_body_too_large_413(d):
