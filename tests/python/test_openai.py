@@ -290,3 +290,117 @@ def test_stop_sequences_cut_the_text_streamed_or_not(d):
     assert "".join(c["choices"][0]["text"] for c in st) == want
     assert st[-1]["choices"][0]["finish_reason"] == "stop"
     assert all(c["choices"][0]["text"] for c in st[:-1])  # no empty chunks while text is held
+
+
+# ---------------------------------------------------------------- chat
+
+def chatml(messages):
+    """The chatml built-in's rendering (core/chat_template_builtin.c) for a chat that starts with
+    a system message, with the generation prompt: the byte model's prompt tokens."""
+    return "".join("<|im_start|>%s\n%s<|im_end|>\n" % (m["role"], m["content"]) for m in messages) + \
+        "<|im_start|>assistant\n"
+
+
+def test_chat_plain_template_streamed_and_not(d):
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}]
+    r = sdk(d, "chat", d.model, messages=msgs, max_tokens=12, seed=9, logprobs=True, top_logprobs=2)
+    assert r["object"] == "chat.completion" and r["id"].startswith("chatcmpl-")
+    c = r["choices"][0]
+    assert c["message"]["role"] == "assistant" and c["finish_reason"] == "length"
+    # the plain built-in: "role: content\n" per message, then "assistant:"
+    prompt = "system: Be brief.\nuser: Hi there\nassistant:"
+    assert r["usage"]["prompt_tokens"] == len(prompt.encode())
+    ref = reference(d, list(prompt.encode()), 1, 9, max_tokens=12)[0]
+    assert c["message"]["content"] == ref[0].decode("utf-8", "replace")
+    lp = c["logprobs"]["content"]
+    assert [t["logprob"] for t in lp] == ref[2]
+    assert all(len(t["top_logprobs"]) == 2 and t["top_logprobs"][0]["logprob"] >= t["logprob"]
+               for t in lp)
+    assert all(bytes(t["bytes"]) == t["token"].encode() for t in lp)
+    st = sdk(d, "chat_stream", d.model, messages=msgs, max_tokens=12, seed=9, n=2)["chunks"]
+    assert all(ch["object"] == "chat.completion.chunk" for ch in st)
+    for i in (0, 1):
+        mine = [ch["choices"][0] for ch in st if ch["choices"][0]["index"] == i]
+        assert mine[0]["delta"] == {"role": "assistant", "content": ""}
+        assert all("role" not in m["delta"] for m in mine[1:])
+        assert mine[-1]["delta"] == {} and mine[-1]["finish_reason"] == "length"
+        text = "".join(m["delta"].get("content", "") for m in mine)
+        if i == 0:
+            assert text == c["message"]["content"]
+
+
+def run_turns(d, model, n_turns, **params):
+    msgs = [{"role": "system", "content": "You are a storyteller."}]
+    users = ["Tell me about turn %d." % i for i in range(n_turns)]
+    return msgs, sdk(d, "conversation", model, system=msgs[0]["content"], users=users,
+                     params=dict(params))["turns"]
+
+
+def test_thirty_turn_chat_folds_only_new_tokens_and_equals_cache_off():
+    """A stateless client's 30-turn chat (chatml template, greedy, with logprobs): from turn 2 on
+    cached_tokens is the previous prompt + completion and the daemon folds only the rest
+    (recurd_tokens_folded_total); every answer's tokens equal a cache-off daemon's, and their
+    logprobs agree within 1e-5 (not bit-identical: the cached state was reached through decode
+    steps, the cache-off prompt through the chunkwise prefill)."""
+    params = dict(max_tokens=6, temperature=0, logprobs=True)
+    args = ("--model", DEFAULT_MODEL, "--chat-template", "chatml", "--prefix-checkpoint-interval", "0")
+    with Daemon(*args, model_config=None) as on, \
+            Daemon(*args, "--prefix-cache-bytes", "0", model_config=None) as off:
+        model = requests.get(on.url("/v1/models"), timeout=10).json()["data"][0]["id"]
+        folded0 = metric(on, "recurd_tokens_folded_total")
+        sysmsg, t_on = run_turns(on, model, 30, **params)
+        folded = metric(on, "recurd_tokens_folded_total") - folded0
+        _, t_off = run_turns(off, model, 30, **params)
+        msgs = list(sysmsg)
+        prev = 0
+        for i, (a, b) in enumerate(zip(t_on, t_off)):
+            msgs.append({"role": "user", "content": "Tell me about turn %d." % i})
+            u = a["usage"]
+            assert u["prompt_tokens"] == len(chatml(msgs).encode())
+            assert u["prompt_tokens_details"]["cached_tokens"] == prev, i
+            assert b["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+            ca, cb = a["choices"][0], b["choices"][0]
+            assert ca["message"]["content"] == cb["message"]["content"], i
+            la = [t["logprob"] for t in ca["logprobs"]["content"]]
+            lb = [t["logprob"] for t in cb["logprobs"]["content"]]
+            assert [t["bytes"] for t in ca["logprobs"]["content"]] == \
+                [t["bytes"] for t in cb["logprobs"]["content"]]
+            diff = max(abs(x - y) for x, y in zip(la, lb))
+            assert diff <= 1e-5, (i, la, lb)
+            prev = u["prompt_tokens"] + u["completion_tokens"]
+            msgs.append({"role": "assistant", "content": ca["message"]["content"]})
+        assert folded == sum(t["usage"]["prompt_tokens"] - t["usage"]["prompt_tokens_details"]["cached_tokens"]
+                             for t in t_on)
+        assert metric(on, "recurd_sessions") == 0
+
+        # editing message k resumes from the longest stored prefix at or before the edit: the end
+        # of the last turn (prompt or prompt + completion) that ends before it
+        k = 2 * 12 + 1  # the user message of turn 12
+        edited = msgs[:k] + [{"role": "user", "content": "Something else."}]
+        ends, pm = [], list(sysmsg)
+        for i, t in enumerate(t_on):
+            pm.append({"role": "user", "content": "Tell me about turn %d." % i})
+            ends += [t["usage"]["prompt_tokens"], t["usage"]["prompt_tokens"] + t["usage"]["completion_tokens"]]
+            pm.append(msgs[len(pm)])
+        a, b = chatml(edited).encode(), chatml(msgs[:k + 1]).encode()
+        diverge = next(i for i in range(min(len(a), len(b))) if a[i] != b[i])
+        r = sdk(on, "chat", model, messages=edited, **params)
+        assert r["usage"]["prompt_tokens_details"]["cached_tokens"] == max(e for e in ends if e <= diverge)
+
+
+def test_restart_with_state_dir_keeps_the_cache_hit(tmp_path):
+    params = dict(max_tokens=6, temperature=0)
+    args = ("--model", DEFAULT_MODEL, "--chat-template", "chatml", "--state-dir", str(tmp_path))
+    with Daemon(*args, model_config=None) as dm:
+        model = requests.get(dm.url("/v1/models"), timeout=10).json()["data"][0]["id"]
+        msgs, turns = run_turns(dm, model, 2, **params)
+    u = turns[-1]["usage"]
+    msgs += [{"role": "user", "content": "Tell me about turn 0."},
+             {"role": "assistant", "content": turns[0]["choices"][0]["message"]["content"]},
+             {"role": "user", "content": "Tell me about turn 1."},
+             {"role": "assistant", "content": turns[1]["choices"][0]["message"]["content"]},
+             {"role": "user", "content": "And then?"}]
+    with Daemon(*args, model_config=None) as dm:
+        r = sdk(dm, "chat", model, messages=msgs, **params)
+        assert r["usage"]["prompt_tokens_details"]["cached_tokens"] == u["prompt_tokens"] + u["completion_tokens"]
+        assert r["usage"]["prompt_tokens"] == len(chatml(msgs).encode())
