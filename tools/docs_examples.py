@@ -167,6 +167,16 @@ def oai_examples(d, out):
     st, body = d.request("POST", "/v1/completions", req)
     out.append(("oai_completion_stream", "curl -sN $B/v1/completions -d '%s'" % compact(req),
                 oai_stable(body.decode()).rstrip("\n").split("\n")))
+    req = {"model": model, "messages": [{"role": "system", "content": "Be brief."},
+                                         {"role": "user", "content": "Hello"}],
+           "max_tokens": 8, "temperature": 0}
+    st, body = d.request("POST", "/v1/chat/completions", req)
+    out.append(("oai_chat", "curl -s $B/v1/chat/completions -d '%s'" % compact(req),
+                [oai_stable(body.decode().strip())]))
+    req = dict(req, max_tokens=2, stream=True)
+    st, body = d.request("POST", "/v1/chat/completions", req)
+    out.append(("oai_chat_stream", "curl -sN $B/v1/chat/completions -d '%s'" % compact(req),
+                oai_stable(body.decode()).rstrip("\n").split("\n")))
     req = {"model": model, "prompt": "Hello", "suffix": "!"}
     st, body = d.request("POST", "/v1/completions", req)
     out.append(("oai_refused", "curl -s $B/v1/completions -d '%s'" % compact(req),
