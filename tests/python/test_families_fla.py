@@ -23,6 +23,7 @@ from fla_model import FlaModel, state_bytes
 
 TOL = 1e-5
 T = 320
+RECUR_EFORMAT = -7  # core/recur.h
 
 
 def rel_rms(a, b):
@@ -298,3 +299,42 @@ def test_shard_refusals(tmp_path):
     d, idx, j = sharded("none")
     os.remove(idx)
     assert "neither" in load_error(d)
+
+
+def _fnv1a(data):
+    h = 0xcbf29ce484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def _as_version(blob, version):
+    """The snapshot with its version field set and its checksum recomputed."""
+    b = bytearray(blob)
+    struct.pack_into("<I", b, 8, version)
+    b[-8:] = struct.pack("<Q", _fnv1a(bytes(b[:-8])))
+    return bytes(b)
+
+
+def test_snapshot_version_1_still_reads_where_it_can(tmp_path):
+    """Version 2 is written; a version-1 snapshot (before short convolutions) still loads into a
+    model without a convolution (the bytes are the same) and is refused where a conv state is due."""
+    native = rm.Model.init_seed({"name": "v1", "vocab_size": 50, "d_model": 32, "n_layers": 2, "n_heads": 2,
+                                 "head_k": 16, "head_v": 16, "d_ff": 48,
+                                 "mixers": ["gated_deltanet", "gla"]}, seed=3)
+    for m, ok in ((native, True), (rm.Model.load(write(tmp_path / "gla", CASES["gla"])), True),
+                  (rm.Model.load(write(tmp_path / "gdn", CASES["gdn"])), False)):
+        s = m.state()
+        m.prefill(s, toks(m.vocab, 20))
+        blob = s.snapshot()
+        assert struct.unpack_from("<I", blob, 8)[0] == 2
+        r = m.state()
+        if ok:
+            r.restore(_as_version(blob, 1))
+            assert r.snapshot() == blob
+        else:
+            with pytest.raises(rm.RecurError) as e:
+                r.restore(_as_version(blob, 1))
+            assert e.value.code == RECUR_EFORMAT
+        with pytest.raises(rm.RecurError):
+            r.restore(_as_version(blob, 3))
