@@ -194,6 +194,8 @@ int recur__model_init_seed_wtype(const char *config_json, uint64_t seed, recur_w
  * half weights were kept; tests compare the two bit for bit). */
 int recur__model_load_files_opt(const char *config_path, const char *weights_path, int keep_half,
                                 recur_model **out);
+/* recur_model_load_ex with keep_half (any folder: native, a family's, sharded). */
+int recur__model_load_dir_opt(const char *dir, int keep_half, recur_model **out, char *err, size_t errlen);
 /* Once the weights are in place (row-major): fill info (params, state bytes, fingerprint of the
  * row-major data), then pack the GEMM matrices in place. 0 or RECUR_ENOMEM (m unusable then:
  * free it). After this, recur__weight's pointers to matrices point at packed data. */

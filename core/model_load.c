@@ -205,12 +205,17 @@ int recur_model_load_files(const char *config_path, const char *weights_path, re
 
 int recur_model_load_ex(const char *dir, recur_model **out, char *err, size_t errlen)
 {
+    return recur__model_load_dir_opt(dir, 1, out, err, errlen);
+}
+
+int recur__model_load_dir_opt(const char *dir, int keep_half, recur_model **out, char *err, size_t errlen)
+{
     if (err && errlen) err[0] = '\0';
     if (!dir || !out) return RECUR_EINVAL;
     if (strlen(dir) > MODEL_DIR_MAX) return recur__errf(err, errlen, "model folder path too long"), RECUR_EINVAL;
     char cfg[MODEL_PATH_MAX];
     snprintf(cfg, sizeof cfg, "%s/config.json", dir);
-    int rc = load(cfg, dir, NULL, 1, out, err, errlen);
+    int rc = load(cfg, dir, NULL, keep_half, out, err, errlen);
     if (rc && err && errlen && !err[0]) recur__errf(err, errlen, "%s", recur_strerror(rc));
     return rc;
 }

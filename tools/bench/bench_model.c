@@ -45,7 +45,7 @@
 
 #include "recur.h"
 #include "packed_gemm.h" /* librecur-internal: the model's own GEMM, timed beside sgemm */
-#include "model_internal.h" /* librecur-internal: recur__model_load_files_opt (--fp32-weights) */
+#include "model_internal.h" /* librecur-internal: recur__model_load_dir_opt (--fp32-weights) */
 
 static double clk(clockid_t id)
 {
@@ -261,10 +261,9 @@ int main(int argc, char **argv)
     recur_model *m;
     int rc;
     if (dir) {
-        char cp[4200], wp[4200];
-        snprintf(cp, sizeof cp, "%s/config.json", dir);
-        snprintf(wp, sizeof wp, "%s/model.safetensors", dir);
-        rc = recur__model_load_files_opt(cp, wp, !fp32_weights, &m);
+        char err[512] = "";
+        rc = recur__model_load_dir_opt(dir, !fp32_weights, &m, err, sizeof err);
+        if (rc && err[0]) fprintf(stderr, "bench_model: %s\n", err);
     } else {
         char *text = read_text(config);
         if (!text) { fprintf(stderr, "bench_model: cannot read %s\n", config); return 1; }
