@@ -287,6 +287,7 @@ static ct_value arith(walker *W, const ct_node *n, ct_value a, ct_value b)
         if (y == 0) ct_fail(c, RECUR_EINVAL, "line %zu: float modulo", n->line);
         double r = fmod(x, y);
         if (r != 0 && ((r < 0) != (y < 0))) r += y;
+        if (r == 0) r = copysign(0.0, y); /* Python: a zero remainder takes the divisor's sign */
         return ct_float(r);
     }
     case OP_POW: return ct_float(pow(x, y));

@@ -104,13 +104,15 @@ static ct_value strip(ct_value v, ct_value chars, int left, int right)
     return ct_str(s + a, b - a);
 }
 
-enum { CASE_UPPER, CASE_LOWER, CASE_CAPITALIZE, CASE_TITLE };
+/* CASE_TITLE is str.title(); CASE_TITLE_FILTER Jinja's title filter, whose words start after
+ * whitespace or one of -({[< only (so "'role'" stays lower-case) */
+enum { CASE_UPPER, CASE_LOWER, CASE_CAPITALIZE, CASE_TITLE, CASE_TITLE_FILTER };
 
 static ct_value recase(ct_ctx *c, ct_value v, int mode)
 {
     ct_out o = ct_scratch("a re-cased string");
     size_t at = 0;
-    int first = 1, prev_cased = 0;
+    int first = 1, prev_cased = 0, prev_sep = 1;
     while (at < v.u.str.n) {
         uint32_t cp;
         at += tk_utf8_next(v.u.str.s + at, &cp);
@@ -120,6 +122,12 @@ static ct_value recase(ct_ctx *c, ct_value v, int mode)
         case CASE_LOWER: y = utf8proc_tolower(x); break;
         case CASE_CAPITALIZE: y = first ? utf8proc_totitle(x) : utf8proc_tolower(x); break;
         case CASE_TITLE: y = prev_cased ? utf8proc_tolower(x) : utf8proc_totitle(x); break;
+        case CASE_TITLE_FILTER: {
+            int sep = ct_is_space(cp) || (cp < 0x80 && strchr("-({[<", (int)cp));
+            y = sep ? x : prev_sep ? utf8proc_toupper(x) : utf8proc_tolower(x);
+            prev_sep = sep;
+            break;
+        }
         }
         /* title(): a word starts after any character that is not a letter */
         utf8proc_category_t cat = utf8proc_category(x);
@@ -278,7 +286,7 @@ ct_value ct_apply_filter(ct_eval *e, const ct_node *n, ct_value v, const ct_valu
     case F_UPPER: check_args(&k, 0, NULL); return recase(c, ct_to_str(c, v), CASE_UPPER);
     case F_LOWER: check_args(&k, 0, NULL); return recase(c, ct_to_str(c, v), CASE_LOWER);
     case F_CAPITALIZE: check_args(&k, 0, NULL); return recase(c, ct_to_str(c, v), CASE_CAPITALIZE);
-    case F_TITLE: check_args(&k, 0, NULL); return recase(c, ct_to_str(c, v), CASE_TITLE);
+    case F_TITLE: check_args(&k, 0, NULL); return recase(c, ct_to_str(c, v), CASE_TITLE_FILTER);
     case F_DEFAULT: {
         static const char *const names[] = {"default_value", "boolean", NULL};
         check_args(&k, 2, names);
@@ -317,7 +325,6 @@ ct_value ct_apply_filter(ct_eval *e, const ct_node *n, ct_value v, const ct_valu
         return replace(&k, ct_to_str(c, v), from, to, cnt.kind == CT_NONE ? -1 : need_int(&k, cnt, "count"));
     }
     case F_STRING: check_args(&k, 0, NULL); return ct_to_str(c, v);
-    case F_SAFE: check_args(&k, 0, NULL); return v;
     case F_FIRST: case F_LAST: {
         check_args(&k, 0, NULL);
         int last = n->op == F_LAST;
@@ -377,6 +384,8 @@ ct_value ct_apply_filter(ct_eval *e, const ct_node *n, ct_value v, const ct_valu
         int want_int = n->op == F_INT;
         ct_value d = arg(&k, 0, "default", want_int ? ct_int(0) : ct_float(0));
         ct_value r;
+        if (v.kind == CT_UNDEF)
+            ct_fail(c, RECUR_EINVAL, "line %zu: %s of an undefined value", n->line, what);
         if (v.kind == CT_INT || v.kind == CT_BOOL) return want_int ? ct_int(v.kind == CT_INT ? v.u.i : v.u.b) : ct_float(v.kind == CT_INT ? (double)v.u.i : v.u.b);
         if (v.kind == CT_FLOAT) return want_int ? ct_int((int64_t)v.u.f) : v;
         if (v.kind == CT_STR && parse_number(v, want_int, &r)) return r;

@@ -11,7 +11,7 @@
 
 const char *const ct_filter_names[F_COUNT_] = {
     "trim", "length", "tojson", "upper", "lower", "capitalize", "title", "default", "join", "replace",
-    "string", "first", "last", "items", "list", "reverse", "int", "float", "abs", "safe", "indent",
+    "string", "first", "last", "items", "list", "reverse", "int", "float", "abs", "indent",
     "dictsort"};
 const char *const ct_test_names[TS_COUNT_] = {
     "defined", "undefined", "none", "string", "number", "integer", "float", "boolean", "true",

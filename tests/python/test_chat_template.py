@@ -297,7 +297,7 @@ FEATURES = [
     "{% set s = 'héllo wörld' %}{{ s[1:4] }} {{ s[::-1] }} {{ s[0] }} {{ s | length }}",
     "{% set d = {'a': 1, 'b': {'c': 'deep'}} %}{{ d.a }} {{ d['b'].c }} {{ d.b['c'] }} {{ d.missing is undefined }}",
     # filters
-    "{{ '  pad  ' | trim }}|{{ 'xxhixx' | trim('x') }}|{{ 'MiXed' | lower }} {{ 'MiXed' | upper }} {{ 'hello WORLD' | capitalize }} {{ 'hello wide world' | title }}",
+    "{{ '  pad  ' | trim }}|{{ 'xxhixx' | trim('x') }}|{{ 'MiXed' | lower }} {{ 'MiXed' | upper }} {{ 'hello WORLD' | capitalize }} {{ 'hello wide world' | title }} {{ \"it's a {'dict'} (x-y) [z] <w>\" | title }} {{ \"it's x\".title() }}",
     "{{ [1, 2, 3] | length }} {{ 'abc' | length }} {{ {'a': 1} | length }} {{ undefined_name | length }} {{ [3, 1] | first }} {{ [3, 1] | last }}",
     "{{ {'k': [1, 'two', none, true, 1.5], 'q': 'a\"b\\n\u00e9'} | tojson }} {{ [] | tojson }} {{ {'a': {'b': [1]}} | tojson(indent=2) }}",
     "{{ undefined_name | default('dflt') }} {{ '' | default('e', true) }} {{ 0 | default('z') }} {{ none | d('n') }}",
@@ -416,6 +416,7 @@ REFUSALS = [
     ("load", "{% filter upper %}x{% endfilter %}", EFORMAT, "'filter'"),
     ("load", "{% frobnicate %}", EFORMAT, "unknown statement 'frobnicate'"),
     ("load", "{{ x | wordwrap }}", EFORMAT, "filter 'wordwrap'"),
+    ("load", "{{ x | safe }}", EFORMAT, "filter 'safe'"),  # Markup: its + escapes HTML
     ("load", "{{ x is divisibleby 3 }}", EFORMAT, "test 'divisibleby'"),
     ("load", "{{ x is sameas(y) }}", EFORMAT, "test 'sameas'"),
     ("load", "{{ x is defined(y) }}", EFORMAT, "tests with arguments"),
@@ -453,6 +454,7 @@ REFUSALS = [
     ("render", "{% set x = 1 %}{% set x.y = 2 %}", EINVAL, "non-namespace"),
     ("render", "{{ [1].strip() }}", EINVAL, "'list' object has no attribute 'strip'"),
     ("render", "{{ 5 | length }}", EINVAL, "filter 'length' cannot take a 'int'"),
+    ("render", "{{ missing | int }}", EINVAL, "undefined"),
     ("render", "{{ 9223372036854775807 + 1 }}", -5, "integer overflow"),
     ("render", "{% for i in range(1001) %}{% for j in range(1000) %}{% endfor %}{% endfor %}", ESHAPE,
         "RECUR_CHAT_MAX_LOOP_ITERATIONS"),
