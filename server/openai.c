@@ -417,9 +417,11 @@ static void sink_output(srv_op *op, const char *data, size_t len, int64_t tokens
         oai_token *t = &c->toks[c->n_toks++];
         *t = (oai_token){r.token, r.logprob, c->text.len, r.text_len, r.n_top, c->n_tops};
         proto_buf_append(&c->text, text, r.text_len);
-        memcpy(c->top_ids + c->n_tops, ids, (size_t)r.n_top * sizeof *ids);
-        memcpy(c->top_lps + c->n_tops, lps, (size_t)r.n_top * sizeof *lps);
-        c->n_tops += (size_t)r.n_top;
+        if (r.n_top > 0) { /* the arrays exist once a token kept candidates */
+            memcpy(c->top_ids + c->n_tops, ids, (size_t)r.n_top * sizeof *ids);
+            memcpy(c->top_lps + c->n_tops, lps, (size_t)r.n_top * sizeof *lps);
+            c->n_tops += (size_t)r.n_top;
+        }
     }
     stream_choice(o, op->sink_index);
 }
