@@ -207,6 +207,13 @@ void tk_regex_free(tk_regex *r)
     memset(r, 0, sizeof *r);
 }
 
+/* The thread's context is freed when the thread exits (a key destructor), so worker threads that
+ * decode and then end leak nothing. */
+static pthread_key_t mc_key;
+static pthread_once_t mc_once = PTHREAD_ONCE_INIT;
+static void mc_free(void *mc) { pcre2_match_context_free(mc); }
+static void mc_key_make(void) { pthread_key_create(&mc_key, mc_free); }
+
 static pcre2_match_context *match_ctx(void)
 {
     /* one per thread: a match limit so that a hostile pattern fails instead of spinning */
@@ -216,6 +223,8 @@ static pcre2_match_context *match_ctx(void)
         if (mc) {
             pcre2_set_match_limit(mc, MATCH_LIMIT);
             pcre2_set_depth_limit(mc, 100000);
+            pthread_once(&mc_once, mc_key_make);
+            pthread_setspecific(mc_key, mc);
         }
     }
     return mc;
