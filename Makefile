@@ -30,7 +30,7 @@ BUILD   := build
 DEBIAN_PACKAGES := build-essential pkg-config libuv1-dev libcjson-dev libopenblas-dev node-llhttp \
                    libcriterion-dev python3-pytest python3-numpy python3-torch python3-requests \
                    curl wrk clang libclang-rt-14-dev valgrind fortunes gnuplot-nox \
-                   libpcre2-dev libutf8proc-dev nodejs systemd python3-jinja2
+                   libpcre2-dev libutf8proc-dev nodejs systemd python3-jinja2 xxd chromium
 
 OPT       ?= -O3 -march=native -ffp-contract=fast
 WARN      := -Wall -Wextra -Wstrict-prototypes -Wno-unused-parameter -Wno-psabi -Werror
@@ -77,6 +77,9 @@ obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 CORE_OBJ   := $(call obj,$(CORE_SRC))
 PROTO_OBJ  := $(call obj,$(PROTO_SRC))
 SERVER_OBJ := $(call obj,$(SERVER_SRC))
+# The playground page (server/playground.html) as a C byte array, generated at build time.
+PLAYGROUND_C := $(BUILD)/gen/playground_html.c
+SERVER_OBJ += $(call obj,$(PLAYGROUND_C))
 LLHTTP_OBJ := $(patsubst $(LLHTTP_DIR)/%.c,$(BUILD)/obj/llhttp/%.o,$(LLHTTP_SRC))
 TEST_BIN   := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 
@@ -98,7 +101,7 @@ ifneq ($(LOAD_SRC),)
 endif
 
 .SECONDARY:
-.PHONY: all deps test test-unit test-python test-js-deps test-js-jinja-deps test-js-openai-deps bench bench-tools run clean fuzz fuzz-build fuzz-replay
+.PHONY: all deps test test-unit test-python test-js-deps test-js-jinja-deps test-js-openai-deps test-js-playground-deps bench bench-tools run clean fuzz fuzz-build fuzz-replay
 all: $(BINS) $(TEST_BIN)
 
 # ---------------------------------------------------------------- deps
@@ -153,6 +156,15 @@ $(LIBSERVER_A): $(SERVER_OBJ)
 $(LIBLLHTTP_A): $(LLHTTP_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
+# server/playground.html -> srv_playground_html[] + srv_playground_html_len (server/playground.h).
+$(PLAYGROUND_C): server/playground.html Makefile
+	@mkdir -p $(dir $@)
+	{ echo '/* generated from server/playground.html by the Makefile; do not edit */'; \
+	  echo '#include <stddef.h>'; echo 'const unsigned char srv_playground_html[] = {'; \
+	  xxd -i < $<; echo '};'; \
+	  echo 'const size_t srv_playground_html_len = sizeof srv_playground_html;'; } > $@.tmp
+	mv $@.tmp $@
+
 ALL_LIBS := $(LIBSERVER_A) $(LIBPROTO_A) $(LIBRECUR_A) $(LIBLLHTTP_A)
 
 $(BUILD)/recurd: $(call obj,server/main.c) $(ALL_LIBS)
@@ -172,7 +184,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 test: deps
 	@$(MAKE) --no-print-directory all
-	@$(MAKE) --no-print-directory test-js-deps test-js-jinja-deps test-js-openai-deps test-unit test-python fuzz-replay
+	@$(MAKE) --no-print-directory test-js-deps test-js-jinja-deps test-js-openai-deps test-js-playground-deps test-unit test-python fuzz-replay
 
 test-unit: $(TEST_BIN)
 	@fail=0; pass=0; for t in $(TEST_BIN); do \
@@ -203,6 +215,14 @@ tests/js_openai/node_modules/.installed: tests/js_openai/package.json tests/js_o
 	cd tests/js_openai && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
+# playwright-core for tests/python/test_playground.py, pinned by tests/js_playground/package-lock.json
+# (node_modules gitignored). It drives Debian's chromium (DEBIAN_PACKAGES); it never downloads a browser.
+test-js-playground-deps: tests/js_playground/node_modules/.installed
+tests/js_playground/node_modules/.installed: tests/js_playground/package.json tests/js_playground/package-lock.json
+	@command -v npm >/dev/null 2>&1 || $(MAKE) --no-print-directory deps DEBIAN_PACKAGES=npm
+	cd tests/js_playground && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
 test-python:
 	$(PYTEST) -q -p no:cacheprovider tests/python
 
@@ -218,7 +238,7 @@ FUZZ_SAN   := -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-rec
 FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -Wall -Wno-unused-parameter \
                -Icore -Iproto -Iserver -isystem $(LLHTTP_INC) $(BLAS_CFLAGS) -I/usr/include/cjson -pthread
 FUZZ_LIB_SRC := $(CORE_SRC) $(PROTO_SRC) $(SERVER_SRC)
-FUZZ_LIB_OBJ := $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(FUZZ_LIB_SRC)) \
+FUZZ_LIB_OBJ := $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(FUZZ_LIB_SRC) $(PLAYGROUND_C)) \
                 $(patsubst $(LLHTTP_DIR)/%.c,$(FUZZ_BUILD)/obj/llhttp/%.o,$(LLHTTP_SRC))
 FUZZ_BIN   := $(patsubst tests/fuzz/%.c,$(FUZZ_BUILD)/%,$(FUZZ_SRC))
 FUZZ_SECONDS ?= 60

@@ -19,6 +19,7 @@
 #include "metrics.h"
 #include "offloop.h"
 #include "openai.h"
+#include "playground.h"
 #include "ops.h"
 #include "prefix_cache.h"
 #include "requests.h"
@@ -370,6 +371,7 @@ typedef struct {
 
 /* Paths outside /v1/ need no key (health checks and scrapers); every /v1/ path does. */
 static const route routes[] = {
+    {"GET", "/", 0, SRV_BODY_NONE, srv_playground}, /* the playground page (playground.h) */
     {"GET", "/healthz", 0, SRV_BODY_NONE, handle_health},
     {"GET", "/health", 0, SRV_BODY_NONE, handle_health}, /* vLLM's and llama.cpp's name */
     {"GET", "/metrics", 0, SRV_BODY_NONE, handle_metrics},
