@@ -9,6 +9,7 @@
 #include <uv.h>
 
 #include "config.h"
+#include "histogram.h"
 #include "http.h"
 #include "recur.h"
 #include "scheduler.h"
@@ -25,6 +26,14 @@ typedef struct {
     uint64_t openai_requests[2];         /* /v1/completions, /v1/chat/completions */
     uint64_t openai_errors;              /* answered with an OpenAI error */
 } srv_counters;
+
+/* Histograms for /metrics (metrics.c sets their buckets; histogram.h: atomic, any thread). */
+typedef struct {
+    srv_hist ttft;          /* request arrival to a generation's first token, seconds */
+    srv_hist itl;           /* between two tokens of a generation, seconds */
+    srv_hist queue;         /* an op's wait in its session's FIFO (enqueue to start), seconds */
+    srv_hist prompt_tokens; /* tokens a fold, a create or an OpenAI prompt folds */
+} srv_hists;
 
 /* Requests held behind an off-loop body decode (offloop.h): the per-session gates, and the
  * bodies waiting for one of the SRV_OFFLOOP_DECODERS threadpool slots. */
@@ -51,6 +60,7 @@ typedef struct srv_app {
     int draining;
     int n_running_streams; /* ops currently streaming (drain bookkeeping) */
     srv_counters counters;
+    srv_hists hists;
     struct srv_residency *res; /* persistence and the resident budget (residency.c) */
     srv_held_state held;       /* requests held behind an off-loop body decode (offloop.c) */
     recur_tokenizer *tok;      /* the model folder's tokenizer, or the byte tokenizer (text.h) */

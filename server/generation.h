@@ -58,6 +58,11 @@ typedef struct srv_gen {
     int32_t *seen_slot;      /* [vocab]: index into seen_ids, or -1; owned */
     size_t n_seen;
 
+    /* Latency histograms (metrics.c), set by the loop after srv_gen_init; the worker's while
+     * in flight: time to first token from t_request_ns, then the time between tokens. */
+    struct srv_hist *ttft, *itl; /* or NULL: nothing observed */
+    uint64_t t_request_ns;       /* uv_hrtime when the request arrived */
+    uint64_t t_last_ns;          /* uv_hrtime of the previous token, 0 before the first */
     /* Raised by the loop at any time, read by the worker after each step. */
     atomic_int stop;         /* the client left, or the drain timed out: come back now */
     atomic_int hold;         /* the connection is above its high watermark: come back now */

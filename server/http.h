@@ -19,6 +19,8 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "histogram.h"
+
 /* Limits of docs/HARDENING.md §1; every one configurable (server/config.c fills them). Times in ms. */
 typedef struct {
     size_t max_request_line;     /* 8 KiB  -> 414 */
@@ -101,6 +103,8 @@ void srv_conn_unref(srv_conn *c);
 int srv_conn_is_closed(const srv_conn *c);
 void srv_conn_set_user(srv_conn *c, void *user);
 void *srv_conn_get_user(const srv_conn *c);
+/* uv_hrtime of the first byte of the connection's current request. */
+uint64_t srv_conn_request_start_ns(const srv_conn *c);
 
 /* A complete response with Content-Length. extra_headers: "Name: value\r\n..." or NULL. */
 void srv_respond(srv_conn *c, int status, const char *content_type, const void *body, size_t len,
@@ -125,6 +129,7 @@ typedef struct {
     uint64_t responses_by_class[6]; /* [1..5] = 1xx..5xx */
     uint64_t timeouts_header, timeouts_body, timeouts_request, stalls;
     uint64_t bytes_written;
+    srv_hist request_duration; /* first byte of a request to its response's end, seconds */
 } srv_http_stats;
 const srv_http_stats *srv_server_stats(const srv_server *s);
 

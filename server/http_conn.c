@@ -521,6 +521,7 @@ static int conn_feed(srv_conn *c, const char *data, size_t len)
         if (c->phase == PH_IDLE) {
             c->phase = PH_HEADERS;
             c->t_first_byte = uv_now(c->srv->loop);
+            c->t_first_byte_ns = uv_hrtime();
         }
         size_t n = len;
         if (c->scan.active) {
@@ -770,6 +771,8 @@ static void conn_resume(srv_conn *c)
 
 void srv_conn_response_done(srv_conn *c)
 {
+    if (c->in_flight)
+        srv_hist_observe_since(&c->srv->stats.request_duration, c->t_first_byte_ns);
     c->in_flight = 0;
     if (c->closing || c->shutting)
         return;
@@ -1078,4 +1081,5 @@ int srv_conn_is_closed(const srv_conn *c)
 }
 
 void srv_conn_set_user(srv_conn *c, void *user) { c->user = user; }
+uint64_t srv_conn_request_start_ns(const srv_conn *c) { return c->t_first_byte_ns; }
 void *srv_conn_get_user(const srv_conn *c) { return c->user; }

@@ -119,6 +119,7 @@ struct srv_conn {
     llhttp_t parser;
     srv_scan scan;
     uint64_t t_first_byte;  /* uv_now of the first byte of the current request */
+    uint64_t t_first_byte_ns; /* the same, uv_hrtime */
     uint64_t t_last_read;   /* uv_now of the last read (body idle) */
     uint64_t t_idle_since;  /* uv_now when the connection became idle (keepalive) */
     uint64_t t_linger_end;

@@ -140,6 +140,10 @@ int srv_server_start(uv_loop_t *loop, const char *host, int port, const srv_http
         return UV_ENOMEM;
     }
     s->loop = loop;
+    static const double duration_le[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                         1, 2.5, 5, 10, 20, 40, 80, 160, 320};
+    srv_hist_init(&s->stats.request_duration, duration_le,
+                  (int)(sizeof duration_le / sizeof *duration_le), 1e9);
     s->limits = *limits;
     s->cb = *cb;
     s->app = app;

@@ -22,6 +22,7 @@
 #include "auth.h"
 #include "hostaddr.h"
 #include "log.h"
+#include "metrics.h"
 #include "prefix_cache.h"
 #include "residency.h"
 #include "sd_notify.h"
@@ -209,6 +210,7 @@ int main(int argc, char **argv)
         return 1; /* state_dir unusable: logged */
     if (start_prefix_cache(app) != 0)
         return 1;
+    srv_metrics_init(app);
     rc = srv_sched_create(app->loop, app->model, app->cfg.workers, app->cfg.max_batch,
                           app->cfg.decode_workers,
                           app->cfg.prefill_slice, srv_ops_work_done, srv_ops_gen_progress, app,

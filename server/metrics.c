@@ -1,6 +1,10 @@
 /* metrics.c — the /metrics page (metrics.h): HTTP, session, generation and scheduler figures,
- * then residency's (residency.c). */
+ * the latency histograms, the process figures, then residency's (residency.c). */
+#include <dirent.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "metrics.h"
 #include "openai.h"
@@ -27,6 +31,12 @@ void srv_metric(proto_buf *b, const char *name, const char *type, const char *he
     proto_buf_printf(b, "%s %llu\n", name, v);
 }
 
+void srv_metric_double(proto_buf *b, const char *name, const char *type, const char *help, double v)
+{
+    srv_metric_head(b, name, type, help);
+    proto_buf_printf(b, "%s %.15g\n", name, v);
+}
+
 /* Resident set size from /proc/self/statm, or -1. */
 static long rss_bytes(void)
 {
@@ -36,7 +46,137 @@ static long rss_bytes(void)
     long size = 0, res = 0;
     int n = fscanf(f, "%ld %ld", &size, &res);
     fclose(f);
-    return n == 2 ? res * 4096L : -1;
+    return n == 2 ? res * sysconf(_SC_PAGESIZE) : -1;
+}
+
+/* From /proc/self/stat (proc(5)): user + system CPU time and the start time after boot, in
+ * clock ticks. 0, or -1 when it cannot be read. */
+static int proc_stat_ticks(unsigned long long *cpu, unsigned long long *start)
+{
+    char line[1024];
+    FILE *f = fopen("/proc/self/stat", "r");
+    if (!f)
+        return -1;
+    size_t n = fread(line, 1, sizeof line - 1, f);
+    fclose(f);
+    line[n] = 0;
+    const char *p = strrchr(line, ')'); /* the command name may hold spaces and parentheses */
+    unsigned long long utime, stime, starttime;
+    /* after ")": field 3 (state) ... 14 utime, 15 stime ... 22 starttime */
+    if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d"
+                            " %*d %*d %llu", &utime, &stime, &starttime) != 3)
+        return -1;
+    *cpu = utime + stime;
+    *start = starttime;
+    return 0;
+}
+
+/* The boot time (seconds since the epoch) from /proc/stat's btime line, or -1. */
+static long long boot_time(void)
+{
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f)
+        return -1;
+    char line[256];
+    long long bt = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "btime %lld", &bt) == 1)
+            break;
+    fclose(f);
+    return bt;
+}
+
+/* Entries of /proc/self/fd (the directory's own descriptor excluded), or -1. */
+static long open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1;
+    long n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n - 1;
+}
+
+/* process_* as Prometheus client libraries name them. */
+static void process_metrics(proto_buf *b)
+{
+    long rss = rss_bytes();
+    if (rss >= 0)
+        srv_metric(b, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",
+                   (unsigned long long)rss);
+    unsigned long long cpu, start;
+    double hz = (double)sysconf(_SC_CLK_TCK);
+    long long bt = boot_time();
+    if (proc_stat_ticks(&cpu, &start) == 0 && hz > 0) {
+        srv_metric_double(b, "process_cpu_seconds_total", "counter",
+                          "Total user and system CPU time spent in seconds.", (double)cpu / hz);
+        if (bt >= 0)
+            srv_metric_double(b, "process_start_time_seconds", "gauge",
+                              "Start time of the process since unix epoch in seconds.",
+                              (double)bt + (double)start / hz);
+    }
+    long fds = open_fds();
+    if (fds >= 0)
+        srv_metric(b, "process_open_fds", "gauge", "Number of open file descriptors.",
+                   (unsigned long long)fds);
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        srv_metric(b, "process_max_fds", "gauge", "Maximum number of open file descriptors.",
+                   (unsigned long long)rl.rlim_cur);
+}
+
+/* The kernels this binary was compiled for (core/'s fastest path). */
+static const char *build_isa(void)
+{
+#if defined(__AVX512F__)
+    return "avx512";
+#elif defined(__AVX2__) && defined(__FMA__)
+    return "avx2";
+#else
+    return "portable";
+#endif
+}
+
+static void build_metrics(proto_buf *b)
+{
+    srv_metric_head(b, "recurd_build_info", "gauge", "The daemon's version and ISA path; always 1.");
+    proto_buf_printf(b, "recurd_build_info{version=\"%s\",isa=\"%s\"} 1\n", SRV_VERSION, build_isa());
+}
+
+void srv_metrics_init(srv_app *app)
+{
+    static const double ttft_le[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
+                                     0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 640};
+    static const double itl_le[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                    0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+    static const double queue_le[] = {0.0001, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+                                      2.5, 5, 10, 30, 60, 120, 300};
+    static const double prompt_le[] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000,
+                                       10000, 20000, 50000, 100000, 200000, 500000, 1000000};
+#define N_LE(a) ((int)(sizeof a / sizeof *a))
+    srv_hist_init(&app->hists.ttft, ttft_le, N_LE(ttft_le), 1e9);
+    srv_hist_init(&app->hists.itl, itl_le, N_LE(itl_le), 1e9);
+    srv_hist_init(&app->hists.queue, queue_le, N_LE(queue_le), 1e9);
+    srv_hist_init(&app->hists.prompt_tokens, prompt_le, N_LE(prompt_le), 1);
+#undef N_LE
+}
+
+static void latency_metrics(proto_buf *b, const srv_app *app, const srv_http_stats *hs)
+{
+    srv_hist_render(&hs->request_duration, b, "recurd_request_duration_seconds",
+                    "HTTP requests from their first byte to the end of their response.");
+    srv_hist_render(&app->hists.ttft, b, "recurd_time_to_first_token_seconds",
+                    "Generations from their request's first byte to their first sampled token.");
+    srv_hist_render(&app->hists.itl, b, "recurd_inter_token_latency_seconds",
+                    "Time between two sampled tokens of a generation.");
+    srv_hist_render(&app->hists.queue, b, "recurd_request_queue_seconds",
+                    "Session operations waiting behind earlier ones on their session.");
+    srv_hist_render(&app->hists.prompt_tokens, b, "recurd_prompt_tokens",
+                    "Tokens folded by a fold, a create with a prompt, or an OpenAI prompt.");
 }
 
 static void http_metrics(proto_buf *b, const srv_http_stats *hs)
@@ -104,9 +244,9 @@ static void sched_metrics(proto_buf *b, const srv_sched_stats *ss)
                ss->max_batch_seen);
     srv_metric(b, "recurd_prefill_slices_total", "counter", "Prefill slices executed.",
                ss->prefill_slices);
-    srv_metric(b, "recurd_worker_busy_microseconds_total", "counter",
-               "Worker time in model work (decode batches, prefill slices), wall clock.",
-               ss->busy_ns / 1000);
+    srv_metric_double(b, "recurd_worker_busy_seconds_total", "counter",
+                      "Worker time in model work (decode batches, prefill slices), wall clock.",
+                      (double)ss->busy_ns / 1e9);
     srv_metric(b, "recurd_prefill_tokens_total", "counter", "Tokens folded by prefill slices.",
                ss->prefill_tokens);
 }
@@ -117,10 +257,9 @@ void srv_metrics_render(srv_app *app, proto_buf *b)
     session_metrics(b, app);
     srv_sched_stats ss = srv_sched_get_stats(app->sched);
     sched_metrics(b, &ss);
-    long rss = rss_bytes();
-    if (rss >= 0)
-        srv_metric(b, "process_resident_memory_bytes", "gauge", "Resident set size.",
-                   (unsigned long long)rss);
+    latency_metrics(b, app, srv_server_stats(app->server));
+    process_metrics(b);
+    build_metrics(b);
     srv_residency_metrics(app, b);
     srv_pcache_metrics(app->pcache, b);
     srv_openai_metrics(app, b);

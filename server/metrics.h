@@ -13,6 +13,12 @@
 void srv_metric(proto_buf *b, const char *name, const char *type, const char *help,
                 unsigned long long v);
 
+/* The same with a fractional value (seconds). */
+void srv_metric_double(proto_buf *b, const char *name, const char *type, const char *help, double v);
+
+/* Set the buckets of app->hists (before the first request). */
+void srv_metrics_init(srv_app *app);
+
 /* The whole /metrics page. */
 void srv_metrics_render(srv_app *app, proto_buf *b);
 

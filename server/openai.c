@@ -325,6 +325,8 @@ static void complete(oai_req *o)
 static void queue_generation(oai_req *o, srv_session *s, int idx)
 {
     srv_op *g = srv_op_new(o->app, SRV_OP_GENERATE, s, NULL);
+    if (o->conn) /* time to first token includes the prompt's fold */
+        g->t_request_ns = srv_conn_request_start_ns(o->conn);
     g->gen = o->req.gen;
     if (g->gen.has_seed) /* same seed, same texts; each choice its own draw */
         g->gen.seed += (uint64_t)idx;

@@ -33,6 +33,7 @@ srv_op *srv_op_new(srv_app *app, srv_op_kind kind, srv_session *sess, srv_conn *
     op->app = app;
     op->sess = sess;
     op->conn = conn;
+    op->t_request_ns = conn ? srv_conn_request_start_ns(conn) : uv_hrtime();
     proto_buf_init(&op->out);
     return op;
 }
@@ -764,6 +765,9 @@ static void start_generate(srv_op *op)
         finish_and_pump(op);
         return;
     }
+    op->run.ttft = &app->hists.ttft;
+    op->run.itl = &app->hists.itl;
+    op->run.t_request_ns = op->t_request_ns;
     op_checkpoint(op);
     op->streaming = 1;
     if (op->sink)
@@ -779,6 +783,7 @@ static void start_fold(srv_op *op)
 {
     srv_app *app = op->app;
     srv_session *s = op->sess;
+    srv_hist_observe(&app->hists.prompt_tokens, op->n);
     int64_t left = context_left(app, s);
     if ((int64_t)op->n > left) {
         char msg[160];
@@ -819,6 +824,7 @@ static void start(srv_op *op)
     srv_session *s = op->sess;
     op->started = 1;
     s->running = 1;
+    srv_hist_observe_since(&app->hists.queue, op->t_enqueued_ns);
     if (op->cancelled && op->kind != SRV_OP_DELETE && op->kind != SRV_OP_PUT_STATE) {
         if (op->kind == SRV_OP_CREATE) {
             remove_session(app, s);
@@ -902,6 +908,7 @@ void srv_ops_enqueue(srv_op *op)
         s->q_head = op;
     s->q_tail = op;
     s->q_len++;
+    op->t_enqueued_ns = uv_hrtime();
     s->last_used_ms = uv_now(app->loop);
     s->mut_gen++; /* may change the state: due for a snapshot (residency.c) */
     if (op->conn) {

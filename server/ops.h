@@ -55,6 +55,8 @@ typedef struct srv_op_sink {
 struct srv_op {
     srv_op_kind kind;
     srv_app *app;
+    uint64_t t_request_ns;  /* uv_hrtime when its request arrived (time to first token) */
+    uint64_t t_enqueued_ns; /* uv_hrtime of srv_ops_enqueue (queue wait) */
     srv_session *sess;
     srv_conn *conn;
     struct srv_op *next;

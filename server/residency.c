@@ -602,7 +602,7 @@ static void lru_one(srv_session *s, void *arg)
  * restores it from them, and a failed write restores it as a resident session (nothing is
  * lost). Only when MAX_EVICT_INFLIGHT such writes are pending, or persistence is degraded,
  * the write happens here on the loop thread (about 10 ms for a 17 KiB snapshot with fsync on
- * this machine's ext4; recurd_eviction_sync_write_us_* in /metrics). Returns 0, 1 when no
+ * this machine's ext4; recurd_eviction_sync_write_seconds_* in /metrics). Returns 0, 1 when no
  * session is evictable (all busy), -1 when the eviction write failed (nothing is lost). */
 static int evict_lru(srv_residency *r)
 {
@@ -1217,7 +1217,7 @@ void srv_residency_metrics(srv_app *app, proto_buf *b)
         return;
     const struct {
         const char *name, *type, *help;
-        unsigned long long value;
+        double value;
     } metrics[] = {
         {"recurd_persistence_degraded", "gauge",
          "1 after a failed snapshot write, until the next successful one.", r->degraded},
@@ -1251,17 +1251,18 @@ void srv_residency_metrics(srv_app *app, proto_buf *b)
          "Snapshot removals (DELETE, idle_ttl) whose first unlink failed.", r->unlink_failures},
         {"recurd_snapshot_busy_captures_total", "counter",
          "Snapshots of a computing session, copied between two of its work items.", r->busy_captures},
-        {"recurd_snapshot_capture_us_total", "counter",
-         "Microseconds the loop spent in those copies.", r->capture_us_total},
-        {"recurd_snapshot_capture_us_max", "gauge",
-         "Longest such copy (microseconds): what the session's stream waited.", r->capture_us_max},
         {"recurd_eviction_sync_writes_total", "counter",
          "Eviction writes done on the loop thread.", r->sync_evict_writes},
-        {"recurd_eviction_sync_write_us_total", "counter",
-         "Microseconds spent in eviction writes on the loop thread.", r->sync_evict_us_total},
-        {"recurd_eviction_sync_write_us_max", "gauge",
-         "Longest eviction write on the loop thread (microseconds).", r->sync_evict_us_max},
+        /* kept in microseconds, shown in seconds */
+        {"recurd_snapshot_capture_seconds_total", "counter",
+         "Seconds the loop spent in those copies.", (double)r->capture_us_total / 1e6},
+        {"recurd_snapshot_capture_seconds_max", "gauge",
+         "Longest such copy (seconds): what the session's stream waited.", (double)r->capture_us_max / 1e6},
+        {"recurd_eviction_sync_write_seconds_total", "counter",
+         "Seconds spent in eviction writes on the loop thread.", (double)r->sync_evict_us_total / 1e6},
+        {"recurd_eviction_sync_write_seconds_max", "gauge",
+         "Longest eviction write on the loop thread (seconds).", (double)r->sync_evict_us_max / 1e6},
     };
     for (size_t i = 0; i < sizeof metrics / sizeof *metrics; i++)
-        srv_metric(b, metrics[i].name, metrics[i].type, metrics[i].help, metrics[i].value);
+        srv_metric_double(b, metrics[i].name, metrics[i].type, metrics[i].help, metrics[i].value);
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "histogram.h"
 #include "log.h"
 
 typedef struct {
@@ -164,6 +165,20 @@ static void run_steps(worker *wk, srv_work **items, int B)
     }
 }
 
+/* A generation's token was sampled: its time to first token, or the time since its previous
+ * token (histogram.h: atomic, no lock). */
+static void observe_token_time(srv_gen *g)
+{
+    if (!g->ttft)
+        return;
+    uint64_t now = uv_hrtime();
+    if (g->t_last_ns)
+        srv_hist_observe(g->itl, now > g->t_last_ns ? now - g->t_last_ns : 0);
+    else
+        srv_hist_observe(g->ttft, now > g->t_request_ns ? now - g->t_request_ns : 0);
+    g->t_last_ns = now;
+}
+
 /* Lines of the generations in batch[0..B) into wk->lines (outside the lock). */
 static void gen_lines(worker *wk, srv_work **batch, int B)
 {
@@ -174,6 +189,7 @@ static void gen_lines(worker *wk, srv_work **batch, int B)
             if (w->gen_ids && w->gen->generated < w->gen->req->max_tokens)
                 w->gen_ids[w->gen->generated] = w->token; /* the session's token history */
             srv_gen_token(w->gen, w->pos0, w->token, w->logprob, &wk->lines);
+            observe_token_time(w->gen);
         }
         wk->line_end[i] = wk->lines.len;
     }

@@ -461,7 +461,7 @@ def test_kill9_mid_generation_loses_at_most_the_window(tmp_path):
                 "longest copy %d us" % (rnd + 1, INTERVAL_MS, acks[-1][1], restored, lost_tokens,
                                         lost_ms, INTERVAL_MS + ROUND_SLACK_MS,
                                         m.get("recurd_snapshot_busy_captures_total", 0),
-                                        m.get("recurd_snapshot_capture_us_max", -1)))
+                                        m.get("recurd_snapshot_capture_seconds_max", -1) * 1e6))
         print(line)
         assert restored > seen, line
         assert restored <= acks[-1][1] + 64, line
