@@ -43,11 +43,15 @@ async function main() {
       }).observe(chat, { subtree: true, childList: true, characterData: true });
     });
     const message = "The quick brown fox";
-    await page.fill("#max-tokens", "40");
+    // long enough that the reply spans several reads even on loopback (40 tokens sometimes
+    // arrive in one read); the later messages use 40
+    await page.fill("#max-tokens", "240");
     await page.fill("#input", message);
     await page.click("#send");
     await page.waitForFunction(() => document.body.dataset.busy === "0" && /generated/.test(document.getElementById("status").textContent));
     out.message_bytes = Buffer.byteLength(message, "utf8");
+    out.first_max_tokens = 240;
+    await page.fill("#max-tokens", "40");
     out.updates = await page.evaluate(() => window.__updates);
     out.reply = await page.evaluate(() => { const m = document.querySelectorAll("#chat .msg.model"); return m[m.length - 1].textContent; });
     out.first_session = await page.evaluate(() => window.playground.current);
