@@ -101,7 +101,7 @@ ifneq ($(LOAD_SRC),)
 endif
 
 .SECONDARY:
-.PHONY: all deps test test-unit test-python test-js-deps test-js-jinja-deps test-js-openai-deps test-js-playground-deps bench bench-tools run clean fuzz fuzz-build fuzz-replay
+.PHONY: all deps test test-isa isa-builds test-unit test-python test-js-deps test-js-jinja-deps test-js-openai-deps test-js-playground-deps bench bench-tools run clean fuzz fuzz-build fuzz-replay
 all: $(BINS) $(TEST_BIN)
 
 # ---------------------------------------------------------------- deps
@@ -295,6 +295,23 @@ $(BENCH_DIR)/load/hello_server: tools/bench/hello_server.c $(LIBLLHTTP_A)
 
 bench-tools: $(BENCH_TOOLS)
 
+# ---------------------------------------------------------------- kernel paths (docs/DESIGN.md §kernel dispatch)
+# One binary carries the AVX-512, AVX2 and portable kernels (core/isa.h). test-isa builds the
+# portable librecur (-march=x86-64, into build-portable/: the library and the unit suites that
+# need only it) and runs the path suites of it and of $(BUILD) on every path this CPU has
+# (tests/test_isa.sh).
+PORTABLE_OPT := -O3 -march=x86-64 -ffp-contract=fast
+ISA_UNIT     := test_packed_gemm test_batch_identity test_chunk_mm
+$(BUILD)/tests-core/%: $(BUILD)/obj/tests/unit/%.o $(LIBRECUR_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ -lcriterion $(LDLIBS)
+isa-builds:
+	@$(MAKE) --no-print-directory BUILD=build-portable OPT="$(PORTABLE_OPT)" build-portable/librecur.so \
+	  $(addprefix build-portable/tests-core/,$(ISA_UNIT))
+	@$(MAKE) --no-print-directory $(LIBRECUR_SO) $(addprefix $(BUILD)/tests-core/,$(ISA_UNIT))
+test-isa: isa-builds
+	PY=$(PY) tests/test_isa.sh build-portable $(BUILD)
+
 bench: all bench-tools
 	$(PY) tools/bench/run_all.py
 
@@ -303,4 +320,4 @@ run: deps
 	$(BUILD)/recurd --config config/recurd.json --host 127.0.0.1 --port 8080 --model models/default
 
 clean:
-	rm -rf build build-san build-fuzz
+	rm -rf build build-san build-fuzz build-portable

@@ -246,6 +246,7 @@ static int cmd_info(const opts *o)
            soft ? ", softmax KV cache at max_context" : ", fixed for any context length");
     printf("weights         %s in memory, %.2f MiB\n", i->weights_dtype, i->weight_bytes / 1048576.0);
     printf("fingerprint     %016llx\n", (unsigned long long)i->fingerprint);
+    printf("isa             %s (kernel path; RECUR_ISA forces one)\n", recur_isa_name());
     recur_model_free(m);
     return 0;
 }

@@ -23,6 +23,7 @@
  * stride is one sgemm refuses) the call runs the plain loop instead, exact but 3-5x slower.
  */
 #include "chunk_mm.h"
+#include "isa.h"
 
 #define MM_KB 256 /* k block: MM_KB x 64 floats of B (64 KiB) per panel */
 
@@ -36,20 +37,24 @@ static inline int imax(int a, int b)
     return a > b ? a : b;
 }
 
-#if defined(__AVX512F__) && !defined(RECUR_MM_PORTABLE)
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(RECUR_MM_PORTABLE)
+#define MM_AVX512 1
 #include <immintrin.h>
+
+/* every function of this path is compiled for AVX-512 whatever the build's -march (isa.h) */
+#define FN512 __attribute__((target(RECUR_TARGET_AVX512)))
 
 #define MM_MR 6
 
 /* lanes l < keep, keep clamped to [0, 16] */
-static inline __mmask16 lanes_below(int keep)
+static inline FN512 __mmask16 lanes_below(int keep)
 {
     return keep <= 0 ? 0 : keep >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << keep) - 1u);
 }
 
 /* One tile: rows [0, mr) of C (mr <= MM_MR), NV vectors of 16 columns (the last masked by mlast).
  * Terms p in [p0, pf) go to every row; p in [pf, pe) only to rows r with p <= tri + r. */
-static inline __attribute__((always_inline)) void
+static inline __attribute__((always_inline)) FN512 void
 mm_tile(const int NV, int mr, const float *A, ptrdiff_t ars, ptrdiff_t acs, int p0, int pf, int pe,
         int tri, const float *B, ptrdiff_t ldb, __mmask16 mlast, float *C, ptrdiff_t ldc,
         float alpha, int beta, int flags, int jt)
@@ -115,9 +120,9 @@ mm_tile(const int NV, int mr, const float *A, ptrdiff_t ars, ptrdiff_t acs, int 
     }
 }
 
-void recur__mm(int m, int n, int k, float alpha, const float *A, ptrdiff_t ars, ptrdiff_t acs,
-               const float *B, ptrdiff_t ldb, float beta, float *C, ptrdiff_t ldc, int flags,
-               int diag)
+static FN512 void mm_avx512(int m, int n, int k, float alpha, const float *A, ptrdiff_t ars, ptrdiff_t acs,
+                           const float *B, ptrdiff_t ldb, float beta, float *C, ptrdiff_t ldc, int flags,
+                           int diag)
 {
     for (int p0 = 0; p0 == 0 || p0 < k; p0 += MM_KB) {
         const int p1 = k - p0 < MM_KB ? k : p0 + MM_KB;
@@ -165,7 +170,7 @@ void recur__mm(int m, int n, int k, float alpha, const float *A, ptrdiff_t ars, 
 
 /* 16 x 16 in registers: r[t] (row t) in, r[i] (column i) out. Stage 1-2 gather, in every 128-bit
  * lane L of r[4g + j], column 4L + j of rows 4g..4g+3; stages 3-4 move the lanes into place. */
-static inline void tr16(__m512 r[16])
+static inline FN512 void tr16(__m512 r[16])
 {
     __m512 t[16];
     for (int i = 0; i < 8; i++) {
@@ -192,7 +197,8 @@ static inline void tr16(__m512 r[16])
     }
 }
 
-void recur__transpose(const float *src, ptrdiff_t lds, int rows, int cols, float *dst, ptrdiff_t ldd)
+static FN512 void transpose_avx512(const float *src, ptrdiff_t lds, int rows, int cols, float *dst,
+                                  ptrdiff_t ldd)
 {
     for (int t0 = 0; t0 < rows; t0 += 16)
         for (int i0 = 0; i0 < cols; i0 += 16) {
@@ -208,7 +214,10 @@ void recur__transpose(const float *src, ptrdiff_t lds, int rows, int cols, float
         }
 }
 
-#else /* portable: OpenBLAS sgemm on rectangles, triangles through a thread-local scratch */
+#endif /* MM_AVX512 */
+
+/* ---------------------------------------------------------------- portable: OpenBLAS sgemm on
+ * rectangles, triangles through a thread-local scratch (every path but AVX-512) */
 
 #include <cblas.h>
 #include <limits.h>
@@ -448,9 +457,8 @@ static int stride_ok(ptrdiff_t ld, int need)
     return ld >= (need > 1 ? need : 1) && ld <= INT_MAX;
 }
 
-void recur__mm(int m, int n, int k, float alpha, const float *A, ptrdiff_t ars, ptrdiff_t acs,
-               const float *B, ptrdiff_t ldb, float beta, float *C, ptrdiff_t ldc, int flags,
-               int diag)
+static void mm_blas(int m, int n, int k, float alpha, const float *A, ptrdiff_t ars, ptrdiff_t acs,
+                    const float *B, ptrdiff_t ldb, float beta, float *C, ptrdiff_t ldc, int flags, int diag)
 {
     if (m <= 0 || n <= 0)
         return;
@@ -490,7 +498,7 @@ void recur__mm(int m, int n, int k, float alpha, const float *A, ptrdiff_t ars, 
         mm_rect(&x, 0, m, 0, n, beta, C, ldc, lower, diag);
 }
 
-void recur__transpose(const float *src, ptrdiff_t lds, int rows, int cols, float *dst, ptrdiff_t ldd)
+static void transpose_plain(const float *src, ptrdiff_t lds, int rows, int cols, float *dst, ptrdiff_t ldd)
 {
     for (int t0 = 0; t0 < rows; t0 += 16)
         for (int i0 = 0; i0 < cols; i0 += 16)
@@ -499,4 +507,28 @@ void recur__transpose(const float *src, ptrdiff_t lds, int rows, int cols, float
                     dst[(ptrdiff_t)i * ldd + t] = src[(ptrdiff_t)t * lds + i];
 }
 
+/* ---------------------------------------------------------------- dispatch (isa.h) */
+
+void recur__mm(int m, int n, int k, float alpha, const float *A, ptrdiff_t ars, ptrdiff_t acs,
+               const float *B, ptrdiff_t ldb, float beta, float *C, ptrdiff_t ldc, int flags,
+               int diag)
+{
+#ifdef MM_AVX512
+    if (recur__isa() == RECUR_ISA_AVX512) {
+        mm_avx512(m, n, k, alpha, A, ars, acs, B, ldb, beta, C, ldc, flags, diag);
+        return;
+    }
 #endif
+    mm_blas(m, n, k, alpha, A, ars, acs, B, ldb, beta, C, ldc, flags, diag);
+}
+
+void recur__transpose(const float *src, ptrdiff_t lds, int rows, int cols, float *dst, ptrdiff_t ldd)
+{
+#ifdef MM_AVX512
+    if (recur__isa() == RECUR_ISA_AVX512) {
+        transpose_avx512(src, lds, rows, cols, dst, ldd);
+        return;
+    }
+#endif
+    transpose_plain(src, lds, rows, cols, dst, ldd);
+}

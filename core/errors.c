@@ -18,6 +18,7 @@ const char *recur_strerror(int err)
     case RECUR_ETOKEN: return "token id outside [0, vocab_size)";
     case RECUR_ECONTEXT: return "softmax KV cache would exceed max_context";
     case RECUR_ENOENT: return "not found";
+    case RECUR_EISA: return "RECUR_ISA names a kernel path this CPU lacks, or an unknown one";
     default: return "unknown error";
     }
 }

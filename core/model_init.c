@@ -8,6 +8,7 @@
  * each matrix value rounded to the half type (a seeded stand-in for an F16 / BF16 file). */
 #include <math.h>
 #include <string.h>
+#include "isa.h"
 #include "model_internal.h"
 
 void recur__model_seed(recur_model *m, uint64_t seed)
@@ -42,6 +43,7 @@ int recur_model_init_seed(const char *config_json, uint64_t seed, recur_model **
 int recur__model_init_seed_wtype(const char *config_json, uint64_t seed, recur_wtype wt, recur_model **out)
 {
     if (!config_json || !out) return RECUR_EINVAL;
+    if (recur__isa_check(NULL, 0)) return RECUR_EISA; /* a refused RECUR_ISA (isa.h) */
     recur_config cfg;
     int rc = recur__config_parse(config_json, strlen(config_json), &cfg);
     if (rc) return rc;

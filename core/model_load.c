@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "hf_config.h"
+#include "isa.h"
 #include "model_family.h"
 
 /* config.json and model.safetensors inside a model directory; the directory path is bounded so
@@ -169,6 +170,7 @@ static int load(const char *config_path, const char *dir, const char *weights_pa
 {
     char *text;
     size_t len;
+    if (recur__isa_check(err, errlen)) return RECUR_EISA; /* a refused RECUR_ISA (isa.h) */
     int rc = recur__read_small_file(config_path, RECUR_MAX_CONFIG_BYTES, &text, &len);
     if (rc == RECUR_EIO) return recur__errf(err, errlen, "%s cannot be read", config_path), RECUR_EIO;
     if (rc == RECUR_EFORMAT)

@@ -1,20 +1,27 @@
 /* packed_gemm.c — y = beta*y + x W^T on pre-packed weights (formula and layout: packed_gemm.h).
  *
  * Tiles: MR rows x NP panels of accumulators live in registers across the whole K loop, so every
- * element is one fmaf chain over k in order; a tile of another shape (fewer rows at the end of M,
- * one panel at the end of N, many panels for M = 1) runs the same chain per element, which is why
- * a row's result does not depend on M or on where the row sits. Panels are the outer loop: a
- * pair of panels (K x 32 floats) stays in L1 while every row tile of x passes over it, and W is
- * read once per call (from L3/DRAM when it is large).
+ * element is one multiply-add chain over k in order; a tile of another shape (fewer rows at the
+ * end of M, one panel at the end of N, many panels for M = 1) runs the same chain per element,
+ * which is why a row's result does not depend on M or on where the row sits. Panels are the outer
+ * loop: a pair of panels (K x 32 floats) stays in L1 while every row tile of x passes over it,
+ * and W is read once per call (from L3/DRAM when it is large).
  *
  * Half weights (F16 / BF16 panels): the tile widens each loaded panel vector to fp32 (F16C
  * vcvtph2ps; BF16 a zero-extend and a 16-bit shift), exact, then runs the fp32 chain unchanged.
- * The widening is one instruction per panel vector and k, shared by the MR rows of the tile. */
+ * The widening is one instruction per panel vector and k, shared by the MR rows of the tile.
+ *
+ * Three kernels live in every build (isa.h picks one at the first call): AVX-512 and AVX2+FMA+F16C
+ * compiled for their targets by function attributes (whatever -march the build has), and plain
+ * C for the portable path, compiled without contraction so that it rounds the product and the
+ * sum separately on every build (the same bits from a -march=x86-64 and a -march=native build). */
 #include <math.h>
 #include <string.h>
+#include "isa.h"
 #include "packed_gemm.h"
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__) && defined(__F16C__))
+#if defined(__x86_64__) || defined(__i386__)
+#define RECUR_X86 1
 #include <immintrin.h>
 #endif
 
@@ -79,7 +86,7 @@ void recur__pack_half(uint16_t *Wp, const uint16_t *W, int N, int K)
         }
 }
 
-/* ---------------------------------------------------------------- scalar reference */
+/* ---------------------------------------------------------------- scalar references */
 
 /* Packed weight i (a panel offset) of type wt, as fp32. */
 static inline float weight_at(const void *Wp, recur_wtype wt, size_t i)
@@ -87,8 +94,9 @@ static inline float weight_at(const void *Wp, recur_wtype wt, size_t i)
     return wt == RECUR_WT_F32 ? ((const float *)Wp)[i] : recur__half_to_float(((const uint16_t *)Wp)[i], wt);
 }
 
-void recur__packed_gemm_ref_t(int M, int N, int K, const float *x, int ldx, const void *Wp,
-                              recur_wtype wt, float beta, float *y, int ldy)
+/* The vector paths' chain, literally: fmaf per term. */
+static void ref_fused(int M, int N, int K, const float *x, int ldx, const void *Wp, recur_wtype wt, float beta,
+                      float *y, int ldy)
 {
     for (int m = 0; m < M; m++)
         for (int n = 0; n < N; n++) {
@@ -101,34 +109,128 @@ void recur__packed_gemm_ref_t(int M, int N, int K, const float *x, int ldx, cons
         }
 }
 
-void recur__packed_gemm_ref(int M, int N, int K, const float *x, int ldx, const float *Wp,
-                            float beta, float *y, int ldy)
+/* ---------------------------------------------------------------- portable: plain C, unfused */
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+
+/* The portable path's chain, literally: acc = acc + x*w, product and sum rounded separately. */
+static void ref_unfused(int M, int N, int K, const float *x, int ldx, const void *Wp, recur_wtype wt,
+                        float beta, float *y, int ldy)
 {
     for (int m = 0; m < M; m++)
         for (int n = 0; n < N; n++) {
-            const float *w = Wp + (size_t)(n / RECUR_PANEL) * K * RECUR_PANEL + n % RECUR_PANEL;
+            size_t w = (size_t)(n / RECUR_PANEL) * K * RECUR_PANEL + n % RECUR_PANEL;
             const float *xr = x + (size_t)m * ldx;
             float acc = 0.0f;
-            for (int k = 0; k < K; k++) acc = fmaf(xr[k], w[(size_t)k * RECUR_PANEL], acc);
+            for (int k = 0; k < K; k++) acc = acc + xr[k] * weight_at(Wp, wt, w + (size_t)k * RECUR_PANEL);
             float *yo = y + (size_t)m * ldy + n;
-            *yo = beta == 0.0f ? acc : fmaf(beta, *yo, acc);
+            *yo = beta == 0.0f ? acc : beta * *yo + acc;
         }
 }
 
-#if defined(__AVX512F__)
+#define MR_C 4       /* rows per portable tile */
+#define NP_C_ONE_ROW 4 /* panels per portable tile for M = 1 */
+
+/* Rows [0, MR) x panels [0, NP) (Wp, y offset to the tile); MR, NP, WT constants after inlining,
+ * so the j loops are fixed-length and vectorise (SSE2 at -march=x86-64). */
+INLINE void tile_c(const int WT, const int MR, const int NP, int K, const float *x, int ldx, const void *Wp,
+                   float beta, float *y, int ldy, int n_left)
+{
+    float acc[MR_C][NP_C_ONE_ROW * RECUR_PANEL];
+    const size_t ps = (size_t)K * RECUR_PANEL;
+    for (int m = 0; m < MR; m++)
+        for (int j = 0; j < NP * RECUR_PANEL; j++) acc[m][j] = 0.0f;
+    for (int k = 0; k < K; k++) {
+        float w[NP_C_ONE_ROW * RECUR_PANEL];
+        for (int p = 0; p < NP; p++) {
+            size_t i = p * ps + (size_t)k * RECUR_PANEL;
+            if (WT == RECUR_WT_F32) memcpy(w + p * RECUR_PANEL, (const float *)Wp + i, sizeof(float) * RECUR_PANEL);
+            else
+                for (int j = 0; j < RECUR_PANEL; j++)
+                    w[p * RECUR_PANEL + j] = recur__half_to_float(((const uint16_t *)Wp)[i + j], (recur_wtype)WT);
+        }
+        for (int m = 0; m < MR; m++) {
+            const float xv = x[(size_t)m * ldx + k];
+            for (int j = 0; j < NP * RECUR_PANEL; j++) acc[m][j] = acc[m][j] + xv * w[j];
+        }
+    }
+    for (int m = 0; m < MR; m++) {
+        int cols = n_left < NP * RECUR_PANEL ? n_left : NP * RECUR_PANEL;
+        float *yo = y + (size_t)m * ldy;
+        for (int j = 0; j < cols; j++) yo[j] = beta == 0.0f ? acc[m][j] : beta * yo[j] + acc[m][j];
+    }
+}
+
+/* Wp + i elements of type WT */
+#define WOFF(WT, Wp, i) ((const void *)((const char *)(Wp) + (size_t)(i) * ((WT) == RECUR_WT_F32 ? 4 : 2)))
+
+INLINE void gemm_c(const int WT, int M, int N, int K, const float *x, int ldx, const void *Wp, float beta,
+                   float *y, int ldy)
+{
+    const int np = (N + RECUR_PANEL - 1) / RECUR_PANEL;
+    const size_t ps = (size_t)K * RECUR_PANEL;
+    if (M == 1) {
+        int p = 0;
+        for (; p + NP_C_ONE_ROW <= np; p += NP_C_ONE_ROW)
+            tile_c(WT, 1, NP_C_ONE_ROW, K, x, ldx, WOFF(WT, Wp, p * ps), beta, y + p * RECUR_PANEL, ldy,
+                   N - p * RECUR_PANEL);
+        for (; p < np; p++)
+            tile_c(WT, 1, 1, K, x, ldx, WOFF(WT, Wp, p * ps), beta, y + p * RECUR_PANEL, ldy, N - p * RECUR_PANEL);
+        return;
+    }
+    for (int p = 0; p < np; p++)
+        for (int m = 0; m < M; m += MR_C) {
+            const float *xm = x + (size_t)m * ldx;
+            float *ym = y + (size_t)m * ldy + p * RECUR_PANEL;
+            const void *wp = WOFF(WT, Wp, p * ps);
+            switch (M - m < MR_C ? M - m : MR_C) {
+            case 4: tile_c(WT, 4, 1, K, xm, ldx, wp, beta, ym, ldy, N - p * RECUR_PANEL); break;
+            case 3: tile_c(WT, 3, 1, K, xm, ldx, wp, beta, ym, ldy, N - p * RECUR_PANEL); break;
+            case 2: tile_c(WT, 2, 1, K, xm, ldx, wp, beta, ym, ldy, N - p * RECUR_PANEL); break;
+            default: tile_c(WT, 1, 1, K, xm, ldx, wp, beta, ym, ldy, N - p * RECUR_PANEL); break;
+            }
+        }
+}
+
+static void gemm_portable(int M, int N, int K, const float *x, int ldx, const void *Wp, recur_wtype wt,
+                          float beta, float *y, int ldy)
+{
+    switch (wt) { /* one instance of the kernel per element type */
+    case RECUR_WT_F16: gemm_c(RECUR_WT_F16, M, N, K, x, ldx, Wp, beta, y, ldy); break;
+    case RECUR_WT_BF16: gemm_c(RECUR_WT_BF16, M, N, K, x, ldx, Wp, beta, y, ldy); break;
+    default: gemm_c(RECUR_WT_F32, M, N, K, x, ldx, Wp, beta, y, ldy); break;
+    }
+}
+#pragma GCC pop_options
+
+void recur__packed_gemm_ref_t(int M, int N, int K, const float *x, int ldx, const void *Wp,
+                              recur_wtype wt, float beta, float *y, int ldy)
+{
+    if (recur__isa() == RECUR_ISA_PORTABLE) ref_unfused(M, N, K, x, ldx, Wp, wt, beta, y, ldy);
+    else ref_fused(M, N, K, x, ldx, Wp, wt, beta, y, ldy);
+}
+
+void recur__packed_gemm_ref(int M, int N, int K, const float *x, int ldx, const float *Wp,
+                            float beta, float *y, int ldy)
+{
+    recur__packed_gemm_ref_t(M, N, K, x, ldx, Wp, RECUR_WT_F32, beta, y, ldy);
+}
+
+#ifdef RECUR_X86
+#define FN512 INLINE __attribute__((target(RECUR_TARGET_AVX512)))
 /* ---------------------------------------------------------------- AVX-512: one zmm per panel row */
 
-#ifndef MR_MAX
-#define MR_MAX 8 /* rows per tile: 8 x 2 panels = 16 accumulators of 32 zmm */
+#ifndef MR512
+#define MR512 8 /* rows per tile: 8 x 2 panels = 16 accumulators of 32 zmm */
 #endif
 #ifndef MR_HALF
 #define MR_HALF 14 /* half weights: 14 x 2 = 28 accumulators, one widening per 14 FMAs */
 #endif
-#define MR_TILE (MR_HALF > MR_MAX ? MR_HALF : MR_MAX)
-#define NP_ONE_ROW 8 /* panels in flight for M = 1: enough independent chains to stream W */
+#define MR_TILE (MR_HALF > MR512 ? MR_HALF : MR512)
+#define NP512_ONE_ROW 8 /* panels in flight for M = 1: enough independent chains to stream W */
 
 /* The 16 weights of panel row i (element offset) as fp32; WT a constant after inlining. */
-INLINE __m512 load_w(const int WT, const void *Wp, size_t i)
+FN512 __m512 load_w512(const int WT, const void *Wp, size_t i)
 {
     if (WT == RECUR_WT_F32) return _mm512_load_ps((const float *)Wp + i);
     __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)Wp + i));
@@ -142,10 +244,10 @@ INLINE __m512 load_w(const int WT, const void *Wp, size_t i)
  * this tile runs (the first row tile of a pair does it; a cold W otherwise stalls the next pair's
  * first tile; when one panel is left this runs past the end of W, which a prefetch may: it never
  * faults; +5 % on the default model's GEMM sequence at M = 64). */
-INLINE void tile(const int WT, const int MR, const int NP, int K, const float *x, int ldx, const void *Wp,
+FN512 void tile512(const int WT, const int MR, const int NP, int K, const float *x, int ldx, const void *Wp,
                  float beta, float *y, int ldy, int n_left, const void *pf)
 {
-    __m512 acc[MR_TILE][NP_ONE_ROW];
+    __m512 acc[MR_TILE][NP512_ONE_ROW];
     const size_t ps = (size_t)K * RECUR_PANEL;
     const size_t pair_bytes_k = 2 * RECUR_PANEL * (WT == RECUR_WT_F32 ? 4 : 2); /* 128 or 64 */
 #pragma GCC unroll 16
@@ -158,9 +260,9 @@ INLINE void tile(const int WT, const int MR, const int NP, int K, const float *x
             _mm_prefetch(pk, _MM_HINT_T1);
             if (pair_bytes_k > 64) _mm_prefetch(pk + 64, _MM_HINT_T1);
         }
-        __m512 w[NP_ONE_ROW];
+        __m512 w[NP512_ONE_ROW];
 #pragma GCC unroll 8
-        for (int p = 0; p < NP; p++) w[p] = load_w(WT, Wp, p * ps + (size_t)k * RECUR_PANEL);
+        for (int p = 0; p < NP; p++) w[p] = load_w512(WT, Wp, p * ps + (size_t)k * RECUR_PANEL);
 #pragma GCC unroll 16
         for (int m = 0; m < MR; m++) {
             __m512 xb = _mm512_set1_ps(x[(size_t)m * ldx + k]);
@@ -183,22 +285,20 @@ INLINE void tile(const int WT, const int MR, const int NP, int K, const float *x
         }
 }
 
-/* Wp + i elements of type WT */
-#define WOFF(WT, Wp, i) ((const void *)((const char *)(Wp) + (size_t)(i) * ((WT) == RECUR_WT_F32 ? 4 : 2)))
 
-INLINE void gemm(const int WT, int M, int N, int K, const float *x, int ldx, const void *Wp, float beta,
+FN512 void gemm512(const int WT, int M, int N, int K, const float *x, int ldx, const void *Wp, float beta,
                  float *y, int ldy)
 {
     const int np = (N + RECUR_PANEL - 1) / RECUR_PANEL;
     const size_t ps = (size_t)K * RECUR_PANEL;
     if (M == 1) {
         int p = 0;
-        for (; p + NP_ONE_ROW <= np; p += NP_ONE_ROW)
-            tile(WT, 1, NP_ONE_ROW, K, x, ldx, WOFF(WT, Wp, p * ps), beta, y + p * RECUR_PANEL, ldy,
+        for (; p + NP512_ONE_ROW <= np; p += NP512_ONE_ROW)
+            tile512(WT, 1, NP512_ONE_ROW, K, x, ldx, WOFF(WT, Wp, p * ps), beta, y + p * RECUR_PANEL, ldy,
                  N - p * RECUR_PANEL, NULL);
         for (; p + 2 <= np; p += 2)
-            tile(WT, 1, 2, K, x, ldx, WOFF(WT, Wp, p * ps), beta, y + p * RECUR_PANEL, ldy, N - p * RECUR_PANEL, NULL);
-        if (p < np) tile(WT, 1, 1, K, x, ldx, WOFF(WT, Wp, p * ps), beta, y + p * RECUR_PANEL, ldy, N - p * RECUR_PANEL, NULL);
+            tile512(WT, 1, 2, K, x, ldx, WOFF(WT, Wp, p * ps), beta, y + p * RECUR_PANEL, ldy, N - p * RECUR_PANEL, NULL);
+        if (p < np) tile512(WT, 1, 1, K, x, ldx, WOFF(WT, Wp, p * ps), beta, y + p * RECUR_PANEL, ldy, N - p * RECUR_PANEL, NULL);
         return;
     }
     for (int p = 0; p < np; p += 2) {
@@ -206,14 +306,14 @@ INLINE void gemm(const int WT, int M, int N, int K, const float *x, int ldx, con
         float *yp = y + p * RECUR_PANEL;
         int n_left = N - p * RECUR_PANEL;
         int two = np - p >= 2;
-        const int mr_max = WT == RECUR_WT_F32 ? MR_MAX : MR_HALF; /* see MR_HALF */
+        const int mr_max = WT == RECUR_WT_F32 ? MR512 : MR_HALF; /* see MR_HALF */
         for (int m = 0; m < M; m += mr_max) {
             const float *xm = x + (size_t)m * ldx;
             float *ym = yp + (size_t)m * ldy;
             int mr = M - m < mr_max ? M - m : mr_max;
             const void *pf = m == 0 && p + 2 < np ? WOFF(WT, wp, 2 * ps) : NULL;
-#define T(R) do { if (two) tile(WT, R, 2, K, xm, ldx, wp, beta, ym, ldy, n_left, pf); \
-                  else tile(WT, R, 1, K, xm, ldx, wp, beta, ym, ldy, n_left, pf); } while (0)
+#define T(R) do { if (two) tile512(WT, R, 2, K, xm, ldx, wp, beta, ym, ldy, n_left, pf); \
+                  else tile512(WT, R, 1, K, xm, ldx, wp, beta, ym, ldy, n_left, pf); } while (0)
             switch (mr) {
 #if MR_TILE >= 14
             case 14: T(14); break;
@@ -239,14 +339,24 @@ INLINE void gemm(const int WT, int M, int N, int K, const float *x, int ldx, con
     }
 }
 
-#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+static __attribute__((target(RECUR_TARGET_AVX512))) void
+gemm_avx512(int M, int N, int K, const float *x, int ldx, const void *Wp, recur_wtype wt, float beta, float *y, int ldy)
+{
+    switch (wt) { /* one instance of the kernel per element type */
+    case RECUR_WT_F16: gemm512(RECUR_WT_F16, M, N, K, x, ldx, Wp, beta, y, ldy); break;
+    case RECUR_WT_BF16: gemm512(RECUR_WT_BF16, M, N, K, x, ldx, Wp, beta, y, ldy); break;
+    default: gemm512(RECUR_WT_F32, M, N, K, x, ldx, Wp, beta, y, ldy); break;
+    }
+}
+
+#define FN256 INLINE __attribute__((target(RECUR_TARGET_AVX2)))
 /* ---------------------------------------------------------------- AVX2+FMA: two ymm per panel row */
 
-#define MR_MAX 4
-#define NP_ONE_ROW 4
+#define MR256 4
+#define NP256_ONE_ROW 4
 
 /* The 8 weights at element offset i as fp32; WT a constant after inlining. */
-INLINE __m256 load_w(const int WT, const void *Wp, size_t i)
+FN256 __m256 load_w256(const int WT, const void *Wp, size_t i)
 {
     if (WT == RECUR_WT_F32) return _mm256_load_ps((const float *)Wp + i);
     __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)Wp + i));
@@ -254,20 +364,20 @@ INLINE __m256 load_w(const int WT, const void *Wp, size_t i)
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-INLINE void tile(const int WT, const int MR, const int NP, int K, const float *x, int ldx, const void *Wp,
+FN256 void tile256(const int WT, const int MR, const int NP, int K, const float *x, int ldx, const void *Wp,
                  float beta, float *y, int ldy, int n_left)
 {
-    __m256 acc[MR_MAX][2 * NP_ONE_ROW];
+    __m256 acc[MR256][2 * NP256_ONE_ROW];
     const size_t ps = (size_t)K * RECUR_PANEL;
 #pragma GCC unroll 8
     for (int m = 0; m < MR; m++)
 #pragma GCC unroll 8
         for (int h = 0; h < 2 * NP; h++) acc[m][h] = _mm256_setzero_ps();
     for (int k = 0; k < K; k++) {
-        __m256 w[2 * NP_ONE_ROW];
+        __m256 w[2 * NP256_ONE_ROW];
 #pragma GCC unroll 8
         for (int h = 0; h < 2 * NP; h++)
-            w[h] = load_w(WT, Wp, (h / 2) * ps + (size_t)k * RECUR_PANEL + (h % 2) * 8);
+            w[h] = load_w256(WT, Wp, (h / 2) * ps + (size_t)k * RECUR_PANEL + (h % 2) * 8);
 #pragma GCC unroll 8
         for (int m = 0; m < MR; m++) {
             __m256 xb = _mm256_set1_ps(x[(size_t)m * ldx + k]);
@@ -288,54 +398,56 @@ INLINE void tile(const int WT, const int MR, const int NP, int K, const float *x
         }
 }
 
-#define WOFF(WT, Wp, i) ((const void *)((const char *)(Wp) + (size_t)(i) * ((WT) == RECUR_WT_F32 ? 4 : 2)))
 
-INLINE void gemm(const int WT, int M, int N, int K, const float *x, int ldx, const void *Wp, float beta,
+FN256 void gemm256(const int WT, int M, int N, int K, const float *x, int ldx, const void *Wp, float beta,
                  float *y, int ldy)
 {
     const int np = (N + RECUR_PANEL - 1) / RECUR_PANEL;
     const size_t ps = (size_t)K * RECUR_PANEL;
     if (M == 1) {
         int p = 0;
-        for (; p + NP_ONE_ROW <= np; p += NP_ONE_ROW)
-            tile(WT, 1, NP_ONE_ROW, K, x, ldx, WOFF(WT, Wp, p * ps), beta, y + p * RECUR_PANEL, ldy,
+        for (; p + NP256_ONE_ROW <= np; p += NP256_ONE_ROW)
+            tile256(WT, 1, NP256_ONE_ROW, K, x, ldx, WOFF(WT, Wp, p * ps), beta, y + p * RECUR_PANEL, ldy,
                  N - p * RECUR_PANEL);
         for (; p < np; p++)
-            tile(WT, 1, 1, K, x, ldx, WOFF(WT, Wp, p * ps), beta, y + p * RECUR_PANEL, ldy, N - p * RECUR_PANEL);
+            tile256(WT, 1, 1, K, x, ldx, WOFF(WT, Wp, p * ps), beta, y + p * RECUR_PANEL, ldy, N - p * RECUR_PANEL);
         return;
     }
     for (int p = 0; p < np; p++)
-        for (int m = 0; m < M; m += MR_MAX) {
+        for (int m = 0; m < M; m += MR256) {
             const float *xm = x + (size_t)m * ldx;
             float *ym = y + (size_t)m * ldy + p * RECUR_PANEL;
             const void *wp = WOFF(WT, Wp, p * ps);
-            switch (M - m < MR_MAX ? M - m : MR_MAX) {
-            case 4: tile(WT, 4, 1, K, xm, ldx, wp, beta, ym, ldy, N - p * RECUR_PANEL); break;
-            case 3: tile(WT, 3, 1, K, xm, ldx, wp, beta, ym, ldy, N - p * RECUR_PANEL); break;
-            case 2: tile(WT, 2, 1, K, xm, ldx, wp, beta, ym, ldy, N - p * RECUR_PANEL); break;
-            default: tile(WT, 1, 1, K, xm, ldx, wp, beta, ym, ldy, N - p * RECUR_PANEL); break;
+            switch (M - m < MR256 ? M - m : MR256) {
+            case 4: tile256(WT, 4, 1, K, xm, ldx, wp, beta, ym, ldy, N - p * RECUR_PANEL); break;
+            case 3: tile256(WT, 3, 1, K, xm, ldx, wp, beta, ym, ldy, N - p * RECUR_PANEL); break;
+            case 2: tile256(WT, 2, 1, K, xm, ldx, wp, beta, ym, ldy, N - p * RECUR_PANEL); break;
+            default: tile256(WT, 1, 1, K, xm, ldx, wp, beta, ym, ldy, N - p * RECUR_PANEL); break;
             }
         }
 }
 
-#else
-/* ---------------------------------------------------------------- no SIMD: the reference */
-
-#define NO_SIMD 1
-#endif
+static __attribute__((target(RECUR_TARGET_AVX2))) void
+gemm_avx2(int M, int N, int K, const float *x, int ldx, const void *Wp, recur_wtype wt, float beta, float *y, int ldy)
+{
+    switch (wt) {
+    case RECUR_WT_F16: gemm256(RECUR_WT_F16, M, N, K, x, ldx, Wp, beta, y, ldy); break;
+    case RECUR_WT_BF16: gemm256(RECUR_WT_BF16, M, N, K, x, ldx, Wp, beta, y, ldy); break;
+    default: gemm256(RECUR_WT_F32, M, N, K, x, ldx, Wp, beta, y, ldy); break;
+    }
+}
+#endif /* RECUR_X86 */
 
 void recur__packed_gemm_t(int M, int N, int K, const float *x, int ldx, const void *Wp,
                           recur_wtype wt, float beta, float *y, int ldy)
 {
-#ifdef NO_SIMD
-    recur__packed_gemm_ref_t(M, N, K, x, ldx, Wp, wt, beta, y, ldy);
-#else
-    switch (wt) { /* one instance of the kernel per element type */
-    case RECUR_WT_F16: gemm(RECUR_WT_F16, M, N, K, x, ldx, Wp, beta, y, ldy); break;
-    case RECUR_WT_BF16: gemm(RECUR_WT_BF16, M, N, K, x, ldx, Wp, beta, y, ldy); break;
-    default: gemm(RECUR_WT_F32, M, N, K, x, ldx, Wp, beta, y, ldy); break;
-    }
+    switch (recur__isa()) {
+#ifdef RECUR_X86
+    case RECUR_ISA_AVX512: gemm_avx512(M, N, K, x, ldx, Wp, wt, beta, y, ldy); break;
+    case RECUR_ISA_AVX2: gemm_avx2(M, N, K, x, ldx, Wp, wt, beta, y, ldy); break;
 #endif
+    default: gemm_portable(M, N, K, x, ldx, Wp, wt, beta, y, ldy); break;
+    }
 }
 
 void recur__packed_gemm(int M, int N, int K, const float *x, int ldx, const float *Wp, float beta,

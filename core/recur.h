@@ -43,9 +43,16 @@ extern "C" {
 #define RECUR_ETOKEN -11    /* a token id is outside [0, vocab_size) */
 #define RECUR_ECONTEXT -12  /* a softmax layer's KV cache would exceed max_context */
 #define RECUR_ENOENT -13    /* a looked-for item is absent (a model folder without a chat template) */
+#define RECUR_EISA -14      /* RECUR_ISA names a kernel path this CPU lacks, or an unknown one */
 
 /* A static English description of a RECUR_E* code ("unknown error" for anything else). */
 const char *recur_strerror(int err);
+
+/* The kernel path this process runs: "avx512", "avx2" or "portable", chosen once from what the
+ * CPU reports, or forced by the environment variable RECUR_ISA (a path the CPU lacks, or an
+ * unknown name, makes every model load fail with RECUR_EISA). Paths agree up to the last bits;
+ * each is bit-identical across batch sizes (docs/DESIGN.md, kernel dispatch). */
+const char *recur_isa_name(void);
 
 /* ---------------------------------------------------------------- mixers */
 

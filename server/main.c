@@ -247,11 +247,11 @@ int main(int argc, char **argv)
     srv_log(SRV_LOG_INFO, "listening",
             "\"host\":\"%s\",\"address\":\"%s\",\"port\":%d,\"model\":\"%s\",\"vocab_size\":%d,"
             "\"n_layers\":%d,\"state_bytes\":%zu,\"workers\":%d,\"max_batch\":%d,\"decode_workers\":%d,"
-            "\"auth\":%s",
+            "\"auth\":%s,\"isa\":\"%s\"",
             srv_log_str(app->cfg.host, h, sizeof h), bind_addr.address, srv_server_port(app->server),
             srv_log_str(app->model_name, name, sizeof name), app->info->vocab_size,
             app->info->n_layers, app->info->state_bytes, app->cfg.workers, app->cfg.max_batch,
-            app->cfg.decode_workers, app->cfg.api_key[0] ? "true" : "false");
+            app->cfg.decode_workers, app->cfg.api_key[0] ? "true" : "false", recur_isa_name());
 
     srv_sd_notify("READY=1"); /* listening: a Type=notify unit is started */
     uv_run(app->loop, UV_RUN_DEFAULT);

@@ -51,6 +51,38 @@ def test_info(model_dir):
     assert re.search(r"weights\s+F32 in memory", out)
 
 
+def run_isa(isa, *args):
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", RECUR_ISA=isa)
+    return subprocess.run([RECUR, *args], capture_output=True, env=env, timeout=120)
+
+
+def cpu_flags():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def test_info_reports_the_forced_isa_and_refuses_a_missing_one(model_dir):
+    """RECUR_ISA forces a kernel path `recur info` names; a path the CPU lacks, or an unknown
+    name, fails the load with the named error (never a silent fallback)."""
+    flags = cpu_flags()
+    have = {"portable": True, "avx2": {"avx2", "fma", "f16c"} <= flags,
+            "avx512": {"avx512f", "avx512bw", "avx512vl", "avx512dq", "fma", "f16c"} <= flags}
+    for isa, ok in have.items():
+        p = run_isa(isa, "info", model_dir)
+        if ok:
+            assert p.returncode == 0, p.stderr
+            assert re.search(r"^isa\s+%s\b" % isa, p.stdout.decode(), re.M), p.stdout
+        else:
+            assert p.returncode == 1 and b"RECUR_ISA=" + isa.encode() in p.stderr, p.stderr
+    p = run_isa("sse9", "info", model_dir)
+    assert p.returncode == 1 and b"RECUR_ISA=sse9" in p.stderr and b"kernel path" in p.stderr, p.stderr
+    best = "avx512" if have["avx512"] else "avx2" if have["avx2"] else "portable"
+    assert re.search(r"^isa\s+%s\b" % best, run_isa("", "info", model_dir).stdout.decode(), re.M)
+
+
 def test_info_half_model_stays_half():
     """The shipped model's F16 matrices stay F16 in memory: less than 2.2 bytes per parameter
     (norms and the embedding table are fp32), where an fp32 copy would need 4."""

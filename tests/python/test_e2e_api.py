@@ -125,6 +125,8 @@ def test_model_info(d):
     assert m["state_bytes"] == 2 * 2 * 32 * 32 * 4
     # a seeded model is fp32 in memory: at least 4 bytes per parameter (panels padded to 16 rows)
     assert m["weights_dtype"] == "F32" and 4 * m["n_params"] <= m["weight_bytes"] < 5 * m["n_params"]
+    # the kernel path (RECUR_ISA forces one; test_cli checks detection and refusal)
+    assert m["isa"] == (os.environ.get("RECUR_ISA") or m["isa"]) and m["isa"] in ("avx512", "avx2", "portable")
 
 
 def test_model_info_half_weights_stay_half():

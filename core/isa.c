@@ -1,0 +1,74 @@
+/* isa.c — the kernel path of this process: detected once, RECUR_ISA may force one (isa.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "isa.h"
+#include "recur.h"
+
+static int has_avx512(void)
+{
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+
+static int has_avx2(void)
+{
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+
+const char *recur__isa_str(recur_isa isa)
+{
+    return isa == RECUR_ISA_AVX512 ? "avx512" : isa == RECUR_ISA_AVX2 ? "avx2" : "portable";
+}
+
+/* resolved once; -1 before. A race resolves twice to the same value (env and CPU are fixed). */
+static int isa_cached = -1, isa_refused;
+
+static void resolve(void)
+{
+    __builtin_cpu_init();
+    recur_isa best = has_avx512() ? RECUR_ISA_AVX512 : has_avx2() ? RECUR_ISA_AVX2 : RECUR_ISA_PORTABLE;
+    recur_isa isa = best;
+    int refused = 0;
+    const char *want = getenv("RECUR_ISA");
+    if (want && want[0]) {
+        if (!strcmp(want, "avx512")) isa = RECUR_ISA_AVX512;
+        else if (!strcmp(want, "avx2")) isa = RECUR_ISA_AVX2;
+        else if (!strcmp(want, "portable")) isa = RECUR_ISA_PORTABLE;
+        else refused = 1;
+        if (!refused && isa > best) refused = 1;
+        if (refused) isa = best;
+    }
+    __atomic_store_n(&isa_refused, refused, __ATOMIC_RELAXED);
+    __atomic_store_n(&isa_cached, (int)isa, __ATOMIC_RELEASE);
+}
+
+recur_isa recur__isa(void)
+{
+    int v = __atomic_load_n(&isa_cached, __ATOMIC_ACQUIRE);
+    if (v < 0) {
+        resolve();
+        v = __atomic_load_n(&isa_cached, __ATOMIC_ACQUIRE);
+    }
+    return (recur_isa)v;
+}
+
+int recur__isa_check(char *err, size_t errlen)
+{
+    recur__isa();
+    if (!__atomic_load_n(&isa_refused, __ATOMIC_RELAXED)) return 0;
+    if (err && errlen) {
+        const char *want = getenv("RECUR_ISA");
+        snprintf(err, errlen,
+                 "RECUR_ISA=%s: not a kernel path this CPU supports (avx512 needs avx512f/bw/vl/dq+fma+f16c, "
+                 "avx2 needs avx2+fma+f16c; known: avx512, avx2, portable; this CPU's best: %s)",
+                 want ? want : "", recur__isa_str(has_avx512() ? RECUR_ISA_AVX512 : has_avx2() ? RECUR_ISA_AVX2 : RECUR_ISA_PORTABLE));
+    }
+    return RECUR_EISA;
+}
+
+const char *recur_isa_name(void)
+{
+    return recur__isa_str(recur__isa());
+}

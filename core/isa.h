@@ -1,0 +1,39 @@
+/*
+ * isa.h — which kernel path this process runs (private to core/; public name: recur_isa_name).
+ *
+ * One binary carries every path: the AVX-512 and AVX2+FMA+F16C kernels are compiled with GCC
+ * target pragmas whatever the build's -march, the portable one is plain C. The path is chosen
+ * once, at the first call, from what the CPU reports (__builtin_cpu_supports, which also checks
+ * that the OS saves the registers), and the environment variable RECUR_ISA may force one:
+ *   RECUR_ISA=avx512    avx512f+bw+vl+dq, fma, f16c
+ *   RECUR_ISA=avx2      avx2, fma, f16c
+ *   RECUR_ISA=portable  plain C (SSE2 at -march=x86-64), never a fused multiply-add
+ * A forced path the CPU lacks, or an unknown name, is refused: recur__isa_check returns
+ * RECUR_EISA and every model load fails with it (the kernels, if called anyway, run the best
+ * path the CPU has).
+ *
+ * Results: each path is deterministic and bit-identical across batch sizes; paths differ from
+ * each other in the last bits (the AVX paths fuse each multiply-add, the portable one rounds the
+ * product and the sum separately; chunk_mm uses OpenBLAS sgemm off AVX-512).
+ */
+#ifndef RECUR_ISA_H
+#define RECUR_ISA_H
+
+#include <stddef.h>
+
+typedef enum { RECUR_ISA_PORTABLE = 0, RECUR_ISA_AVX2 = 1, RECUR_ISA_AVX512 = 2 } recur_isa;
+
+/* The path in use (resolved once; a refused RECUR_ISA falls back to the best supported). */
+recur_isa recur__isa(void);
+
+/* 0, or RECUR_EISA with err (may be NULL) naming RECUR_ISA's value and what the CPU lacks. */
+int recur__isa_check(char *err, size_t errlen);
+
+/* "avx512", "avx2" or "portable". */
+const char *recur__isa_str(recur_isa isa);
+
+/* GCC target strings of the two vector paths (the functions compiled for them). */
+#define RECUR_TARGET_AVX512 "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"
+#define RECUR_TARGET_AVX2 "avx2,fma,f16c"
+
+#endif /* RECUR_ISA_H */
