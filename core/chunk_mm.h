@@ -12,12 +12,12 @@
  *   RECUR_MM_C_UPPER  only C[i][j] with j >  i + diag is computed and written
  *
  * What runs where:
- *   AVX-512 (and not RECUR_MM_PORTABLE): a 6 x 64 register-blocked kernel (24 accumulators)
+ *   AVX-512 path (isa.h; not when built with RECUR_MM_PORTABLE): a 6 x 64 register-blocked kernel (24 accumulators)
  *     that reads both operands in place and skips the zero half of causal products. Why not
  *     sgemm there: the chunkwise forms multiply 64 x 64 blocks thousands of times per call, and
  *     OpenBLAS pays per call (argument checks, kernel choice, packing), cannot read an operand
  *     with two non-unit strides, and cannot skip a triangle.
- *   Elsewhere (or built with -DRECUR_MM_PORTABLE): OpenBLAS cblas_sgemm on rectangles, triangles
+ *   AVX2 and portable paths (or built with -DRECUR_MM_PORTABLE): OpenBLAS cblas_sgemm on rectangles, triangles
  *     cut in row halves down to 16 rows and the small remainders through a thread-local scratch,
  *     because a plain C loop reaches only 14-21 GFLOP/s (chunkwise 3-5x slower) while sgemm brings
  *     a tuned kernel for every CPU. Same contract, same results up to rounding.

@@ -10,9 +10,11 @@
  *   acc = 0;  for k = 0 .. K-1 in order:  acc = fmaf(x[m][k], W[n][k], acc)
  *   y[m][n] = (beta == 0) ? acc : fmaf(beta, y[m][n], acc)
  *
- * (one sequential fused chain per element; vector lanes are independent elements). The AVX-512,
- * AVX2 and scalar paths all compute exactly this, so they agree bit for bit with each other and
- * with recur__packed_gemm_ref.
+ * (one sequential fused chain per element; vector lanes are independent elements). The AVX-512
+ * and AVX2 paths compute exactly this; the portable path (isa.h) the same chain unfused,
+ *   acc = acc + x[m][k] * W[n][k]   (product rounded, then the sum),   y = beta*y + acc likewise,
+ * because a CPU without FMA has no fused instruction (libm's fmaf per element was 20-80x slower).
+ * Each path agrees bit for bit with recur__packed_gemm_ref, which follows the running path.
  *
  * Packed layout of W [N][K] (nn.Linear, row-major): column panels of RECUR_PANEL outputs,
  *   Wp[p][k][j] = W[p*RECUR_PANEL + j][k]     p < ceil(N/RECUR_PANEL), k < K, j < RECUR_PANEL
@@ -86,12 +88,12 @@ void recur__pack_half(uint16_t *Wp, const uint16_t *W, int N, int K);
 
 /* y[M][N] (row stride ldy) = beta*y + x[M][K] (row stride ldx) W^T, W packed by recur__pack.
  * beta == 0 never reads y (it may hold anything). M >= 0, N >= 1, K >= 1. x and y must not
- * overlap. Fastest available path (AVX-512, AVX2+FMA, scalar). */
+ * overlap. The path isa.h chose (AVX-512, AVX2+FMA+F16C, portable C). */
 void recur__packed_gemm(int M, int N, int K, const float *x, int ldx, const float *Wp, float beta,
                         float *y, int ldy);
 
-/* The same function in plain scalar C (the formula above, literally): the reference the vector
- * paths must equal bit for bit (tests). */
+/* The same function in plain scalar C (the formula above, literally; fused on the AVX paths,
+ * unfused on the portable one): the reference the running path must equal bit for bit (tests). */
 void recur__packed_gemm_ref(int M, int N, int K, const float *x, int ldx, const float *Wp,
                             float beta, float *y, int ldy);
 
