@@ -164,32 +164,41 @@ INLINE void tile_c(const int WT, const int MR, const int NP, int K, const float 
 /* Wp + i elements of type WT */
 #define WOFF(WT, Wp, i) ((const void *)((const char *)(Wp) + (size_t)(i) * ((WT) == RECUR_WT_F32 ? 4 : 2)))
 
+/* The driver of the 4-row, 1-panel tiles (portable and AVX2 paths): M = 1 runs NP_ONE panels per
+ * tile, otherwise panels outer and row tiles of up to 4 inner. TILE: the path's tile function. */
+#define GEMM_MR4(TILE, NP_ONE)                                                                         \
+    do {                                                                                               \
+        const int np = (N + RECUR_PANEL - 1) / RECUR_PANEL;                                            \
+        const size_t ps = (size_t)K * RECUR_PANEL;                                                     \
+        if (M == 1) {                                                                                  \
+            int p = 0;                                                                                 \
+            for (; p + NP_ONE <= np; p += NP_ONE)                                                      \
+                TILE(WT, 1, NP_ONE, K, x, ldx, WOFF(WT, Wp, p * ps), beta, y + p * RECUR_PANEL, ldy,   \
+                     N - p * RECUR_PANEL);                                                             \
+            for (; p < np; p++)                                                                        \
+                TILE(WT, 1, 1, K, x, ldx, WOFF(WT, Wp, p * ps), beta, y + p * RECUR_PANEL, ldy,        \
+                     N - p * RECUR_PANEL);                                                             \
+            break;                                                                                     \
+        }                                                                                              \
+        for (int p = 0; p < np; p++)                                                                   \
+            for (int m = 0; m < M; m += 4) {                                                           \
+                const float *xm = x + (size_t)m * ldx;                                                 \
+                float *ym = y + (size_t)m * ldy + p * RECUR_PANEL;                                     \
+                const void *wp = WOFF(WT, Wp, p * ps);                                                 \
+                const int nl = N - p * RECUR_PANEL;                                                    \
+                switch (M - m < 4 ? M - m : 4) {                                                       \
+                case 4: TILE(WT, 4, 1, K, xm, ldx, wp, beta, ym, ldy, nl); break;                      \
+                case 3: TILE(WT, 3, 1, K, xm, ldx, wp, beta, ym, ldy, nl); break;                      \
+                case 2: TILE(WT, 2, 1, K, xm, ldx, wp, beta, ym, ldy, nl); break;                      \
+                default: TILE(WT, 1, 1, K, xm, ldx, wp, beta, ym, ldy, nl); break;                     \
+                }                                                                                      \
+            }                                                                                          \
+    } while (0)
+
 INLINE void gemm_c(const int WT, int M, int N, int K, const float *x, int ldx, const void *Wp, float beta,
                    float *y, int ldy)
 {
-    const int np = (N + RECUR_PANEL - 1) / RECUR_PANEL;
-    const size_t ps = (size_t)K * RECUR_PANEL;
-    if (M == 1) {
-        int p = 0;
-        for (; p + NP_C_ONE_ROW <= np; p += NP_C_ONE_ROW)
-            tile_c(WT, 1, NP_C_ONE_ROW, K, x, ldx, WOFF(WT, Wp, p * ps), beta, y + p * RECUR_PANEL, ldy,
-                   N - p * RECUR_PANEL);
-        for (; p < np; p++)
-            tile_c(WT, 1, 1, K, x, ldx, WOFF(WT, Wp, p * ps), beta, y + p * RECUR_PANEL, ldy, N - p * RECUR_PANEL);
-        return;
-    }
-    for (int p = 0; p < np; p++)
-        for (int m = 0; m < M; m += MR_C) {
-            const float *xm = x + (size_t)m * ldx;
-            float *ym = y + (size_t)m * ldy + p * RECUR_PANEL;
-            const void *wp = WOFF(WT, Wp, p * ps);
-            switch (M - m < MR_C ? M - m : MR_C) {
-            case 4: tile_c(WT, 4, 1, K, xm, ldx, wp, beta, ym, ldy, N - p * RECUR_PANEL); break;
-            case 3: tile_c(WT, 3, 1, K, xm, ldx, wp, beta, ym, ldy, N - p * RECUR_PANEL); break;
-            case 2: tile_c(WT, 2, 1, K, xm, ldx, wp, beta, ym, ldy, N - p * RECUR_PANEL); break;
-            default: tile_c(WT, 1, 1, K, xm, ldx, wp, beta, ym, ldy, N - p * RECUR_PANEL); break;
-            }
-        }
+    GEMM_MR4(tile_c, NP_C_ONE_ROW);
 }
 
 static void gemm_portable(int M, int N, int K, const float *x, int ldx, const void *Wp, recur_wtype wt,
@@ -402,29 +411,7 @@ FN256 void tile256(const int WT, const int MR, const int NP, int K, const float 
 FN256 void gemm256(const int WT, int M, int N, int K, const float *x, int ldx, const void *Wp, float beta,
                  float *y, int ldy)
 {
-    const int np = (N + RECUR_PANEL - 1) / RECUR_PANEL;
-    const size_t ps = (size_t)K * RECUR_PANEL;
-    if (M == 1) {
-        int p = 0;
-        for (; p + NP256_ONE_ROW <= np; p += NP256_ONE_ROW)
-            tile256(WT, 1, NP256_ONE_ROW, K, x, ldx, WOFF(WT, Wp, p * ps), beta, y + p * RECUR_PANEL, ldy,
-                 N - p * RECUR_PANEL);
-        for (; p < np; p++)
-            tile256(WT, 1, 1, K, x, ldx, WOFF(WT, Wp, p * ps), beta, y + p * RECUR_PANEL, ldy, N - p * RECUR_PANEL);
-        return;
-    }
-    for (int p = 0; p < np; p++)
-        for (int m = 0; m < M; m += MR256) {
-            const float *xm = x + (size_t)m * ldx;
-            float *ym = y + (size_t)m * ldy + p * RECUR_PANEL;
-            const void *wp = WOFF(WT, Wp, p * ps);
-            switch (M - m < MR256 ? M - m : MR256) {
-            case 4: tile256(WT, 4, 1, K, xm, ldx, wp, beta, ym, ldy, N - p * RECUR_PANEL); break;
-            case 3: tile256(WT, 3, 1, K, xm, ldx, wp, beta, ym, ldy, N - p * RECUR_PANEL); break;
-            case 2: tile256(WT, 2, 1, K, xm, ldx, wp, beta, ym, ldy, N - p * RECUR_PANEL); break;
-            default: tile256(WT, 1, 1, K, xm, ldx, wp, beta, ym, ldy, N - p * RECUR_PANEL); break;
-            }
-        }
+    GEMM_MR4(tile256, NP256_ONE_ROW);
 }
 
 static __attribute__((target(RECUR_TARGET_AVX2))) void
