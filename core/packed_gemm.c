@@ -131,6 +131,32 @@ static void ref_unfused(int M, int N, int K, const float *x, int ldx, const void
 #define MR_C 4       /* rows per portable tile */
 #define NP_C_ONE_ROW 4 /* panels per portable tile for M = 1 */
 
+/* recur__half_to_float without branches, so a panel row widens in vector lanes: the exponent
+ * rebiased by a shift and an add, inf/NaN (exponent 31) moved to 255, a subnormal F16 (exponent 0)
+ * renormalised by an exact fp32 subtraction of 2^-14. Exact for every half. */
+INLINE float widen_half(uint16_t h, const int WT)
+{
+    uint32_t b;
+    if (WT == RECUR_WT_BF16) {
+        b = (uint32_t)h << 16;
+    } else {
+        const uint32_t em = (uint32_t)(h & 0x7fff) << 13, e = em & 0x0f800000u;
+        uint32_t o = em + ((uint32_t)(127 - 15) << 23);
+        o += e == 0x0f800000u ? (uint32_t)(128 - 16) << 23 : 0;
+        const uint32_t sub = e == 0 ? o + (1u << 23) : o;
+        float fs, magic;
+        const uint32_t mb = 113u << 23;
+        memcpy(&fs, &sub, 4);
+        memcpy(&magic, &mb, 4);
+        fs = e == 0 ? fs - magic : fs;
+        memcpy(&b, &fs, 4);
+        b |= (uint32_t)(h & 0x8000) << 16;
+    }
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+
 /* Rows [0, MR) x panels [0, NP) (Wp, y offset to the tile); MR, NP, WT constants after inlining,
  * so the j loops are fixed-length and vectorise (SSE2 at -march=x86-64). */
 INLINE void tile_c(const int WT, const int MR, const int NP, int K, const float *x, int ldx, const void *Wp,
@@ -147,7 +173,7 @@ INLINE void tile_c(const int WT, const int MR, const int NP, int K, const float 
             if (WT == RECUR_WT_F32) memcpy(w + p * RECUR_PANEL, (const float *)Wp + i, sizeof(float) * RECUR_PANEL);
             else
                 for (int j = 0; j < RECUR_PANEL; j++)
-                    w[p * RECUR_PANEL + j] = recur__half_to_float(((const uint16_t *)Wp)[i + j], (recur_wtype)WT);
+                    w[p * RECUR_PANEL + j] = widen_half(((const uint16_t *)Wp)[i + j], WT);
         }
         for (int m = 0; m < MR; m++) {
             const float xv = x[(size_t)m * ldx + k];
