@@ -1041,8 +1041,12 @@ def test_metrics(d):
     sessions = _metric(d, "recurd_sessions")
     assert _metric(d, "recurd_state_bytes") == sessions * _metric(d, "recurd_state_bytes_per_session")
     assert s["id"] not in body
+    # the text format: a name, optional labels (histogram buckets: le="0.001" .. "+Inf"; build
+    # info: version="0.2.0"), a decimal value (counters and gauges of seconds are fractional)
+    sample = re.compile(r'[a-z_]+(\{[a-z_]+="[^"\\\n]*"(,[a-z_]+="[^"\\\n]*")*\})? '
+                        r'(\d+(\.\d+)?([eE][-+]?\d+)?|\+Inf)')
     for line in body.splitlines():
-        assert line.startswith("#") or re.fullmatch(r"[a-z_]+(\{[a-z_]+=\"[a-z0-9_]+\"\})? \d+", line), line
+        assert line.startswith("#") or sample.fullmatch(line), line
 
 
 def test_logs_are_json_without_ids(d):
