@@ -6,8 +6,9 @@ temp dir), against the daemon the block itself starts. Any command failing fails
 
 What the runner changes, and only this (each stated where it happens below):
   * port 8080 becomes a free loopback port (a fresh daemon, never one already running here);
-  * `make ...` lines are not run: `make test` is the suite this test belongs to, `make run` a
-    foreground server; the daemon blocks start their own `build/recurd ... &`;
+  * `make ...` lines are dry-run (`make -n`, from the checkout): `make test` is the suite this
+    test belongs to, `make run` a foreground server; the target must exist and its recipe expand;
+    the daemon blocks start their own `build/recurd ... &`;
   * the training budget `--minutes N` becomes `--steps 3` (the run, its progress line, the export
     and the final evaluation are the same code; thirty minutes are not a test);
   * background jobs a block leaves are killed when it ends.
@@ -54,7 +55,7 @@ def adapt(text, port):
     lines, skipped = [], []
     for line in text.splitlines():
         if re.match(r"^\s*make(\s|$)", line):
-            skipped.append(line)
+            skipped.append(line.split("#")[0].strip())
             continue
         line = line.replace("8080", str(port))
         line = re.sub(r"--minutes \d+(\.\d+)?", "--steps 3 --eval-every 0 --no-stream-eval", line)
@@ -90,8 +91,10 @@ def test_readme_block_runs_as_pasted(workdir, case):
         prelude = ("set -euo pipefail\n"
                    "curl() { command curl --fail-with-body \"$@\"; }\n")
         cmd = ["bash", "-c", prelude + script]
-        if not script.strip():
-            pytest.skip("only make lines: %s" % skipped)  # the block of `make test` / `make run`
+    for line in skipped:  # `make test`, `make run`: the target exists and its recipe expands
+        r = subprocess.run(line.split()[:2] + ["-n"], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0 and r.stdout.strip(), (line, r.stderr)
     # output to files, not pipes: a daemon a failed block leaves behind holds no pipe open
     with open(workdir / "out.log", "wb") as out, open(workdir / "err.log", "wb") as err:
         p = subprocess.Popen(cmd, cwd=str(workdir), env=env, stdout=out, stderr=err,
