@@ -1102,22 +1102,37 @@ Test(http_stall, slow_but_steady_reader_gets_everything_via_on_drain, .init = se
     cl_close(c);
 }
 
-Test(http_stall, slow_reader_of_one_large_write_is_not_a_stall, .init = setup_stall, .fini = stop_server,
-     .timeout = 20)
+/* A 1 s stall timeout for the slow-reader test: long enough that a reader descheduled for a
+ * few hundred ms on a loaded machine is not taken for a stalled one, short against the 2.5 s
+ * the single write takes to drain. */
+static void setup_stall_1s(void)
 {
-    /* a single 16 MiB write completes only after seconds; partial progress must count */
+    test_limits(&g_limits);
+    g_limits.send_stall_timeout = 1000;
+    start_server();
+}
+
+Test(http_stall, slow_reader_of_one_large_write_is_not_a_stall, .init = setup_stall_1s,
+     .fini = stop_server, .timeout = 30)
+{
+    /* a single 16 MiB write completes only after seconds; partial progress must count. The
+     * reader is paced to 16 MiB in 2.5 s (whatever sizes recv returns), so the write is still
+     * in flight for 2.5 stall timeouts: a timer that ignored partial progress would fire. */
     client *c = cl_connect_rcvbuf(65536);
     cl_send(c, "GET /big HTTP/1.1\r\nHost: t\r\n\r\n");
     char buf[65536];
+    const double rate = (16u << 20) / 2.5; /* bytes per second */
     size_t total = 0;
     double t0 = now_s();
     while (total < (16u << 20)) {
         ssize_t r = recv(c->fd, buf, sizeof buf, 0);
         cr_assert(r > 0, "reset after %zu bytes, %.2f s: %s", total, now_s() - t0, strerror(errno));
         total += (size_t)r;
-        usleep(2000);
+        double ahead = t0 + (double)total / rate - now_s();
+        if (ahead > 0)
+            usleep((useconds_t)(ahead * 1e6));
     }
-    cr_expect(now_s() - t0 > 0.6, "test too fast (%.2f s) to prove anything", now_s() - t0);
+    cr_expect(now_s() - t0 > 2.0, "test too fast (%.2f s) to prove anything", now_s() - t0);
     cr_expect_eq(atomic_load(&g_closed), 0);
     cl_close(c);
 }
