@@ -242,22 +242,24 @@ FUZZ_LIB_OBJ := $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(FUZZ_LIB_SRC) $(PLAYGROUN
                 $(patsubst $(LLHTTP_DIR)/%.c,$(FUZZ_BUILD)/obj/llhttp/%.o,$(LLHTTP_SRC))
 FUZZ_BIN   := $(patsubst tests/fuzz/%.c,$(FUZZ_BUILD)/%,$(FUZZ_SRC))
 FUZZ_SECONDS ?= 60
+FUZZ_COV   := -fsanitize=fuzzer-no-link
 
 $(FUZZ_BUILD)/obj/llhttp/%.o: $(LLHTTP_DIR)/%.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -std=c11 -g -O1 -fPIC -w -DLLHTTP_STRICT_MODE=1 -I$(LLHTTP_INC) $(FUZZ_SAN) -fsanitize=fuzzer-no-link -c $< -o $@
 $(FUZZ_BUILD)/obj/%.o: %.c Makefile
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -MMD -MP $(FUZZ_SAN) -fsanitize=fuzzer-no-link -c $< -o $@
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -MMD -MP $(FUZZ_SAN) $(FUZZ_COV) -c $< -o $@
 
 -include $(shell find $(FUZZ_BUILD)/obj -name '*.d' 2>/dev/null)
 $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB_OBJ)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^ $(LDLIBS)
 
 # clang 14 takes minutes (over 6 measured) to compile packed_gemm.c's target-attribute AVX-512 /
-# AVX2 kernels with ASan, 15 s without: that one object is built with UBSan only (the fuzz
+# AVX2 kernels with ASan or coverage, 15 s with UBSan alone: that one object is built with UBSan only, no coverage (the fuzz
 # binaries still link ASan; its memory is the model arena, checked by the other targets' bounds).
 $(FUZZ_BUILD)/obj/core/packed_gemm.o: FUZZ_SAN := -fsanitize=undefined,float-cast-overflow -fno-sanitize-recover=undefined
+$(FUZZ_BUILD)/obj/core/packed_gemm.o: FUZZ_COV :=
 
 fuzz-build: $(FUZZ_BIN)
 
