@@ -332,6 +332,11 @@ def _loss(acks, t_kill, restored):
 
 
 def _kill9_rounds(tmp_path, clients, n_tokens, rounds, run_s):
+    """kill -9 rounds under `clients` back-to-back folders. With several clients the session's
+    queue is never empty, so some snapshot must have been copied between two of its work items
+    (a busy capture). One pipelined client cannot show that: the daemon parses the pipelined
+    request on the loop turn after the previous response (http_conn.c), so on a fast machine the
+    snapshot tick may always find the session idle for that turn (CI saw 0 in two rounds)."""
     sd = tmp_path / "state"
     with pd(sd) as d:
         sid = create(d, [1, 2, 3, 4, 5])
@@ -378,7 +383,8 @@ def _kill9_rounds(tmp_path, clients, n_tokens, rounds, run_s):
         busy_captures += m.get("recurd_snapshot_busy_captures_total", 0)
         seen = restored
     # Taken between two folds of the computing session, not only when it happened to be idle.
-    assert busy_captures >= 1
+    if clients > 1:
+        assert busy_captures >= 1
     return report
 
 
