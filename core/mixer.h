@@ -6,6 +6,7 @@
  *
  * Decode steps: each mixer's per-head step lives in its own file (gated_linear.c gl_step for
  * linear attention, retention and GLA; delta_rule.c dr_step for DeltaNet and gated DeltaNet;
+ * generalized_delta.c recur__gdr_step for RWKV-7's generalized delta rule, generalized_delta.h;
  * softmax_attention.c recur__softmax_step below) and is that mixer's recurrent form, which is
  * what the model's decode calls (model_forward.c) — one home per recurrence. The softmax steps
  * are declared here because the model keeps the KV cache itself; no validation, no allocation.
