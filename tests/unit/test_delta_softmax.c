@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "recur.h"
+#include "test_mixer_util.h"
 
 #define TOL 1e-5
 
@@ -33,45 +34,10 @@ static double nrand(void)
     return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * w);
 }
 
-static float *fbuf(size_t n)
-{
-    float *p = calloc(n ? n : 1, sizeof(float));
-    cr_assert_not_null(p);
-    return p;
-}
-
-static double *dbuf(size_t n)
-{
-    double *p = calloc(n ? n : 1, sizeof(double));
-    cr_assert_not_null(p);
-    return p;
-}
-
 static void fill_normal(float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         x[i] = (float)nrand();
-}
-
-/* ||a - ref|| / ||ref|| (absolute RMS if ref is all zero) */
-static double rel_rms(const float *a, const double *ref, size_t n)
-{
-    double e = 0.0, r = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        e += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
-        r += ref[i] * ref[i];
-    }
-    return r > 0.0 ? sqrt(e / r) : sqrt(e / (double)(n ? n : 1));
-}
-
-static double rel_rms_ff(const float *a, const float *b, size_t n)
-{
-    double e = 0.0, r = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        e += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        r += (double)b[i] * b[i];
-    }
-    return r > 0.0 ? sqrt(e / r) : sqrt(e / (double)(n ? n : 1));
 }
 
 /* ---------------------------------------------------------------- delta rule: cases */

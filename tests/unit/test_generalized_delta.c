@@ -13,6 +13,7 @@
 
 #include "generalized_delta.h"
 #include "recur.h"
+#include "test_mixer_util.h"
 #include "test_rng.h"
 
 #define TOL 1e-5
@@ -28,31 +29,6 @@ static double nrand(void)
 static double sigmoid(double x)
 {
     return 1.0 / (1.0 + exp(-x));
-}
-
-static float *fbuf(size_t n)
-{
-    float *p = calloc(n ? n : 1, sizeof(float));
-    cr_assert_not_null(p);
-    return p;
-}
-
-static double *dbuf(size_t n)
-{
-    double *p = calloc(n ? n : 1, sizeof(double));
-    cr_assert_not_null(p);
-    return p;
-}
-
-/* ||x - ref|| / ||ref|| */
-static double rel_rms(const float *x, const double *ref, size_t n)
-{
-    double e = 0.0, r = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        e += ((double)x[i] - ref[i]) * ((double)x[i] - ref[i]);
-        r += ref[i] * ref[i];
-    }
-    return r > 0.0 ? sqrt(e / r) : sqrt(e / (double)(n ? n : 1));
 }
 
 /* ---------------------------------------------------------------- inputs */
