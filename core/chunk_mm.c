@@ -24,6 +24,7 @@
  */
 #include "chunk_mm.h"
 #include "isa.h"
+#include "mixer.h"
 
 #define MM_KB 256 /* k block: MM_KB x 64 floats of B (64 KiB) per panel */
 
@@ -531,4 +532,38 @@ void recur__transpose(const float *src, ptrdiff_t lds, int rows, int cols, float
     }
 #endif
     transpose_plain(src, lds, rows, cols, dst, ldd);
+}
+
+/* Rows of the diagonal blocks of the forward substitution; the blocks below them are one
+ * recur__mm each. */
+#define SOLVE_NB 16
+
+/* Blocked forward substitution:  U_J -= A[J, 0:J0] U[0:J0]  (one product), then inside J
+ *   u_t -= sum_{J0 <= s < t} A[t][s] u_s,   t = J0+1 .. J1-1
+ * with 16 columns of u_t held in a register while s runs. */
+void recur__solve_unit_lower(int c, int V, const float *B, ptrdiff_t ldb, float *U)
+{
+    for (int J0 = 0; J0 < c; J0 += SOLVE_NB) {
+        const int J1 = J0 + SOLVE_NB < c ? J0 + SOLVE_NB : c;
+        if (J0 > 0)
+            recur__mm(J1 - J0, V, J0, -1.0f, B + (size_t)J0 * ldb, ldb, 1, U, V, 1.0f,
+                      U + (size_t)J0 * V, V, 0, 0);
+        for (int t = J0 + 1; t < J1; t++) {
+            const float *At = B + (size_t)t * ldb;
+            float *Ut = U + (size_t)t * V;
+            int j = 0;
+            for (; j + 16 <= V; j += 16) {
+                recur__v16 acc = recur__v16_load(Ut + j);
+                for (int s = J0; s < t; s++)
+                    acc -= At[s] * recur__v16_load(U + (size_t)s * V + j);
+                recur__v16_store(Ut + j, acc);
+            }
+            for (; j < V; j++) {
+                float x = Ut[j];
+                for (int s = J0; s < t; s++)
+                    x -= At[s] * U[(size_t)s * V + j];
+                Ut[j] = x;
+            }
+        }
+    }
 }

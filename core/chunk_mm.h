@@ -44,6 +44,11 @@ void recur__mm(int m, int n, int k, float alpha, const float *A, ptrdiff_t ars, 
 /* dst[i][t] = src[t][i] for t < rows, i < cols; src row stride lds, dst row stride ldd. */
 void recur__transpose(const float *src, ptrdiff_t lds, int rows, int cols, float *dst, ptrdiff_t ldd);
 
+/* (I + A) U = R in place on U [c][V] (row stride V): A strictly lower (unit lower triangular
+ * I + A), A[t][s] at B[t*ldb + s]; B's diagonal and upper triangle are never read. The WY/UT
+ * solve of the delta rules' chunkwise forms (delta_rule.c, generalized_delta.c). */
+void recur__solve_unit_lower(int c, int V, const float *B, ptrdiff_t ldb, float *U);
+
 /* Read one float of every cache line of a[0, n), front to back; returns their sum (store it in a
  * volatile so the loads stay). A chunk's rows for all heads are one contiguous block; read this
  * way the hardware prefetcher streams it into L2 at full bandwidth, whereas the per-head reads

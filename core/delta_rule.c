@@ -12,7 +12,8 @@
  *   S_t = e^{a_t} S0 + sum_{s<=t} e^{a_t - a_s} k_s u_s^T
  *   u_t = b_t (v_t - e^{a_t} S0^T k_t - sum_{s<t} e^{a_t - a_s} (k_t.k_s) u_s)
  * i.e. (I + A) U = diag(b) (V - diag(e^a) K S0),  A[t][s] = b_t e^{a_t - a_s} k_t.k_s for s < t
- * (strictly lower, so I + A is unit lower triangular: a forward substitution, dr_solve). Then
+ * (strictly lower, so I + A is unit lower triangular: a forward substitution,
+ * recur__solve_unit_lower of chunk_mm.h). Then
  *   O   = scale diag(e^a) Q S0 + (scale (Q K^T) o D) U,  D[t][s] = e^{a_t - a_s} for s <= t, else 0
  *   S_c = e^{a_c} S0 + (diag(e^{a_c - a}) K)^T U
  * Only a_t - a_s (s <= t), a_c - a_s and a_t are exponentiated: all <= 0.
@@ -23,7 +24,7 @@
  * Parallel = chunkwise with one chunk. The fp32 solve holds up at that size: against a float64
  * recurrence at T = 1000 (one chunk), rel. RMS error of o stayed <= 4e-6 even with strongly
  * correlated keys and beta near 1, and solving in float64 (dtrsm) did not lower it (measured
- * 2026-11-29, with strsm; the blocked substitution of dr_solve passes the same float64 tests),
+ * 2026-11-29, with strsm; the blocked substitution passes the same float64 tests),
  * so there is no float64 path. Its memory is one T x T float matrix (see dr_chunk).
  *
  * Cost (why chunkwise does not beat recurrent here): per token and head, chunkwise does 3KV
@@ -53,11 +54,9 @@ static int dr_check(const recur_dims *d, const float *q, const float *k, const f
                     const float *beta, const float *g, float scale, recur_form form,
                     int64_t chunk_size, const float *S, const float *o)
 {
-    if (!d || !q || !k || !v || !beta || !S || !o)
+    if (!q || !k || !v || !beta || !S || !o)
         return RECUR_EINVAL;
-    int rc = recur__check_form(form, chunk_size);
-    if (rc == RECUR_OK)
-        rc = recur__check_dims(d);
+    const int rc = recur__check_form_dims(form, chunk_size, d);
     if (rc)
         return rc;
     /* Non-finite anywhere wins over out-of-range anywhere, whatever their order. */
@@ -239,41 +238,6 @@ static int dr_work_alloc(dr_work *w, int64_t cmax, int K, int V)
     return RECUR_OK;
 }
 
-/* Rows of the diagonal blocks of the forward substitution; the blocks below them are one
- * recur__mm each. */
-#define DR_NB 16
-
-/* (I + A) U = R in place on U [c][V] (row stride V); A strictly lower, A[t][s] at B[t*ldb + s].
- * Blocked forward substitution:  U_J -= A[J, 0:J0] U[0:J0]  (one product), then inside J
- *   u_t -= sum_{J0 <= s < t} A[t][s] u_s,   t = J0+1 .. J1-1
- * with 16 columns of u_t held in a register while s runs. */
-static void dr_solve(int c, int V, const float *B, int64_t ldb, float *U)
-{
-    for (int J0 = 0; J0 < c; J0 += DR_NB) {
-        const int J1 = J0 + DR_NB < c ? J0 + DR_NB : c;
-        if (J0 > 0)
-            recur__mm(J1 - J0, V, J0, -1.0f, B + (size_t)J0 * ldb, ldb, 1, U, V, 1.0f,
-                      U + (size_t)J0 * V, V, 0, 0);
-        for (int t = J0 + 1; t < J1; t++) {
-            const float *At = B + (size_t)t * ldb;
-            float *Ut = U + (size_t)t * V;
-            int j = 0;
-            for (; j + 16 <= V; j += 16) {
-                recur__v16 acc = recur__v16_load(Ut + j);
-                for (int s = J0; s < t; s++)
-                    acc -= At[s] * recur__v16_load(U + (size_t)s * V + j);
-                recur__v16_store(Ut + j, acc);
-            }
-            for (; j < V; j++) {
-                float x = Ut[j];
-                for (int s = J0; s < t; s++)
-                    x -= At[s] * U[(size_t)s * V + j];
-                Ut[j] = x;
-            }
-        }
-    }
-}
-
 /* One chunk [t0, t0 + c) of one head h; Sh [K][V] holds S0 on entry and S_c on return.
  * The two c x c matrices share one buffer B, so the parallel form (c = T) needs T^2 floats, not
  * twice that:  B[t][s] = A[t][s] for s < t,  B[s][t] = M[t][s] for s <= t (M stored transposed).
@@ -342,7 +306,7 @@ static void dr_chunk(const recur_dims *d, dr_work *w, int h, int64_t t0, int c, 
     }
 
     /* (I + A) U = R */
-    dr_solve(c, V, B, ldb, U);
+    recur__solve_unit_lower(c, V, B, ldb, U);
 
     /* S_c = e^{a_c} S0 + (diag(e^{a_c - a}) K)^T U   (K read transposed in place) */
     if (g) {

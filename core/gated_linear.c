@@ -401,16 +401,6 @@ static void mask_scalar(gl_work *w, int r0, int r1, const double *b, float scale
     }
 }
 
-/* e_lane[l]: 1 in lane l, 0 elsewhere */
-static const recur__v16 e_lane[GL_SUB] = {
-    {1}, {0, 1}, {0, 0, 1}, {0, 0, 0, 1}, {0, 0, 0, 0, 1}, {0, 0, 0, 0, 0, 1},
-    {0, 0, 0, 0, 0, 0, 1}, {0, 0, 0, 0, 0, 0, 0, 1}, {0, 0, 0, 0, 0, 0, 0, 0, 1},
-    {0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
-    {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
-    {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
-    {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
-};
-
 /* The diagonal sub-block [J0, J1) (at most GL_SUB = 16 rows) of the per-key scores:
  *   A[t][s] = scale * sum_i q_t[i] k_s[i] P_t[i][s],  P_t[i][s] = prod_{j=s+1..t} exp(g_j[i]) <= 1
  * The 16 columns s sit in the lanes of one vector, so no dot product is reduced across lanes;
@@ -440,7 +430,7 @@ static void diag_per_key(const gl_work *w, const float *Qr, size_t lr, int J0, i
             const float *at = w->ag + (size_t)(J0 + t) * K + i, *qt = Qr + (size_t)(J0 + t) * lr + i;
             recur__v16 x = acc[t];
             for (int j = 0; j < 4; j++) {
-                pv[j] = pv[j] * at[j] + e_lane[t];
+                pv[j] = pv[j] * at[j] + recur__lane16[t];
                 x += (qt[j] * kv[j]) * pv[j];
             }
             acc[t] = x;
@@ -454,7 +444,7 @@ static void diag_per_key(const gl_work *w, const float *Qr, size_t lr, int J0, i
         recur__v16 kv, pv = {0};
         memcpy(&kv, kl, sizeof kv);
         for (int t = 0; t < m; t++) {
-            pv = pv * w->ag[(size_t)(J0 + t) * K + i] + e_lane[t];
+            pv = pv * w->ag[(size_t)(J0 + t) * K + i] + recur__lane16[t];
             acc[t] += (Qr[(size_t)(J0 + t) * lr + i] * kv) * pv;
         }
     }

@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chunk_mm.h"
 #include "exp_nonpos.h"
+#include "gated_linear.h"
 #include "generalized_delta.h"
 #include "mixer.h"
 
@@ -122,4 +124,324 @@ void recur__gdr_step(float *restrict S, const float *restrict q, const float *re
         else
             gdr_step_block(1, part, Sj, K, V, w, k, qs, a, b, vj, oj);
     }
+}
+
+/* ---------------------------------------------------------------- validation */
+
+/* Everything is checked before anything is written: on error S and o are untouched. A NaN or
+ * infinity in g, a or b (or scale) wins over a g > 0 anywhere. */
+static int gdr_check(const recur_dims *d, const float *q, const float *k, const float *v,
+                     const float *g, const float *a, const float *b, float scale, recur_form form,
+                     int64_t chunk_size, const float *S, const float *o)
+{
+    if (!q || !k || !v || !g || !a || !b || !S || !o)
+        return RECUR_EINVAL;
+    const int rc = recur__check_form_dims(form, chunk_size, d);
+    if (rc)
+        return rc;
+    const int64_t n = d->T * d->H * d->K;
+    uint32_t nonfinite = !isfinite(scale);
+    for (int64_t i = 0; i < n; i++) { /* on the bits, so it vectorises: exponent all ones */
+        uint32_t xa, xb;
+        memcpy(&xa, &a[i], sizeof xa);
+        memcpy(&xb, &b[i], sizeof xb);
+        nonfinite |= ((xa & 0x7f800000u) == 0x7f800000u) | ((xb & 0x7f800000u) == 0x7f800000u);
+    }
+    if (nonfinite)
+        return RECUR_ENONFINITE;
+    return gl_check_log_gates(g, n);
+}
+
+/* ---------------------------------------------------------------- chunkwise
+ *
+ * Inside a chunk of n tokens with start state S0 and cumulative log decays per key
+ * gam_t = sum_{j<=t} g_j (gam_{-1} = 0; every difference gam_t - gam_s with s <= t is <= 0), let
+ * u_t = a_t^T S_{t-1} be the erase read-out (a row of V). Then every token writes two rank-one
+ * terms, (b_t, u_t) and (k_t, v_t), into a diagonally decayed state:
+ *   S_t = e^{gam_t} S0 + sum_{s<=t} e^{gam_t - gam_s} (b_s u_s + k_s v_s^T)      (per key row)
+ * and u_t follows from S_{t-1}:
+ *   u_t = (a_t e^{gam_{t-1}})^T S0 + sum_{s<t} Aab[t][s] u_s + sum_{s<t} Aak[t][s] v_s
+ *   Aab[t][s] = sum_i a_t[i] b_s[i] e^{gam_{t-1}[i] - gam_s[i]},  Aak likewise with k_s  (s < t)
+ * i.e. the unit lower triangular system (I - Aab) U = At S0 + Aak V, At = a ⊙ e^{gam_{t-1}}.
+ * With U known, everything else is a product:
+ *   O   = scale (Qt S0 + Mqb U + Mqk V),   Qt = q ⊙ e^{gam_t}
+ *   Mqb[t][s] = sum_i q_t[i] b_s[i] e^{gam_t[i] - gam_s[i]},  Mqk likewise with k_s  (s <= t)
+ *   S_c = e^{gam_c} S0 + Bh^T U + Kh^T V,  Bh_s = b_s ⊙ e^{gam_c - gam_s},  Kh_s likewise
+ * (FLA's chunk_dplr derives the same system in its V x K writing; this is our derivation for the
+ * key-major state, solved directly for U as delta_rule.c does.)
+ *
+ * The four score matrices have a per-key decay, so they are no plain products. Rows are cut
+ * into blocks J = [J0, J1) of GDR_SUB tokens. Left of the block (s < J0) a reference r = J0 - 1
+ * splits every decay into two non-positive exponents, e^{x_t - gam_s} = e^{x_t - gam_r}
+ * e^{gam_r - gam_s} (x_t = gam_{t-1} or gam_t, both at or after r), so that part is four
+ * recur__mm products of rescaled rows. Inside the block (gdr_diag) the decays are running
+ * products of e^{g} <= 1 with the 16 columns in the lanes of one vector. Only non-positive
+ * arguments are exponentiated (recur__exp_nonpos); gates are floored at GDR_LOG_FLOOR before
+ * they are summed (e^{-1000} is 0 in double, so no decay changes, but the sums stay small enough
+ * that their differences are exact). */
+#define GDR_SUB 16
+#define GDR_LOG_FLOOR (-1000.0)
+
+typedef struct {
+    int64_t cmax;              /* the longest chunk */
+    float *Nab, *Aak;          /* [cmax][cmax] strictly lower: -Aab (the solve's A), Aak */
+    float *Mqb, *Mqk;          /* [cmax][cmax] lower with the diagonal */
+    float *U;                  /* [cmax][V]    right-hand side, then U */
+    float *Qt, *At, *Bh, *Kh;  /* [cmax][K]    the rescaled rows of the state products */
+    float *Yb, *Yk;            /* [cmax][K]    b_s, k_s ⊙ e^{gam_r - gam_s} (s < J0) */
+    float *YbT, *YkT;          /* [K][cmax]    their transposes (right operands of recur__mm) */
+    float *Xa, *Xq;            /* [GDR_SUB][K] a_t ⊙ e^{gam_{t-1} - gam_r}, q_t ⊙ e^{gam_t - gam_r} */
+    float *w;                  /* [cmax][K]    e^{g_t} */
+    float *edec;               /* [K]          e^{gam_c} */
+    double *gam;               /* [cmax+1][K]  row t+1: gam_t; row 0: gam_{-1} = 0 */
+    void *mem;
+} gdr_work;
+
+/* Carve one allocation; RECUR_ESHAPE when the sizes overflow, RECUR_ENOMEM when it fails. */
+static int gdr_work_alloc(gdr_work *w, int64_t cmax, int K, int V)
+{
+    memset(w, 0, sizeof *w);
+    w->cmax = cmax;
+    /* recur__mm takes int sizes; every piece is at most (cmax + 1) * max(cmax, K, V) doubles */
+    const uint64_t widest = (uint64_t)(cmax > K ? cmax : K) > (uint64_t)V ? (uint64_t)(cmax > K ? cmax : K) : (uint64_t)V;
+    if (cmax > INT32_MAX || (uint64_t)cmax + 1 > (SIZE_MAX / sizeof(double) / 32) / widest)
+        return RECUR_ESHAPE;
+    const size_t c = (size_t)cmax, cc = c * c * sizeof(float), ck = c * K * sizeof(float);
+    const size_t sizes[] = {cc, cc, cc, cc, c * V * sizeof(float), ck, ck, ck, ck, ck, ck, ck, ck,
+                            GDR_SUB * (size_t)K * sizeof(float), GDR_SUB * (size_t)K * sizeof(float),
+                            ck, K * sizeof(float), (c + 1) * K * sizeof(double)};
+    enum { N = sizeof sizes / sizeof sizes[0] };
+    size_t off[N], total = 0;
+    for (int i = 0; i < N; i++) {
+        const size_t sz = (sizes[i] + 63) & ~(size_t)63;
+        if (sz < sizes[i] || total > SIZE_MAX - sz)
+            return RECUR_ESHAPE;
+        off[i] = total;
+        total += sz;
+    }
+    char *m = aligned_alloc(64, total);
+    if (!m)
+        return RECUR_ENOMEM;
+    w->mem = m;
+    float **f[] = {&w->Nab, &w->Aak, &w->Mqb, &w->Mqk, &w->U, &w->Qt, &w->At, &w->Bh, &w->Kh,
+                   &w->Yb, &w->Yk, &w->YbT, &w->YkT, &w->Xa, &w->Xq, &w->w, &w->edec};
+    for (int i = 0; i < N - 1; i++)
+        *f[i] = (float *)(m + off[i]);
+    w->gam = (double *)(m + off[N - 1]);
+    return RECUR_OK;
+}
+
+/* e^x of a non-positive difference held in double (|x| <= 1000 T fits a float) */
+static inline float exp_diff(double x)
+{
+    return recur__exp_nonpos((float)x);
+}
+
+/* yb_s = b_s ⊙ e^{gref - gam_s},  yk_s = k_s ⊙ e^{gref - gam_s}  for s < n (gref at or after
+ * every gam_s: the exponents are <= 0); b, k rows with stride ld, outputs [n][K]. */
+static void decay_rows_to(const double *gam, const double *gref, const float *Bc, const float *Kc,
+                          size_t ld, int n, int K, float *yb, float *yk)
+{
+    for (int s = 0; s < n; s++) {
+        const double *gs = gam + (size_t)(s + 1) * K;
+        const float *bs = Bc + (size_t)s * ld, *ks = Kc + (size_t)s * ld;
+        float *ybs = yb + (size_t)s * K, *yks = yk + (size_t)s * K;
+        for (int i = 0; i < K; i++) {
+            const float e = exp_diff(gref[i] - gs[i]);
+            ybs[i] = bs[i] * e;
+            yks[i] = ks[i] * e;
+        }
+    }
+}
+
+/* The diagonal block [J0, J1) (m <= 16 rows) of the four score matrices. Column s of the block
+ * is lane s - J0. For each key i two running vectors carry the decayed columns,
+ *   pb[s] = b_s[i] prod_{j=s+1..t} e^{g_j[i]},   pk likewise with k_s[i]   (lanes s > t are 0)
+ * and row t takes a_t[i] times them before token t's factor (s < t: Aab, Aak) and q_t[i] times
+ * them after it (s <= t: Mqb, Mqk). Keys go four at a time so each row's four accumulators are
+ * loaded and stored once per four keys. Rows are read with stride ld (the inputs' H K). */
+static void gdr_diag(gdr_work *w, const float *Qc, const float *Kc, const float *Ac,
+                     const float *Bc, size_t ld, int J0, int J1, int K)
+{
+    const int m = J1 - J0;
+    const int64_t lc = w->cmax;
+    recur__v16 ab[GDR_SUB], ak[GDR_SUB], qb[GDR_SUB], qk[GDR_SUB];
+    for (int t = 0; t < m; t++)
+        ab[t] = ak[t] = qb[t] = qk[t] = (recur__v16){0};
+    for (int i0 = 0; i0 < K; i0 += 4) {
+        const int ni = K - i0 < 4 ? K - i0 : 4;
+        recur__v16 pb[4] = {{0}, {0}, {0}, {0}}, pk[4] = {{0}, {0}, {0}, {0}};
+        for (int t = 0; t < m; t++) {
+            const size_t row = (size_t)(J0 + t) * ld + i0;
+            const float *wt = w->w + (size_t)(J0 + t) * K + i0;
+            recur__v16 xab = ab[t], xak = ak[t], xqb = qb[t], xqk = qk[t];
+            for (int j = 0; j < ni; j++) {
+                const float at = Ac[row + j], qt = Qc[row + j];
+                xab += at * pb[j];
+                xak += at * pk[j];
+                pb[j] = pb[j] * wt[j] + Bc[row + j] * recur__lane16[t];
+                pk[j] = pk[j] * wt[j] + Kc[row + j] * recur__lane16[t];
+                xqb += qt * pb[j];
+                xqk += qt * pk[j];
+            }
+            ab[t] = xab, ak[t] = xak, qb[t] = xqb, qk[t] = xqk;
+        }
+    }
+    for (int t = 0; t < m; t++) {
+        float rab[GDR_SUB], rak[GDR_SUB], rqb[GDR_SUB], rqk[GDR_SUB];
+        recur__v16_store(rab, ab[t]);
+        recur__v16_store(rak, ak[t]);
+        recur__v16_store(rqb, qb[t]);
+        recur__v16_store(rqk, qk[t]);
+        const size_t r = (size_t)(J0 + t) * lc + J0;
+        for (int s = 0; s < t; s++) {
+            w->Nab[r + s] = -rab[s];
+            w->Aak[r + s] = rak[s];
+        }
+        for (int s = 0; s <= t; s++) {
+            w->Mqb[r + s] = rqb[s];
+            w->Mqk[r + s] = rqk[s];
+        }
+    }
+}
+
+/* Columns s < J0 of the rows [J0, J1), through the reference r = J0 - 1 (see above). */
+static void gdr_left(gdr_work *w, const float *Qc, const float *Kc, const float *Ac,
+                     const float *Bc, size_t ld, int J0, int J1, int K)
+{
+    const int m = J1 - J0;
+    const int64_t lc = w->cmax;
+    const double *gr = w->gam + (size_t)J0 * K; /* gam_r, r = J0 - 1 */
+    for (int t = J0; t < J1; t++) {
+        const double *gp = w->gam + (size_t)t * K, *gt = gp + K; /* gam_{t-1}, gam_t */
+        const float *at = Ac + (size_t)t * ld, *qt = Qc + (size_t)t * ld;
+        float *xa = w->Xa + (size_t)(t - J0) * K, *xq = w->Xq + (size_t)(t - J0) * K;
+        for (int i = 0; i < K; i++) {
+            xa[i] = at[i] * exp_diff(gp[i] - gr[i]);
+            xq[i] = qt[i] * exp_diff(gt[i] - gr[i]);
+        }
+    }
+    decay_rows_to(w->gam, gr, Bc, Kc, ld, J0, K, w->Yb, w->Yk);
+    recur__transpose(w->Yb, K, J0, K, w->YbT, lc);
+    recur__transpose(w->Yk, K, J0, K, w->YkT, lc);
+    const size_t r = (size_t)J0 * lc;
+    recur__mm(m, J0, K, -1.0f, w->Xa, K, 1, w->YbT, lc, 0.0f, w->Nab + r, lc, 0, 0);
+    recur__mm(m, J0, K, 1.0f, w->Xa, K, 1, w->YkT, lc, 0.0f, w->Aak + r, lc, 0, 0);
+    recur__mm(m, J0, K, 1.0f, w->Xq, K, 1, w->YbT, lc, 0.0f, w->Mqb + r, lc, 0, 0);
+    recur__mm(m, J0, K, 1.0f, w->Xq, K, 1, w->YkT, lc, 0.0f, w->Mqk + r, lc, 0, 0);
+}
+
+/* One chunk [t0, t0 + n) of head h; Sh [K][V] holds S0 on entry and S_c on return. */
+static void gdr_chunk(const recur_dims *d, gdr_work *w, int h, int64_t t0, int n, const float *q,
+                      const float *k, const float *v, const float *g, const float *a,
+                      const float *b, float scale, float *Sh, float *o)
+{
+    const int H = d->H, K = d->K, V = d->V;
+    const size_t ldk = (size_t)H * K, ldv = (size_t)H * V, rk = ((size_t)t0 * H + h) * K;
+    const float *Qc = q + rk, *Kc = k + rk, *Ac = a + rk, *Bc = b + rk, *Gc = g + rk;
+    const float *Vc = v + ((size_t)t0 * H + h) * V;
+    float *Oc = o + ((size_t)t0 * H + h) * V;
+    const int64_t lc = w->cmax;
+
+    /* gam_t (floored gates, double), e^{g_t}; Qt = q ⊙ e^{gam_t}, At = a ⊙ e^{gam_{t-1}} */
+    double *gam = w->gam;
+    for (int i = 0; i < K; i++)
+        gam[i] = 0.0;
+    for (int t = 0; t < n; t++) {
+        const float *gt = Gc + (size_t)t * ldk;
+        const double *gp = gam + (size_t)t * K;
+        double *gn = gam + (size_t)(t + 1) * K;
+        float *wt = w->w + (size_t)t * K;
+        float *qt = w->Qt + (size_t)t * K, *at = w->At + (size_t)t * K;
+        const float *qi = Qc + (size_t)t * ldk, *ai = Ac + (size_t)t * ldk;
+        for (int i = 0; i < K; i++) {
+            gn[i] = gp[i] + (gt[i] > (float)GDR_LOG_FLOOR ? (double)gt[i] : GDR_LOG_FLOOR);
+            wt[i] = recur__exp_nonpos(gt[i]);
+            qt[i] = qi[i] * exp_diff(gn[i]);
+            at[i] = ai[i] * exp_diff(gp[i]);
+        }
+    }
+    /* Bh, Kh = b_s, k_s ⊙ e^{gam_c - gam_s};  edec = e^{gam_c} */
+    const double *gc = gam + (size_t)n * K;
+    decay_rows_to(gam, gc, Bc, Kc, ldk, n, K, w->Bh, w->Kh);
+    for (int i = 0; i < K; i++)
+        w->edec[i] = exp_diff(gc[i]);
+
+    /* the score matrices, a block of rows at a time */
+    for (int J0 = 0; J0 < n; J0 += GDR_SUB) {
+        const int J1 = J0 + GDR_SUB < n ? J0 + GDR_SUB : n;
+        if (J0 > 0)
+            gdr_left(w, Qc, Kc, Ac, Bc, ldk, J0, J1, K);
+        gdr_diag(w, Qc, Kc, Ac, Bc, ldk, J0, J1, K);
+    }
+
+    /* (I - Aab) U = At S0 + Aak V */
+    float *U = w->U;
+    recur__mm(n, V, K, 1.0f, w->At, K, 1, Sh, V, 0.0f, U, V, 0, 0);
+    recur__mm(n, V, n, 1.0f, w->Aak, lc, 1, Vc, ldv, 1.0f, U, V, RECUR_MM_A_LOWER, -1);
+    recur__solve_unit_lower(n, V, w->Nab, lc, U);
+
+    /* O = scale (Qt S0 + Mqb U + Mqk V) */
+    recur__mm(n, V, K, scale, w->Qt, K, 1, Sh, V, 0.0f, Oc, ldv, 0, 0);
+    recur__mm(n, V, n, scale, w->Mqb, lc, 1, U, V, 1.0f, Oc, ldv, RECUR_MM_A_LOWER, 0);
+    recur__mm(n, V, n, scale, w->Mqk, lc, 1, Vc, ldv, 1.0f, Oc, ldv, RECUR_MM_A_LOWER, 0);
+
+    /* S_c = e^{gam_c} S0 + Bh^T U + Kh^T V   (Bh, Kh read transposed in place) */
+    for (int i = 0; i < K; i++) {
+        float *Si = Sh + (size_t)i * V;
+        const float e = w->edec[i];
+        for (int j = 0; j < V; j++)
+            Si[j] *= e;
+    }
+    recur__mm(K, V, n, 1.0f, w->Bh, 1, K, U, V, 1.0f, Sh, V, 0, 0);
+    recur__mm(K, V, n, 1.0f, w->Kh, 1, K, Vc, ldv, 1.0f, Sh, V, 0, 0);
+}
+
+/* ---------------------------------------------------------------- entry point */
+
+int recur_generalized_delta(const recur_dims *d, const float *q, const float *k, const float *v,
+                            const float *g, const float *a, const float *b, float scale,
+                            recur_form form, int64_t chunk_size, float *S, float *o)
+{
+    int err = gdr_check(d, q, k, v, g, a, b, scale, form, chunk_size, S, o);
+    if (err)
+        return err;
+    if (d->T == 0)
+        return RECUR_OK;
+    recur__resolve_scale(scale, d->K, &scale); /* finite: checked */
+    const int H = d->H, K = d->K, V = d->V;
+
+    /* One token is the decode step in every form. */
+    if (form == RECUR_FORM_RECURRENT || d->T == 1) {
+        for (int64_t t = 0; t < d->T; t++)
+            for (int h = 0; h < H; h++) {
+                const size_t rk = ((size_t)t * H + h) * K, rv = ((size_t)t * H + h) * V;
+                recur__gdr_step(S + (size_t)h * K * V, q + rk, k + rk, v + rv, g + rk, a + rk,
+                                b + rk, scale, K, V, o + rv);
+            }
+        return RECUR_OK;
+    }
+
+    int64_t C = form == RECUR_FORM_PARALLEL ? d->T : chunk_size;
+    if (C > d->T)
+        C = d->T;
+    gdr_work w;
+    err = gdr_work_alloc(&w, C, K, V);
+    if (err)
+        return err;
+    /* Chunks in order (each needs its predecessor's S), heads inner: a chunk's rows [c][H][K]
+     * are read once, front to back (recur__touch streams them in). */
+    for (int64_t t0 = 0; t0 < d->T; t0 += C) {
+        const int n = (int)(d->T - t0 < C ? d->T - t0 : C); /* the tail chunk shrinks */
+        const size_t nk = (size_t)n * H * K, nv = (size_t)n * H * V;
+        const size_t rk = (size_t)t0 * H * K, rv = (size_t)t0 * H * V;
+        volatile float sink = recur__touch(q + rk, nk) + recur__touch(k + rk, nk) +
+                              recur__touch(v + rv, nv) + recur__touch(g + rk, nk) +
+                              recur__touch(a + rk, nk) + recur__touch(b + rk, nk);
+        (void)sink;
+        for (int h = 0; h < H; h++)
+            gdr_chunk(d, &w, h, t0, n, q, k, v, g, a, b, scale, S + (size_t)h * K * V, o);
+    }
+    free(w.mem);
+    return RECUR_OK;
 }

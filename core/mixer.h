@@ -27,6 +27,10 @@ int recur__check_dims(const recur_dims *d);
 /* RECUR_EINVAL for an unknown form; RECUR_ESHAPE for chunk_size < 1 when form is chunkwise. */
 int recur__check_form(recur_form form, int64_t chunk_size);
 
+/* RECUR_EINVAL when d is NULL, then recur__check_form, then recur__check_dims: the first
+ * non-zero code. */
+int recur__check_form_dims(recur_form form, int64_t chunk_size, const recur_dims *d);
+
 /* scale NaN/Inf -> RECUR_ENONFINITE; otherwise *out = scale > 0 ? scale : K^-1/2. */
 int recur__resolve_scale(float scale, int K, float *out);
 
@@ -48,6 +52,9 @@ static inline void recur__v16_store(float *p, recur__v16 x)
 {
     memcpy(p, &x, sizeof x);
 }
+
+/* recur__lane16[l]: 1 in lane l, 0 in the others (mixer_check.c) */
+extern const recur__v16 recur__lane16[16];
 
 /* ---------------------------------------------------------------- decode steps */
 

@@ -37,3 +37,20 @@ int recur__resolve_scale(float scale, int K, float *out)
     *out = scale > 0.0f ? scale : (float)(1.0 / sqrt((double)K)); /* K^-1/2 */
     return RECUR_OK;
 }
+
+int recur__check_form_dims(recur_form form, int64_t chunk_size, const recur_dims *d)
+{
+    if (!d)
+        return RECUR_EINVAL;
+    const int rc = recur__check_form(form, chunk_size);
+    return rc ? rc : recur__check_dims(d);
+}
+
+const recur__v16 recur__lane16[16] = {
+    {1}, {0, 1}, {0, 0, 1}, {0, 0, 0, 1}, {0, 0, 0, 0, 1}, {0, 0, 0, 0, 0, 1},
+    {0, 0, 0, 0, 0, 0, 1}, {0, 0, 0, 0, 0, 0, 0, 1}, {0, 0, 0, 0, 0, 0, 0, 0, 1},
+    {0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
+    {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
+    {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
+    {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
+};

@@ -110,6 +110,17 @@ int recur_delta_rule(const recur_dims *d, const float *q, const float *k, const 
                      const float *beta, const float *g, float scale, recur_form form,
                      int64_t chunk_size, float *S, float *o);
 
+/* Generalized (diagonal-plus-low-rank) delta rule, RWKV-7's time mix (docs/MODEL.md):
+ *   S_t = Diag(exp g_t) S_{t-1} + b_t (a_t^T S_{t-1}) + k_t v_t^T ;  o_t = scale S_t^T q_t
+ * (the rank-one erase reads the state before the decay). q, k, g, a, b [T][H][K]; g <= 0 per key
+ * (RECUR_ERANGE above 0); a, b any finite vectors (RWKV-7: a = -kappa_hat, b = kappa_hat * a_gate,
+ * scale 1.0f: pass it, since scale <= 0 is K^-1/2 as everywhere). Chunkwise is the DPLR chunk
+ * algorithm (a unit-lower-triangular solve per chunk); parallel is chunkwise with one chunk
+ * (4 T^2 floats of scratch). T == 1 is the decode step in every form. */
+int recur_generalized_delta(const recur_dims *d, const float *q, const float *k, const float *v,
+                            const float *g, const float *a, const float *b, float scale,
+                            recur_form form, int64_t chunk_size, float *S, float *o);
+
 /* Causal softmax attention over the whole sequence: o_t = sum_{j<=t} softmax_j(scale q_t.k_j) v_j. */
 int recur_softmax_attention(const recur_dims *d, const float *q, const float *k, const float *v,
                             float scale, float *o);

@@ -20,7 +20,7 @@ import os
 import numpy as np
 
 __all__ = [
-    "linear_attention", "retention", "gla", "delta_rule", "softmax_attention",
+    "linear_attention", "retention", "gla", "delta_rule", "generalized_delta", "softmax_attention",
     "block_topk_attention", "multiscale_decays", "strerror", "RecurError", "LIBRARY_PATH",
 ]
 
@@ -64,6 +64,7 @@ _SIGNATURES = {
     "recur_retention": (_i, [_D, _F, _F, _F, _F, _f, _i, _i64, _F, _F]),
     "recur_gla": (_i, [_D, _F, _F, _F, _F, _i, _f, _i, _i64, _F, _F]),
     "recur_delta_rule": (_i, [_D, _F, _F, _F, _F, _F, _f, _i, _i64, _F, _F]),
+    "recur_generalized_delta": (_i, [_D, _F, _F, _F, _F, _F, _F, _f, _i, _i64, _F, _F]),
     "recur_softmax_attention": (_i, [_D, _F, _F, _F, _f, _F]),
     "recur_block_topk_attention": (_i, [_D, _F, _F, _F, _i64, _i64, _i, _f, _F, _U8]),
     "recur_multiscale_decays": (None, [_i, _F]),
@@ -277,6 +278,26 @@ def delta_rule(q, k, v, beta, *, g=None, scale=None, form="chunkwise", chunk_siz
         gp = _ptr(g)
     return _run_state_mixer("delta_rule", d, initial_state, _ptr(q), _ptr(k), _ptr(v), _ptr(beta), gp,
                             sc, f, cs)
+
+
+def generalized_delta(q, k, v, g, a, b, *, scale=None, form="chunkwise", chunk_size=64,
+                      initial_state=None):
+    """Generalized (DPLR) delta rule, RWKV-7's time mix:
+    ``S_t = Diag(exp g_t) S_{t-1} + b_t (a_t^T S_{t-1}) + k_t v_t^T``, ``o_t = scale S_t^T q_t``.
+    ``g, a, b [T,H,K]``: natural-log decay per key (<= 0) and the rank-one erase (any finite
+    values; RWKV-7: ``a = -kappa_hat``, ``b = kappa_hat * a_gate``, ``scale=1.0``).
+    Returns ``(o [T,H,V], S [H,K,V])``."""
+    q, k, v, d = _qkv(q, k, v)
+    f, cs, sc = _form(form), _chunk(chunk_size), _scale(scale)
+    arrs = []
+    for nm, x in (("g", g), ("a", a), ("b", b)):
+        x = _f32(x, nm)
+        if x.shape != (d.T, d.H, d.K):
+            _shape_error(nm, x.shape, (d.T, d.H, d.K))
+        arrs.append(x)
+    g, a, b = arrs
+    return _run_state_mixer("generalized_delta", d, initial_state, _ptr(q), _ptr(k), _ptr(v), _ptr(g),
+                            _ptr(a), _ptr(b), sc, f, cs)
 
 
 def softmax_attention(q, k, v, *, scale=None):

@@ -22,8 +22,10 @@ MIXERS = {
     "gla_vector": ("gla", dict(per_key=True)),
     "deltanet": ("delta", dict(gated=False)),
     "gated_deltanet": ("delta", dict(gated=True)),
+    "gdr_rwkv": ("gdr", dict(erase="rwkv")),
+    "gdr_general": ("gdr", dict(erase="general")),
 }
-GATED = ("gla_scalar", "gla_vector", "gated_deltanet")
+GATED = ("gla_scalar", "gla_vector", "gated_deltanet", "gdr_rwkv", "gdr_general")
 REGIMES = ("zero", "mild", "strong")
 
 
@@ -65,13 +67,42 @@ def make_case(mixer, T, H, K, V, regime="mild", seed=0):
         c["beta"] = rng.uniform(0.05, 0.95, (T, H)).astype(np.float32)
         if opt["gated"]:
             c["g"] = gates(rng, (T, H), regime)
+    if kind == "gdr":
+        c["g"] = gates(rng, (T, H, K), regime)
+        c["a"], c["b"] = erase_vectors(rng, k, opt["erase"])
     return c
+
+
+def unit(x):
+    x = x.astype(np.float64)
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def erase_vectors(rng, k, erase):
+    """The generalized delta rule's rank-one erase (a, b) [T,H,K]. rwkv: RWKV-7's a = -kappa_hat,
+    b = kappa_hat * a_gate (kappa_hat unit, a_gate in (0,1)); general: b leaves kappa_hat's
+    direction (b = (kappa_hat + 0.5 xi) * a_gate), so the erase is not a projection; ortho:
+    rwkv with kappa_hat orthogonal to k_t; zero: a = 0 (then the mixer is GLA with per-key
+    gates)."""
+    shape = k.shape
+    kh = rng.standard_normal(shape)
+    if erase == "ortho":
+        kk = k.astype(np.float64)
+        kh -= (kh * kk).sum(-1, keepdims=True) / (kk * kk).sum(-1, keepdims=True) * kk
+    kh = unit(kh)
+    gate = rng.uniform(0.05, 0.95, shape[:2] + (1,)) * rng.uniform(0.5, 1.0, shape)
+    if erase == "general":
+        b = (kh + 0.5 * unit(rng.standard_normal(shape))) * gate
+    else:
+        b = kh * gate
+    a = np.zeros(shape) if erase == "zero" else -kh
+    return a.astype(np.float32), b.astype(np.float32)
 
 
 def sliced(c, a, b):
     """The case restricted to positions [a, b)."""
     d = dict(c)
-    for key in ("q", "k", "v", "g", "beta"):
+    for key in ("q", "k", "v", "g", "beta", "a", "b"):
         if key in c:
             d[key] = c[key][a:b]
     d["T"] = b - a
@@ -102,6 +133,8 @@ def run_c(c, form="chunkwise", chunk_size=64, initial_state=None, **extra):
         o, S = recur.retention(q, k, v, gamma=c.get("gamma"), initial_state=init, **common)
     elif kind == "gla":
         o, S = recur.gla(q, k, v, c["g"], initial_state=init, **common)
+    elif kind == "gdr":
+        o, S = recur.generalized_delta(q, k, v, c["g"], c["a"], c["b"], initial_state=init, **common)
     else:
         o, S = recur.delta_rule(q, k, v, c["beta"], g=c.get("g"), initial_state=init, **common)
     return o, (S,)
@@ -121,6 +154,8 @@ def run_ref(c, initial_state=None, scale=None):
         o, S = R.retention(q, k, v, gamma=c.get("gamma"), scale=scale, initial_state=init)
     elif kind == "gla":
         o, S = R.gla(q, k, v, c["g"], scale=scale, initial_state=init)
+    elif kind == "gdr":
+        o, S = R.generalized_delta(q, k, v, c["g"], c["a"], c["b"], scale=scale, initial_state=init)
     else:
         o, S = R.delta_rule(q, k, v, c["beta"], g=c.get("g"), scale=scale, initial_state=init)
     return o, (S,)

@@ -3,7 +3,7 @@ binding (state passed from piece to piece, as a daemon session does), H = 2, K =
 
   - recurrent form (and, on the same tokens, the chunkwise form): no NaN/Inf anywhere, states of
     decaying mixers stay bounded, and the two forms' final states agree (rel. RMS <= 1e-4);
-  - retention and gated DeltaNet: 100,000 tokens against a float64 run of the reference
+  - retention, gated DeltaNet and the generalized delta rule (RWKV-7's decays and erase): 100,000 tokens against a float64 run of the reference
     recurrence; outputs over the last 2,000 positions and the final state within rel. RMS 1e-4.
 """
 import numpy as np
@@ -33,6 +33,14 @@ def _piece(rng, n, mixer):
         extra["g"] = -rng.uniform(0.001, 0.2, (n, H)).astype(f)
     if mixer == "gla_vector":
         extra["g"] = -rng.uniform(0.001, 0.2, (n, H, K)).astype(f)
+    if mixer == "gdr":
+        # RWKV-7: w = exp(-e^-0.5 sigmoid(x)) per key, a = -kappa_hat, b = kappa_hat * sigmoid(y)
+        sig = lambda x: 1.0 / (1.0 + np.exp(-x))
+        extra["g"] = (-np.exp(-0.5) * sig(rng.standard_normal((n, H, K), dtype=f))).astype(f)
+        kh = rng.standard_normal((n, H, K), dtype=f)
+        kh /= np.linalg.norm(kh, axis=-1, keepdims=True)
+        extra["a"] = -kh
+        extra["b"] = (kh * sig(rng.standard_normal((n, H, K), dtype=f))).astype(f)
     return q, k, v, extra
 
 
@@ -44,6 +52,8 @@ def _call(mixer, q, k, v, extra, form, state):
         return recur.retention(q, k, v, **kw)
     if mixer in ("gla_scalar", "gla_vector"):
         return recur.gla(q, k, v, extra["g"], **kw)
+    if mixer == "gdr":
+        return recur.generalized_delta(q, k, v, extra["g"], extra["a"], extra["b"], scale=1.0, **kw)
     return recur.delta_rule(q, k, v, extra["beta"], g=extra.get("g"), **kw)
 
 
@@ -52,7 +62,7 @@ def _states(st):
 
 
 @pytest.mark.parametrize("mixer", ["linear", "retention", "gla_scalar", "gla_vector", "deltanet",
-                                   "gated_deltanet"])
+                                   "gated_deltanet", "gdr"])
 def test_million_tokens_finite(mixer):
     rng = np.random.default_rng(7)
     st = {"recurrent": None, "chunkwise": None}
@@ -72,7 +82,7 @@ def test_million_tokens_finite(mixer):
         assert e <= TOL_FORMS, f"{mixer}: chunkwise vs recurrent final state after 1M tokens: {e:.3e}"
 
 
-@pytest.mark.parametrize("mixer", ["retention", "gated_deltanet"])
+@pytest.mark.parametrize("mixer", ["retention", "gated_deltanet", "gdr"])
 def test_100k_tokens_match_float64(mixer):
     n = 100_000
     rng = np.random.default_rng(11)
@@ -85,6 +95,8 @@ def test_100k_tokens_match_float64(mixer):
     o = np.concatenate(outs)
     if mixer == "retention":
         ro, rS = R.retention(q, k, v)
+    elif mixer == "gdr":
+        ro, rS = R.generalized_delta(q, k, v, extra["g"], extra["a"], extra["b"], scale=1.0)
     else:
         ro, rS = R.delta_rule(q, k, v, extra["beta"], g=extra["g"])
     assert np.isfinite(o).all()

@@ -133,6 +133,81 @@ def test_zero_gate_equals_ungated():
     assert R.rel_rms(o5, o6) <= TOL and R.rel_rms(S5, S6) <= TOL
 
 
+# ---------------------------------------------------------------- generalized delta rule (RWKV-7)
+
+def _gdr_case(T, H, K, V, regime, erase, seed=0):
+    from mixer_cases import erase_vectors
+    c = make_case("gdr_rwkv", T, H, K, V, regime=regime, seed=seed)
+    c["a"], c["b"] = erase_vectors(np.random.default_rng([seed, 99]), c["k"], erase)
+    return c
+
+
+@pytest.mark.parametrize("regime", REGIMES)
+def test_gdr_zero_erase_is_gla_per_key(regime):
+    """a = 0 leaves S_t = Diag(e^g) S + k v^T: GLA with per-key gates, in every form."""
+    c = _gdr_case(150, 3, 60, 40, regime, "zero")
+    init = random_state(c)
+    ro, rs = R.gla(c["q"], c["k"], c["v"], c["g"], initial_state=init[0])
+    for form in FORMS:
+        for C in ((1, 16, 64, 150) if form == "chunkwise" else (64,)):
+            o, st = run_c(c, form=form, chunk_size=C, initial_state=init)
+            check(o, st, ro, (rs,), f"gdr a=0 {form} C={C} regime={regime}")
+            og, Sg = recur.gla(c["q"], c["k"], c["v"], c["g"], form=form, chunk_size=C,
+                               initial_state=init[0])
+            d = max(R.rel_rms(o, og), R.rel_rms(st[0], Sg))
+            assert d <= TOL_CHUNKS, f"gdr a=0 vs gla {form} C={C}: {d:.3e}"
+
+
+@pytest.mark.parametrize("regime", REGIMES)
+def test_gdr_erase_orthogonal_to_key(regime):
+    """kappa_hat orthogonal to k_t: the erase never touches what token t writes."""
+    c = _gdr_case(200, 2, 64, 48, regime, "ortho")
+    ro, rs = run_ref(c)
+    for form in FORMS:
+        for C in ((3, 64) if form == "chunkwise" else (64,)):
+            o, st = run_c(c, form=form, chunk_size=C)
+            check(o, st, ro, rs, f"gdr kappa_hat _|_ k {form} C={C} regime={regime}")
+
+
+def test_gdr_recurrent_equals_chunkwise_on_16k_tokens():
+    """16,384 tokens, RWKV-7's decays (w = exp(-e^-0.5 sigmoid(x))) and erase, scale 1:
+    chunkwise (64) = recurrent within 1e-5 rel. RMS of every output and the final state."""
+    T, H, K, V = 16384, 2, 64, 64
+    rng = np.random.default_rng(16)
+    c = _gdr_case(T, H, K, V, "zero", "rwkv", seed=16)
+    c["g"] = (-np.exp(-0.5) / (1.0 + np.exp(-2.0 * rng.standard_normal((T, H, K))))).astype(np.float32)
+    o_r, (S_r,) = run_c(c, form="recurrent", scale=1.0)
+    o_c, (S_c,) = run_c(c, form="chunkwise", chunk_size=64, scale=1.0)
+    assert np.isfinite(o_c).all() and np.isfinite(S_c).all()
+    eo, es = R.rel_rms(o_c, o_r), R.rel_rms(S_c, S_r)
+    assert eo <= TOL and es <= TOL, f"16k tokens: chunkwise vs recurrent o {eo:.3e}, S {es:.3e}"
+
+
+def test_gdr_bad_arguments_raise():
+    q, k, v, g, gv, beta, S, z = _base()
+    a, b = -k, 0.5 * k
+    arrs = [q, k, v, gv, a, b, S]
+    for bad, code in ((0.1, recur.RECUR_ERANGE), (np.nan, recur.RECUR_ENONFINITE),
+                      (np.inf, recur.RECUR_ENONFINITE)):
+        gb = _with(gv, (5, 1, 7), bad)
+        for form in FORMS:
+            _expect_error(lambda: recur.generalized_delta(q, k, v, gb, a, b, form=form, chunk_size=4,
+                                                          initial_state=S), arrs + [gb], code)
+    for bad in (np.nan, -np.inf):
+        for which in range(2):
+            ab = [a, b]
+            ab[which] = _with(ab[which], (19, 0, 15), bad)
+            _expect_error(lambda: recur.generalized_delta(q, k, v, gv, *ab, initial_state=S),
+                          arrs + ab, recur.RECUR_ENONFINITE)
+    E = recur.RECUR_ESHAPE
+    for fn in (lambda: recur.generalized_delta(q, k, v, g, a, b),              # g per head
+               lambda: recur.generalized_delta(q, k, v, gv, a[:, :, :8], b),
+               lambda: recur.generalized_delta(q, k, v, gv, a, b[:10]),
+               lambda: recur.generalized_delta(q, k, v, gv, a, b, initial_state=S[:, :8])):
+        _expect_error(fn, arrs, E)
+    _expect_error(lambda: recur.generalized_delta(q, k, v, gv, a, b, chunk_size=0), arrs, E)
+
+
 # ---------------------------------------------------------------- split-resume and decode
 
 @pytest.mark.parametrize("form", FORMS)
@@ -212,7 +287,8 @@ def test_state_size_independent_of_T(mixer):
 
 # ---------------------------------------------------------------- scale, dtypes, layouts
 
-@pytest.mark.parametrize("mixer", ["linear_elu1", "retention", "gla_vector", "gated_deltanet"])
+@pytest.mark.parametrize("mixer", ["linear_elu1", "retention", "gla_vector", "gated_deltanet",
+                                   "gdr_rwkv"])
 def test_explicit_scale(mixer):
     c = make_case(mixer, 70, 2, 16, 16, regime=_regime(mixer))
     ro, rs = run_ref(c, scale=0.37)

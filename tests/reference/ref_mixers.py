@@ -9,6 +9,8 @@ Written from docs/DESIGN.md §3 and the comments of core/recur.h, as plain token
     retention   S_t = gamma_h S_{t-1} + k_t v_t^T                          o_t = s S_t^T q_t
     gla         S_t = Diag(exp g_t) S_{t-1} + k_t v_t^T                    o_t = s S_t^T q_t
     delta       S_t = (I - b_t k_t k_t^T) exp(g_t) S_{t-1} + b_t k_t v_t^T  o_t = s S_t^T q_t
+    generalized delta (RWKV-7), in the V x K writing P = S^T:
+                P_t = P_{t-1} (Diag(exp g_t) + a_t b_t^T) + v_t k_t^T     o_t = s P_t q_t
     softmax     o_t = sum_{j<=t} softmax_j(s q_t.k_j) v_j
     block top-k recur.h's semantics (causal and non-causal; non-causal = the seeds' script)
 
@@ -120,6 +122,21 @@ def delta_rule(q, k, v, beta, *, g=None, scale=None, initial_state=None):
         S = S - kc[t] @ (kS - v[t][:, None, :])                         # A - b k (k^T A - v^T)
         o[t] = s * (qr[t] @ S)[:, 0]
     return o, S
+
+
+def generalized_delta(q, k, v, g, a, b, *, scale=None, initial_state=None):
+    """RWKV-7's state update as its authors write it, on P = S^T [H,V,K]:
+    P_t = P_{t-1} Diag(e^{g_t}) + (P_{t-1} a_t) b_t^T + v_t k_t^T ;  o_t = s P_t q_t.
+    Returns (o, S) with S = P^T [H,K,V] (the key-major layout of every mixer)."""
+    q, k, v, s, S, o = _state_mixer_inputs(q, k, v, scale, initial_state)
+    g, a, b = _f64(g), _f64(a), _f64(b)
+    P = np.ascontiguousarray(np.swapaxes(S, 1, 2))                      # [H,V,K]
+    for t in range(q.shape[0]):
+        Pa = np.einsum("hvk,hk->hv", P, a[t])                           # P_{t-1} a_t
+        P = (P * np.exp(g[t])[:, None, :] + Pa[:, :, None] * b[t][:, None, :]
+             + v[t][:, :, None] * k[t][:, None, :])
+        o[t] = s * np.einsum("hvk,hk->hv", P, q[t])
+    return o, np.ascontiguousarray(np.swapaxes(P, 1, 2))
 
 
 def delta_rule_dense(q, k, v, beta, *, g=None, scale=None, initial_state=None):

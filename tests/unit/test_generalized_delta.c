@@ -176,3 +176,151 @@ Test(generalized_delta, step_long_run_stays_exact)
     check_step(3000, 1, 64, 64, DECAY_MILD, ERASE_RWKV, 1.0f);
     check_step(3000, 1, 64, 64, DECAY_NONE, ERASE_RWKV, 1.0f);
 }
+
+/* ---------------------------------------------------------------- the public entry, every form */
+
+static const char *form_name(recur_form f)
+{
+    return f == RECUR_FORM_RECURRENT ? "recurrent" : f == RECUR_FORM_PARALLEL ? "parallel" : "chunkwise";
+}
+
+/* recur_generalized_delta in one form from S0: o [T][H][V], S [H][K][V] (allocated here). */
+static int run_form(const problem *p, recur_form form, int64_t chunk, float scale, float **o, float **S)
+{
+    const recur_dims d = {.T = p->T, .H = p->H, .K = p->K, .V = p->V};
+    const size_t ns = (size_t)p->H * p->K * p->V;
+    *o = fbuf((size_t)p->T * p->H * p->V);
+    *S = fbuf(ns);
+    memcpy(*S, p->S0, ns * sizeof(float));
+    return recur_generalized_delta(&d, p->q, p->k, p->v, p->g, p->a, p->b, scale, form, chunk, *S, *o);
+}
+
+static void check_forms(int64_t T, int H, int K, int V, enum decay dk, enum erase er,
+                        const int64_t *chunks, int nchunks)
+{
+    problem p = make_problem(T, H, K, V, dk, er);
+    const size_t nv = (size_t)T * H * V, ns = (size_t)H * K * V;
+    double *ro = dbuf(nv), *rS = dbuf(ns);
+    const float scale = er == ERASE_RWKV ? 1.0f : 0.0f; /* 0: the default K^-1/2 */
+    reference(&p, scale > 0.0f ? scale : 1.0 / sqrt((double)K), ro, rS);
+    for (int f = 0; f < 3; f++)
+        for (int c = 0; c < (f == RECUR_FORM_CHUNKWISE ? nchunks : 1); c++) {
+            float *o, *S;
+            cr_assert_eq(run_form(&p, (recur_form)f, chunks[c], scale, &o, &S), RECUR_OK);
+            const double eo = rel_rms(o, ro, nv), es = rel_rms(S, rS, ns);
+            cr_expect(eo <= TOL && es <= TOL,
+                      "%s C=%lld T=%lld H=%d K=%d V=%d decay=%d erase=%d: rel. RMS o %.3g, S %.3g",
+                      form_name((recur_form)f), (long long)chunks[c], (long long)T, H, K, V,
+                      (int)dk, (int)er, eo, es);
+            free(o), free(S);
+        }
+    free(ro), free(rS);
+    free_problem(&p);
+}
+
+Test(generalized_delta, every_form_matches_float64_recurrence)
+{
+    const int64_t chunks[] = {1, 3, 16, 17, 64, 100000};
+    const int shapes[][4] = {{1, 2, 16, 24}, {65, 2, 64, 64}, {100, 3, 60, 40}, {130, 1, 100, 48},
+                             {33, 2, 7, 130}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int dk = DECAY_NONE; dk <= DECAY_STRONG; dk++)
+            for (int er = ERASE_RWKV; er <= ERASE_GENERAL; er++)
+                check_forms(shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], (enum decay)dk,
+                            (enum erase)er, chunks, 6);
+}
+
+Test(generalized_delta, thousand_tokens_in_one_chunk, .timeout = 60)
+{
+    const int64_t chunks[] = {64, 1000};
+    check_forms(1000, 2, 64, 32, DECAY_STRONG, ERASE_RWKV, chunks, 2);
+    check_forms(1000, 2, 64, 32, DECAY_MILD, ERASE_RWKV, chunks, 2);
+    check_forms(1000, 1, 32, 32, DECAY_NONE, ERASE_ORTHO, chunks, 2);
+}
+
+Test(generalized_delta, split_calls_equal_one_call)
+{
+    problem p = make_problem(150, 2, 32, 24, DECAY_MILD, ERASE_RWKV);
+    const int H = 2, K = 32, V = 24;
+    const size_t ns = (size_t)H * K * V;
+    for (int f = 0; f < 3; f++) {
+        float *o1, *S1;
+        cr_assert_eq(run_form(&p, (recur_form)f, 16, 1.0f, &o1, &S1), RECUR_OK);
+        float *o = fbuf((size_t)150 * H * V), *S = fbuf(ns);
+        memcpy(S, p.S0, ns * sizeof(float));
+        const int64_t cuts[] = {0, 1, 37, 38, 101, 150};
+        for (int c = 0; c + 1 < 6; c++) {
+            const int64_t a = cuts[c], n = cuts[c + 1] - a;
+            const recur_dims d = {.T = n, .H = H, .K = K, .V = V};
+            const size_t rk = (size_t)a * H * K;
+            cr_assert_eq(recur_generalized_delta(&d, p.q + rk, p.k + rk, p.v + (size_t)a * H * V,
+                                                 p.g + rk, p.a + rk, p.b + rk, 1.0f, (recur_form)f,
+                                                 16, S, o + (size_t)a * H * V),
+                         RECUR_OK);
+        }
+        const double eo = rel_rms_ff(o, o1, (size_t)150 * H * V), es = rel_rms_ff(S, S1, ns);
+        cr_expect(eo <= 2e-6 && es <= 2e-6, "%s: pieces vs one call: o %.3g, S %.3g",
+                  form_name((recur_form)f), eo, es);
+        free(o1), free(S1), free(o), free(S);
+    }
+    free_problem(&p);
+}
+
+Test(generalized_delta, bad_arguments_return_their_code_and_change_nothing)
+{
+    problem p = make_problem(20, 2, 16, 8, DECAY_MILD, ERASE_RWKV);
+    const recur_dims d = {.T = 20, .H = 2, .K = 16, .V = 8};
+    const size_t ns = 2 * 16 * 8, nv = 20 * 2 * 8, nk = 20 * 2 * 16;
+    float *S = fbuf(ns), *o = fbuf(nv);
+    memcpy(S, p.S0, ns * sizeof(float));
+    for (size_t i = 0; i < nv; i++)
+        o[i] = 7.0f;
+#define EXPECT_UNTOUCHED(call, code)                                                             \
+    do {                                                                                         \
+        cr_expect_eq((call), (code), "%s", #call);                                               \
+        cr_expect(memcmp(S, p.S0, ns * sizeof(float)) == 0, "S changed by %s", #call);          \
+        for (size_t i_ = 0; i_ < nv; i_++)                                                       \
+            cr_assert(o[i_] == 7.0f, "o changed by %s", #call);                                 \
+    } while (0)
+    const float *q = p.q, *k = p.k, *v = p.v, *g = p.g, *a = p.a, *b = p.b;
+    const recur_form CH = RECUR_FORM_CHUNKWISE;
+    EXPECT_UNTOUCHED(recur_generalized_delta(NULL, q, k, v, g, a, b, 1, CH, 8, S, o), RECUR_EINVAL);
+    EXPECT_UNTOUCHED(recur_generalized_delta(&d, q, k, v, NULL, a, b, 1, CH, 8, S, o), RECUR_EINVAL);
+    EXPECT_UNTOUCHED(recur_generalized_delta(&d, q, k, v, g, NULL, b, 1, CH, 8, S, o), RECUR_EINVAL);
+    EXPECT_UNTOUCHED(recur_generalized_delta(&d, q, k, v, g, a, b, 1, (recur_form)7, 8, S, o), RECUR_EINVAL);
+    EXPECT_UNTOUCHED(recur_generalized_delta(&d, q, k, v, g, a, b, 1, CH, 0, S, o), RECUR_ESHAPE);
+    EXPECT_UNTOUCHED(recur_generalized_delta(&d, q, k, v, g, a, b, NAN, CH, 8, S, o), RECUR_ENONFINITE);
+    const recur_dims bad = {.T = 20, .H = 2, .K = 0, .V = 8};
+    EXPECT_UNTOUCHED(recur_generalized_delta(&bad, q, k, v, g, a, b, 1, CH, 8, S, o), RECUR_ESHAPE);
+    float *x = fbuf(nk);
+    const float bads[] = {NAN, INFINITY, -INFINITY, 0.5f};
+    for (int f = 0; f < 3; f++)
+        for (int j = 0; j < 4; j++) {
+            const int code = j == 3 ? RECUR_ERANGE : RECUR_ENONFINITE;
+            memcpy(x, g, nk * sizeof(float));
+            x[nk - 3] = bads[j];
+            EXPECT_UNTOUCHED(recur_generalized_delta(&d, q, k, v, x, a, b, 1, (recur_form)f, 8, S, o), code);
+            if (j == 3)
+                continue; /* a and b may take any finite value */
+            memcpy(x, a, nk * sizeof(float));
+            x[5] = bads[j];
+            EXPECT_UNTOUCHED(recur_generalized_delta(&d, q, k, v, g, x, b, 1, (recur_form)f, 8, S, o), code);
+            memcpy(x, b, nk * sizeof(float));
+            x[nk - 1] = bads[j];
+            EXPECT_UNTOUCHED(recur_generalized_delta(&d, q, k, v, g, a, x, 1, (recur_form)f, 8, S, o), code);
+        }
+    /* NaN in a wins over g > 0 elsewhere */
+    float *y = fbuf(nk);
+    memcpy(x, g, nk * sizeof(float));
+    x[0] = 1.0f;
+    memcpy(y, a, nk * sizeof(float));
+    y[nk - 1] = NAN;
+    EXPECT_UNTOUCHED(recur_generalized_delta(&d, q, k, v, x, y, b, 1, CH, 8, S, o), RECUR_ENONFINITE);
+#undef EXPECT_UNTOUCHED
+    /* T = 0 keeps the state; g = -0.0 and a huge negative g are fine */
+    const recur_dims d0 = {.T = 0, .H = 2, .K = 16, .V = 8};
+    cr_expect_eq(recur_generalized_delta(&d0, q, k, v, g, a, b, 1, CH, 8, S, o), RECUR_OK);
+    cr_expect(memcmp(S, p.S0, ns * sizeof(float)) == 0);
+    free(x), free(y), free(S), free(o);
+    free_problem(&p);
+}
