@@ -30,7 +30,8 @@ BUILD   := build
 DEBIAN_PACKAGES := build-essential pkg-config libuv1-dev libcjson-dev libopenblas-dev node-llhttp \
                    libcriterion-dev python3-pytest python3-numpy python3-torch python3-requests \
                    curl wrk clang libclang-rt-14-dev valgrind fortunes gnuplot-nox \
-                   libpcre2-dev libutf8proc-dev nodejs systemd python3-jinja2 xxd chromium prometheus
+                   libpcre2-dev libutf8proc-dev nodejs systemd python3-jinja2 xxd chromium prometheus \
+                   nginx
 
 OPT       ?= -O3 -march=native -ffp-contract=fast
 WARN      := -Wall -Wextra -Wstrict-prototypes -Wno-unused-parameter -Wno-psabi -Werror
