@@ -193,11 +193,12 @@ def routed_to_creator(ngx, nodes, per_node=1, tries=200):
         for i, d in enumerate(nodes):
             if len(found[i]) >= per_node:
                 continue
-            r = requests.post(d.url("/v1/sessions"), timeout=30)
+            node = "http://127.0.0.1:%d" % d.port  # a test's Daemon or a benchmark's Server
+            r = requests.post(node + "/v1/sessions", timeout=30)
             assert r.status_code == 201, r.text
             sid = r.json()["id"]
             if requests.get(ngx.url("/v1/sessions/" + sid), timeout=30).status_code == 200:
                 found[i].append(sid)
             else:
-                requests.delete(d.url("/v1/sessions/" + sid), timeout=30)
+                requests.delete(node + "/v1/sessions/" + sid, timeout=30)
     raise AssertionError("the ring never routed %d ids to each node: %r" % (per_node, found))

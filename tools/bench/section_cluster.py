@@ -1,0 +1,159 @@
+"""recur-load through nginx (deploy/nginx/recurd.conf) against three recurd nodes, beside direct
+access to one node: wrong answers (recur-load checks every one) and the latency the proxy hop
+adds per request (p50/p99), for single-token folds and for generate streams.
+
+Runs, alternated and repeated (median of REPEATS), all with models/default:
+  direct   recur-load -> node 1, on node 1's sessions
+  hop      recur-load -> nginx -> node 1 (the same sessions: the ring routes them to node 1), so
+           the difference to `direct` is the proxy hop alone
+  cluster  recur-load -> nginx -> nodes 1..3, three times the sessions (each node's own)
+Without a shared store a session is found only on the node that made it, so the sessions are
+made on each node and kept when nginx's ring routes their id back to it (tests/python/cluster.py
+routed_to_creator); recur-load drives them with --session.
+For tools/bench/run_all.py: TITLE, ORDER, run(ctx). Run alone:
+  /usr/bin/python3 tools/bench/section_cluster.py [--quick] > /tmp/cluster.md
+"""
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+import requests
+
+import section_load
+from section_load import Budget, default_model_args, fmt, load, recurd, require_ok
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+from cluster import NGINX, Nginx, routed_to_creator  # noqa: E402
+
+TITLE = "Cluster: recur-load through nginx vs direct (issue 16)"
+ORDER = 55
+
+REPEATS = 3
+SECONDS = 4
+SESSIONS_PER_NODE = 8
+GEN_TOKENS = 32
+
+
+def drive(port, sids, mode, budget, name, seed):
+    args = ["--mode", mode, "--duration", SECONDS, "--connections", len(sids),
+            "--metrics-interval", 0, "--seed", seed]
+    if mode == "generate":
+        args += ["--max-tokens", GEN_TOKENS, "--temperature", 0.8]
+    for s in sids:
+        args += ["--session", s]
+    return require_ok(load(port, args, budget, name))
+
+
+def row(label, reps, base=None):
+    """One table row from repeated reports: medians of the per-run figures; with base (the
+    direct row's figures) also the difference to it, in µs."""
+    med = lambda f: statistics.median(f(r) for r in reps)  # noqa: E731
+    figs = [med(lambda r: r["latency_ms"]["p50"]), med(lambda r: r["latency_ms"]["p99"]),
+            med(lambda r: r["ttfc_ms"]["p50"]), med(lambda r: r["ttfc_ms"]["p99"])]
+    wrong = sum(r["requests_failed"] for r in reps)
+    requests_ = sum(r["requests"] for r in reps)
+    added = (["–"] * 4 if base is None else
+             [f"{(a - b) * 1000:+,.0f}" for a, b in zip(figs, base)])
+    cells = ([label, f"{requests_:,}", f"**{wrong}**", fmt(med(lambda r: r["tokens_per_s"]), 0)]
+             + [fmt(x, 3) for x in figs] + added)
+    return "| " + " | ".join(cells) + " |", figs
+
+
+def section(quick=False):
+    global REPEATS, SECONDS
+    if quick:
+        REPEATS, SECONDS = 1, 2
+    out = ["All figures from build/recur-load, which checks every answer (status, chunked framing, "
+           "token echo, positions, logprobs across requests, `tokens_seen` advancing by exactly "
+           "the tokens folded); a run with a failed check raises instead of giving a figure. "
+           "Everything — three nodes, nginx (one worker), recur-load — shares the machine's 2 cores, "
+           "so the hop's added latency includes nginx's share of the CPU. Load average at the "
+           "section's start: " + " / ".join(open("/proc/loadavg").read().split()[:3])
+           + " (1/5/15 min).", ""]
+    if not os.path.exists(NGINX):
+        return "\n".join(out + ["**Not run**: nginx is not installed (`make deps`)."])
+    budget = Budget(900 if not quick else 300)
+    section_load.OUT = os.path.join(section_load.BUILD, "bench", "cluster")
+    os.makedirs(section_load.OUT, exist_ok=True)
+    margs, mname = default_model_args()
+    work = tempfile.mkdtemp(prefix="recur-cluster-bench-")
+    nodes, ngx = [], None
+    try:
+        nodes = [recurd(margs).__enter__() for _ in range(3)]
+        ngx = Nginx([n.port for n in nodes], os.path.join(work, "nginx")).start()
+        owned = routed_to_creator(ngx, nodes, per_node=SESSIONS_PER_NODE)
+        for i, sids in owned.items():  # one folded token each: generate needs a prediction
+            for s in sids:
+                r = requests.post(f"http://127.0.0.1:{nodes[i].port}/v1/sessions/{s}/tokens",
+                                  json={"tokens": [65]}, timeout=30)
+                r.raise_for_status()
+        all_sids = [s for i in range(3) for s in owned[i]]
+        tables = []
+        for mode in ("tokens", "generate"):
+            runs = {"direct": [], "hop": [], "cluster": []}
+            for rep in range(REPEATS):  # alternated so that drifts of the machine hit all three
+                runs["direct"].append(drive(nodes[0].port, owned[0], mode, budget,
+                                            f"{mode}_direct_{rep}", 100 + rep))
+                runs["hop"].append(drive(ngx.port, owned[0], mode, budget,
+                                         f"{mode}_hop_{rep}", 200 + rep))
+                runs["cluster"].append(drive(ngx.port, all_sids, mode, budget,
+                                             f"{mode}_cluster_{rep}", 300 + rep))
+            what = ("single-token `/tokens` requests" if mode == "tokens" else
+                    f"`/generate` streams of {GEN_TOKENS} tokens (latency = whole stream)")
+            lines = [f"**{what}**, {SESSIONS_PER_NODE} sessions per node, one connection per "
+                     f"session, {SECONDS} s per run, median of {REPEATS} alternated runs:", "",
+                     "| path | requests (all runs) | wrong answers | tokens/s | latency p50 ms | "
+                     "p99 ms | first line p50 ms | p99 ms | added: latency p50 µs | p99 µs | "
+                     "first line p50 µs | p99 µs |",
+                     "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            direct_row, base = row(f"direct → node 1 ({len(owned[0])} sessions)", runs["direct"])
+            lines.append(direct_row)
+            lines.append(row(f"nginx → node 1 (same sessions)", runs["hop"], base)[0])
+            lines.append(row(f"nginx → 3 nodes ({len(all_sids)} sessions, 3× the load)",
+                             runs["cluster"])[0])
+            cmd = runs["hop"][0]["_cmd"]
+            lines += ["", f"Example command: `{cmd}` (PORT = nginx's or node 1's, one "
+                      "`--session` per session)."]
+            tables.append("\n".join(lines))
+        statuses = {}
+        for l in ngx.access_lines():
+            statuses[l["status"]] = statuses.get(l["status"], 0) + 1
+        out += [f"Model: {mname}; nodes: `build/recurd --model models/default` × 3 on loopback; "
+                f"nginx {nginx_version()} with deploy/nginx/recurd.conf (ports rewritten).", ""]
+        out += ["\n\n".join(tables), "",
+                f"nginx access log over the whole section: statuses {dict(sorted(statuses.items()))} "
+                "(the probe GETs that found a session on another node answer 404 by design). "
+                "Added = the `nginx → node 1` row minus the `direct` row (medians of the "
+                "per-run percentiles): the proxy hop alone, same sessions, same node. The 3-node "
+                "row carries three times the load on the same 2 cores: its figures are the "
+                "aggregate, not the hop."]
+    finally:
+        if ngx:
+            ngx.stop()
+        for n in nodes:
+            n.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return "\n".join(out)
+
+
+def nginx_version():
+    import subprocess
+    p = subprocess.run([NGINX, "-v"], capture_output=True, text=True, timeout=10)
+    return (p.stderr or p.stdout).strip().split("/")[-1]
+
+
+def run(ctx):
+    section_load.BUILD = ctx.build
+    section_load.RECURD = os.path.join(ctx.build, "recurd")
+    section_load.LOAD = os.path.join(ctx.build, "recur-load")
+    return section(quick=ctx.quick)
+
+
+if __name__ == "__main__":
+    start = time.monotonic()
+    print(section(quick="--quick" in sys.argv))
+    print(f"\n_({time.monotonic() - start:.0f} s)_")
