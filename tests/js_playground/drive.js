@@ -43,12 +43,21 @@ async function main() {
       }).observe(chat, { subtree: true, childList: true, characterData: true });
     });
     const message = "The quick brown fox";
-    // long enough that the reply spans several reads even on loopback (40 tokens sometimes
-    // arrive in one read); the later messages use 40
+    // long enough that the reply spans several reads (the later messages use 40); and the
+    // browser's download throttled to 8 KB/s for this one stream (Chrome DevTools Protocol),
+    // so that its ~15 KB arrive over about two seconds however busy the machine is: a browser
+    // descheduled while the daemon generates would otherwise read the whole reply at once
+    const cdp = await page.context().newCDPSession(page);
+    await cdp.send("Network.enable");
+    await cdp.send("Network.emulateNetworkConditions",
+                   { offline: false, latency: 0, downloadThroughput: 8000, uploadThroughput: -1 });
     await page.fill("#max-tokens", "240");
     await page.fill("#input", message);
     await page.click("#send");
-    await page.waitForFunction(() => document.body.dataset.busy === "0" && /generated/.test(document.getElementById("status").textContent));
+    await page.waitForFunction(() => document.body.dataset.busy === "0" && /generated/.test(document.getElementById("status").textContent),
+                               null, { timeout: 60000 });
+    await cdp.send("Network.emulateNetworkConditions",
+                   { offline: false, latency: 0, downloadThroughput: -1, uploadThroughput: -1 });
     out.message_bytes = Buffer.byteLength(message, "utf8");
     out.first_max_tokens = 240;
     await page.fill("#max-tokens", "40");
