@@ -244,10 +244,11 @@ static void decay_rows_to(const double *gam, const double *gref, const float *Bc
 {
     for (int s = 0; s < n; s++) {
         const double *gs = gam + (size_t)(s + 1) * K;
-        const float *bs = Bc + (size_t)s * ld, *ks = Kc + (size_t)s * ld;
-        float *ybs = yb + (size_t)s * K, *yks = yk + (size_t)s * K;
+        const double *restrict gsr = gs, *restrict grf = gref;
+        const float *restrict bs = Bc + (size_t)s * ld, *restrict ks = Kc + (size_t)s * ld;
+        float *restrict ybs = yb + (size_t)s * K, *restrict yks = yk + (size_t)s * K;
         for (int i = 0; i < K; i++) {
-            const float e = exp_diff(gref[i] - gs[i]);
+            const float e = exp_diff(grf[i] - gsr[i]);
             ybs[i] = bs[i] * e;
             yks[i] = ks[i] * e;
         }
@@ -313,12 +314,13 @@ static void gdr_left(gdr_work *w, const float *Qc, const float *Kc, const float 
     const int64_t lc = w->cmax;
     const double *gr = w->gam + (size_t)J0 * K; /* gam_r, r = J0 - 1 */
     for (int t = J0; t < J1; t++) {
-        const double *gp = w->gam + (size_t)t * K, *gt = gp + K; /* gam_{t-1}, gam_t */
-        const float *at = Ac + (size_t)t * ld, *qt = Qc + (size_t)t * ld;
-        float *xa = w->Xa + (size_t)(t - J0) * K, *xq = w->Xq + (size_t)(t - J0) * K;
+        const double *restrict gp = w->gam + (size_t)t * K, *restrict gt = gp + K; /* gam_{t-1}, gam_t */
+        const double *restrict grr = gr;
+        const float *restrict at = Ac + (size_t)t * ld, *restrict qt = Qc + (size_t)t * ld;
+        float *restrict xa = w->Xa + (size_t)(t - J0) * K, *restrict xq = w->Xq + (size_t)(t - J0) * K;
         for (int i = 0; i < K; i++) {
-            xa[i] = at[i] * exp_diff(gp[i] - gr[i]);
-            xq[i] = qt[i] * exp_diff(gt[i] - gr[i]);
+            xa[i] = at[i] * exp_diff(gp[i] - grr[i]);
+            xq[i] = qt[i] * exp_diff(gt[i] - grr[i]);
         }
     }
     decay_rows_to(w->gam, gr, Bc, Kc, ld, J0, K, w->Yb, w->Yk);
@@ -348,14 +350,15 @@ static void gdr_chunk(const recur_dims *d, gdr_work *w, int h, int64_t t0, int n
     for (int i = 0; i < K; i++)
         gam[i] = 0.0;
     for (int t = 0; t < n; t++) {
-        const float *gt = Gc + (size_t)t * ldk;
-        const double *gp = gam + (size_t)t * K;
-        double *gn = gam + (size_t)(t + 1) * K;
-        float *wt = w->w + (size_t)t * K;
-        float *qt = w->Qt + (size_t)t * K, *at = w->At + (size_t)t * K;
-        const float *qi = Qc + (size_t)t * ldk, *ai = Ac + (size_t)t * ldk;
-        for (int i = 0; i < K; i++) {
+        const float *restrict gt = Gc + (size_t)t * ldk;
+        const double *restrict gp = gam + (size_t)t * K;
+        double *restrict gn = gam + (size_t)(t + 1) * K;
+        float *restrict wt = w->w + (size_t)t * K;
+        float *restrict qt = w->Qt + (size_t)t * K, *restrict at = w->At + (size_t)t * K;
+        const float *restrict qi = Qc + (size_t)t * ldk, *restrict ai = Ac + (size_t)t * ldk;
+        for (int i = 0; i < K; i++)
             gn[i] = gp[i] + (gt[i] > (float)GDR_LOG_FLOOR ? (double)gt[i] : GDR_LOG_FLOOR);
+        for (int i = 0; i < K; i++) { /* separate, so that it vectorises */
             wt[i] = recur__exp_nonpos(gt[i]);
             qt[i] = qi[i] * exp_diff(gn[i]);
             at[i] = ai[i] * exp_diff(gp[i]);

@@ -67,6 +67,27 @@ def test_delta_reference_vs_chunkwise(chunk):
         assert R.rel_rms(do, ro) < TOL64 and R.rel_rms(dS, rS) < TOL64
 
 
+@pytest.mark.parametrize("chunk", [1, 7, 16, 17, 64, 1000])
+def test_generalized_delta_reference_vs_chunkwise(chunk):
+    """RWKV-7's generalized delta rule: the V x K recurrence of ref_mixers against the torch DPLR
+    chunk form, with strong per-key decays, RWKV's erase (a = -kappa_hat, b = kappa_hat a_gate)
+    and a general b; a = 0 is GLA with per-key gates."""
+    q, k, v, rng = _data(150, 2, 16, 12)
+    S0 = rng.standard_normal((2, 16, 12))
+    kh = rng.standard_normal((150, 2, 16))
+    kh /= np.linalg.norm(kh, axis=-1, keepdims=True)
+    gate = rng.uniform(0.05, 0.95, (150, 2, 16))
+    for g, a, b in ((-rng.uniform(0.0, 8.0, (150, 2, 16)), -kh, kh * gate),
+                    (-rng.uniform(0.0, 0.6, (150, 2, 16)), -kh, (kh + 0.5 * rng.standard_normal(kh.shape)) * gate),
+                    (-rng.uniform(0.0, 3.0, (150, 2, 16)), 0 * kh, kh)):
+        ro, rS = R.generalized_delta(q, k, v, g, a, b, initial_state=S0)
+        o, S = TC.generalized_delta(_t(q), _t(k), _t(v), _t(g), _t(a), _t(b), chunk=chunk, S=_t(S0))
+        assert R.rel_rms(o.numpy(), ro) < TOL64 and R.rel_rms(S.numpy(), rS) < TOL64
+        if not a.any():
+            go, gS = R.gla(q, k, v, g, initial_state=S0)
+            assert R.rel_rms(go, ro) < TOL64 and R.rel_rms(gS, rS) < TOL64
+
+
 def test_reference_vs_seeds_script():
     rng = np.random.default_rng(1)
     L, d = 13, 6

@@ -24,7 +24,9 @@
  *   gated-linear family  2c^2 K (Q K^T) + 2c^2 V (A V) + 2cKV (Q S) + 2cKV (K^T V)
  *   delta rule           the above + 2c^2 K (K K^T) + c^2 (K + V) (two triangular solves)
  *                        + 2cKV (W S)
- * parallel uses c = T; recurrent counts 4KV per token (6KV for the delta rule). The chunk kernels
+ *   generalized delta    4 x 2c^2 K (four decayed score matrices) + 2 x 2c^2 V (A_ak V, M_qk V)
+ *   (gdr)                + 2c^2 V (M_qb U) + c^2 V (solve) + 4 x 2cKV (a S, q S, B^T U, K^T V)
+ * parallel uses c = T; recurrent counts 4KV per token (6KV for the delta rule, 10KV for gdr). The chunk kernels
  * skip the zero halves of the causal products, so they execute fewer flops than counted here:
  * per token and head 4KV + c (K + V) for the gated-linear family, 6KV + 2c (K + V) for the delta
  * rule (section_kernels.py uses these for the ceiling of chunkwise / recurrent).
@@ -51,7 +53,7 @@ static long opt_mem_mb = 2048;      /* address-space allowance beyond the start-
 static int opt_H = 4, opt_K = 64, opt_V = 64;
 static int64_t opt_chunk = 64;
 static char opt_T[256] = "1024,4096,16384";
-static char opt_mixers[256] = "linear,retention,gla_scalar,gla_vector,deltanet,gated_deltanet,softmax,block_topk";
+static char opt_mixers[256] = "linear,retention,gla_scalar,gla_vector,deltanet,gated_deltanet,gdr,softmax,block_topk";
 static char opt_forms[128] = "recurrent,parallel,chunkwise";
 
 static double now(void)
@@ -113,6 +115,7 @@ typedef struct {
     float *q, *k, *v;   /* [T][H][K], [T][H][K] (unit rows), [T][H][V] */
     float *gs, *gv;     /* [T][H], [T][H][K] log gates in [-0.1, 0) */
     float *beta;        /* [T][H] in [0.25, 0.75] */
+    float *ea, *eb;     /* [T][H][K] the generalized delta rule's erase: -kappa_hat, kappa_hat * [0.25, 0.75] */
     float *S, *z, *o;   /* [H][K][V], [H][K], [T][H][V] */
 } bench_data;
 
@@ -132,6 +135,7 @@ static void data_init(bench_data *d, int64_t T, int H, int K, int V)
     size_t nk = (size_t)T * H * K, nv = (size_t)T * H * V, nh = (size_t)T * H;
     d->q = xmalloc(nk * 4), d->k = xmalloc(nk * 4), d->v = xmalloc(nv * 4);
     d->gs = xmalloc(nh * 4), d->gv = xmalloc(nk * 4), d->beta = xmalloc(nh * 4);
+    d->ea = xmalloc(nk * 4), d->eb = xmalloc(nk * 4);
     d->S = xmalloc((size_t)H * K * V * 4), d->z = xmalloc((size_t)H * K * 4), d->o = xmalloc(nv * 4);
     for (size_t i = 0; i < nk; i++) {
         d->q[i] = urand();
@@ -147,6 +151,16 @@ static void data_init(bench_data *d, int64_t T, int H, int K, int V)
             kr[i] *= s;
         d->gs[r] = -0.05f * (urand() + 1.0f) - 1e-4f;
         d->beta[r] = 0.5f + 0.25f * urand();
+        float *ar = d->ea + r * K, *br = d->eb + r * K, n = 0; /* RWKV-7: a = -kappa_hat, b = kappa_hat a_gate */
+        for (int i = 0; i < K; i++) {
+            ar[i] = urand();
+            n += ar[i] * ar[i];
+        }
+        n = 1.0f / sqrtf(n);
+        for (int i = 0; i < K; i++) {
+            br[i] = ar[i] * n * (0.5f + 0.25f * urand());
+            ar[i] *= -n;
+        }
     }
     for (size_t i = 0; i < nv; i++)
         d->v[i] = urand();
@@ -154,7 +168,7 @@ static void data_init(bench_data *d, int64_t T, int H, int K, int V)
 
 static void data_free(bench_data *d)
 {
-    free(d->q), free(d->k), free(d->v), free(d->gs), free(d->gv), free(d->beta);
+    free(d->q), free(d->k), free(d->v), free(d->gs), free(d->gv), free(d->beta), free(d->ea), free(d->eb);
     free(d->S), free(d->z), free(d->o);
 }
 
@@ -180,6 +194,9 @@ static int run_mixer(const char *mixer, recur_form form, bench_data *d)
     if (!strcmp(mixer, "gated_deltanet"))
         return recur_delta_rule(&dims, d->q, d->k, d->v, d->beta, d->gs, 0.0f, form, opt_chunk,
                                 d->S, d->o);
+    if (!strcmp(mixer, "gdr"))
+        return recur_generalized_delta(&dims, d->q, d->k, d->v, d->gv, d->ea, d->eb, 0.0f, form,
+                                       opt_chunk, d->S, d->o);
     if (!strcmp(mixer, "softmax"))
         return recur_softmax_attention(&dims, d->q, d->k, d->v, 0.0f, d->o);
     if (!strcmp(mixer, "block_topk"))
@@ -195,6 +212,12 @@ static double mixer_flops(const char *mixer, recur_form form, int64_t T, int H, 
         return H * (t * t * (k + v));
     if (!strcmp(mixer, "block_topk")) /* scores for all causal keys + 2 blocks of 64 for P V */
         return H * (t * t * k + 2.0 * t * 128.0 * v);
+    if (!strcmp(mixer, "gdr")) { /* generalized delta rule, see the header comment */
+        if (form == RECUR_FORM_RECURRENT)
+            return H * t * 10.0 * k * v;
+        double c = form == RECUR_FORM_PARALLEL ? t : (double)(opt_chunk < T ? opt_chunk : T);
+        return H * ceil(t / c) * (8 * c * c * k + 7 * c * c * v + 8 * c * k * v);
+    }
     if (form == RECUR_FORM_RECURRENT)
         return H * t * (delta ? 6.0 : 4.0) * k * v;
     double c = form == RECUR_FORM_PARALLEL ? t : (double)(opt_chunk < T ? opt_chunk : T);
@@ -286,7 +309,7 @@ int main(int argc, char **argv)
     bench_mm(64, 64, 64, 1);
 
     static const char *mixers[] = {"linear", "retention", "gla_scalar", "gla_vector", "deltanet",
-                                   "gated_deltanet", "softmax", "block_topk"};
+                                   "gated_deltanet", "gdr", "softmax", "block_topk"};
     static const char *form_names[] = {"recurrent", "parallel", "chunkwise"};
     int64_t Ts[16];
     int nT = 0;

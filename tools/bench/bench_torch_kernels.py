@@ -19,7 +19,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import torch_chunkwise as TC  # noqa: E402
 
-MIXERS = ["linear", "retention", "gla_scalar", "gla_vector", "deltanet", "gated_deltanet"]
+MIXERS = ["linear", "retention", "gla_scalar", "gla_vector", "deltanet", "gated_deltanet", "gdr"]
 
 
 def make_inputs(T, H, K, V, seed=0):
@@ -31,7 +31,10 @@ def make_inputs(T, H, K, V, seed=0):
     gv = -0.05 * (u(T, H, K) + 1) - 1e-4
     beta = 0.5 + 0.25 * u(T, H)
     gamma = 1 - 2.0 ** (-5 - torch.arange(H, dtype=torch.float32))
-    return dict(q=q, k=k, v=v, gs=gs, gv=gv, beta=beta, gamma=gamma)
+    kh = u(T, H, K)
+    kh = kh / kh.norm(dim=-1, keepdim=True)                 # RWKV-7: a = -kappa_hat, b = kappa_hat a_gate
+    return dict(q=q, k=k, v=v, gs=gs, gv=gv, beta=beta, gamma=gamma, ea=-kh,
+                eb=kh * (0.5 + 0.25 * u(T, H, K)))
 
 
 def run(mixer, x, chunk):
@@ -48,6 +51,8 @@ def run(mixer, x, chunk):
         return TC.delta_rule(q, k, v, x["beta"], chunk=chunk)[0]
     if mixer == "gated_deltanet":
         return TC.delta_rule(q, k, v, x["beta"], g=x["gs"], chunk=chunk)[0]
+    if mixer == "gdr":
+        return TC.generalized_delta(q, k, v, x["gv"], x["ea"], x["eb"], chunk=chunk)[0]
     raise ValueError(mixer)
 
 

@@ -19,7 +19,10 @@ T_QUICK = [1024, 4096]
 MEM_MB = 2048          # parallel form: skipped when its workspace needs more than this
 MIXERS = [("linear", "linear attention (elu+1, normalised)"), ("retention", "retention (multi-scale γ)"),
           ("gla_scalar", "GLA, scalar gate per head"), ("gla_vector", "GLA, per-key gate"),
-          ("deltanet", "DeltaNet"), ("gated_deltanet", "gated DeltaNet")]
+          ("deltanet", "DeltaNet"), ("gated_deltanet", "gated DeltaNet"),
+          ("gdr", "generalized delta rule (RWKV-7)")]
+# issue 17's target for the generalized delta rule replaces issue 2's three
+GDR_TORCH_TARGET = 2.0
 BASELINES = [("softmax", "causal softmax attention"), ("block_topk", "block top-k (block 64, top 2, causal)")]
 TARGET_T = 16384
 
@@ -143,6 +146,13 @@ def render(c_out, t_out, Ts):
                        f"{cell(m, 'chunkwise', T)} | {gf} | {_fmt_rate(ttps)} | "
                        f"{_fmt_ratio(_ratio(c, tps(m, 'recurrent', T)))} | "
                        f"{_fmt_ratio(_ratio(c, tps(m, 'parallel', T)))} | {_fmt_ratio(_ratio(c, ttps))} |")
+        if m == "gdr":  # issue 17: chunkwise >= 2x PyTorch's chunk form of the same math at T=16k
+            tt = torch_res.get((m, TARGET_T))
+            targets.append((label, f"chunkwise ≥ {GDR_TORCH_TARGET:g}× PyTorch chunkwise at T=16k (issue 17)",
+                            _ratio(tps(m, "chunkwise", TARGET_T), tt["tokens_per_s"] if tt else None),
+                            GDR_TORCH_TARGET, res.get((m, "chunkwise", TARGET_T)),
+                            _ratio(best(m, "chunkwise", TARGET_T), tbest(m, TARGET_T))))
+            continue
         # issue 2's targets
         c16 = tps(m, "chunkwise", TARGET_T)
         b16 = best(m, "chunkwise", TARGET_T)
@@ -206,6 +216,7 @@ def ceiling(res, peak, Ts):
     products plus the causal halves of its in-chunk products, per token and head
         gated-linear  4KV + c (K + V)        (recurrent: 4KV)
         delta rule    6KV + 2c (K + V)       (recurrent: 6KV)
+        gdr           8KV + 4c (K + V)       (recurrent: 10KV: the erase read-out is a 5th pass)
     so at the sgemm peak, with no other cost, it runs peak / (H x that) tokens/s."""
     T = TARGET_T if TARGET_T in Ts else max(Ts)
     if not peak:
@@ -217,8 +228,11 @@ def ceiling(res, peak, Ts):
         if not rec or rec.get("status") != "ok":
             continue
         delta = m in ("deltanet", "gated_deltanet")
-        rec_fl = (6 if delta else 4) * K * V
-        ch_fl = rec_fl + (2 if delta else 1) * CHUNK * (K + V)
+        if m == "gdr":
+            rec_fl, ch_fl = 10 * K * V, 8 * K * V + 4 * CHUNK * (K + V)
+        else:
+            rec_fl = (6 if delta else 4) * K * V
+            ch_fl = rec_fl + (2 if delta else 1) * CHUNK * (K + V)
         rec_gf = rec["tokens_per_s"] * H * rec_fl * 1e-9
         ceil_tps = peak * 1e9 / (H * ch_fl)
         meas = ch["tokens_per_s"] / rec["tokens_per_s"] if ch and ch.get("status") == "ok" else None
@@ -230,8 +244,8 @@ def ceiling(res, peak, Ts):
             f"Chunkwise cannot do less arithmetic than the recurrent form: every token's k v must enter "
             f"the state and every query must read it (K×V multiply-adds each, per chunk or per token "
             f"alike); on top come the causal halves of the in-chunk products. Executed flops per token "
-            f"and head: 4KV + c(K+V) for the gated-linear family, 6KV + 2c(K+V) for the delta rule "
-            f"(recurrent: 4KV, 6KV; c = {CHUNK}). The ceiling is chunkwise at the peak of "
+            f"and head: 4KV + c(K+V) for the gated-linear family, 6KV + 2c(K+V) for the delta rule, "
+            f"8KV + 4c(K+V) for the generalized delta rule (recurrent: 4KV, 6KV, 10KV; c = {CHUNK}). The ceiling is chunkwise at the peak of "
             f"{peak:.1f} GFLOP/s with no other cost at all; T = {T}, same run.", "",
             "| mixer | recurrent | recurrent GFLOP/s | chunkwise work ÷ recurrent | chunkwise ceiling "
             "| ceiling ÷ recurrent | measured ÷ recurrent |",

@@ -139,3 +139,57 @@ def delta_rule(q, k, v, beta, *, g=None, scale=None, chunk=64, S=None):
             bl = b[:, -1:]
             S = torch.exp(bl).unsqueeze(2) * S + (Kc * torch.exp(bl - b).unsqueeze(2)).transpose(1, 2) @ U
     return o.transpose(0, 1), S
+
+
+def _decayed_scores(X, Y, xlog, b, strict, sub=16):
+    """A_tj = sum_k X_tk Y_jk exp(xlog_tk - b_jk) for j <= t (j < t when strict), where b [H,c,K]
+    is the in-chunk cumulative log decay and xlog is b (inclusive) or b - g (up to t - 1). For a
+    row block starting at r and keys j < r the reference r - 1 splits every exponent in two
+    non-positive ones; the diagonal block uses the explicit [s, s, K] form."""
+    H, c, K = X.shape
+    A = X.new_zeros(H, c, c)
+    for r in range(0, c, sub):
+        e = min(r + sub, c)
+        if r > 0:
+            br = b[:, r - 1:r]                                            # [H,1,K]
+            Xi = X[:, r:e] * torch.exp(xlog[:, r:e] - br)
+            Yj = Y[:, :r] * torch.exp(br - b[:, :r])
+            A[:, r:e, :r] = Xi @ Yj.transpose(1, 2)
+        m = torch.ones(e - r, e - r, dtype=torch.bool, device=X.device).tril(-1 if strict else 0)
+        diff = (xlog[:, r:e].unsqueeze(2) - b[:, r:e].unsqueeze(1)).masked_fill(~m.unsqueeze(2), 0.0)
+        A[:, r:e, r:e] = torch.einsum("htk,hjk,htjk->htj", X[:, r:e], Y[:, r:e], torch.exp(diff)) * m
+    return A
+
+
+def generalized_delta(q, k, v, g, a, b, *, scale=None, chunk=64, S=None):
+    """RWKV-7's generalized delta rule S_t = Diag(e^{g_t}) S_{t-1} + b_t (a_t^T S_{t-1}) + k_t v_t^T
+    (g, a, b [T,H,K]), chunkwise. With gam the in-chunk cumulative log decay (gam_{t-1} before
+    token t) and u_t = a_t^T S_{t-1}, every token writes (b_t, u_t) and (k_t, v_t) into a
+    diagonally decayed state, so
+        (I - Aab) U = (a e^{gam_{t-1}}) S0 + Aak V,   Aab_tj = sum a_t b_j e^{gam_{t-1} - gam_j} (j < t)
+    then o = s ((q e^{gam}) S0 + Mqb U + Mqk V) and S = e^{gam_C} S0 + (b e^{gam_C - gam})^T U
+    + (k e^{gam_C - gam})^T V."""
+    T, H, K = q.shape
+    V = v.shape[2]
+    s = K ** -0.5 if scale is None else scale
+    Q, Kk, Vv, G, Aa, Bb = _heads(q) * s, _heads(k), _heads(v), _heads(g), _heads(a), _heads(b)
+    S = q.new_zeros(H, K, V) if S is None else S.clone()
+    o = q.new_empty(H, T, V)
+    for t0 in range(0, T, chunk):
+        e = min(t0 + chunk, T)
+        c = e - t0
+        Qc, Kc, Vc, Ac, Bc = Q[:, t0:e], Kk[:, t0:e], Vv[:, t0:e], Aa[:, t0:e], Bb[:, t0:e]
+        gam = torch.cumsum(G[:, t0:e], dim=1)                             # [H,c,K]
+        gprev = gam - G[:, t0:e]                                          # gam_{t-1}
+        Aab = _decayed_scores(Ac, Bc, gprev, gam, True)
+        Aak = _decayed_scores(Ac, Kc, gprev, gam, True)
+        Mqb = _decayed_scores(Qc, Bc, gam, gam, False)
+        Mqk = _decayed_scores(Qc, Kc, gam, gam, False)
+        L = torch.eye(c, dtype=q.dtype, device=q.device) - Aab
+        U = torch.linalg.solve_triangular(L, (Ac * torch.exp(gprev)) @ S + Aak @ Vc, upper=False,
+                                          unitriangular=True)
+        o[:, t0:e] = (Qc * torch.exp(gam)) @ S + Mqb @ U + Mqk @ Vc
+        gl = gam[:, -1:]                                                  # [H,1,K]
+        f = torch.exp(gl - gam)
+        S = torch.exp(gl).transpose(1, 2) * S + (Bc * f).transpose(1, 2) @ U + (Kc * f).transpose(1, 2) @ Vc
+    return o.transpose(0, 1), S
