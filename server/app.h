@@ -65,6 +65,7 @@ typedef struct srv_app {
     srv_held_state held;       /* requests held behind an off-loop body decode (offloop.c) */
     recur_tokenizer *tok;      /* the model folder's tokenizer, or the byte tokenizer (text.h) */
     struct srv_pcache *pcache; /* the prefix-state cache (prefix_cache.h) */
+    struct srv_access_log *access_log; /* one line per request, or NULL (access_log.h) */
     recur_chat_template *chat; /* the OpenAI chat route's template, or NULL (openai.h) */
     char chat_source[64];      /* where it came from: a built-in, a file, tokenizer_config.json */
     char chat_error[320];      /* why there is none */
@@ -74,6 +75,7 @@ typedef struct srv_app {
 void srv_app_on_request(srv_conn *c, const srv_request *req, void *app);
 void srv_app_on_close(srv_conn *c, void *app);
 void srv_app_on_drain(srv_conn *c, void *app);
+void srv_app_on_done(srv_conn *c, const srv_access *a, void *app); /* the access log (routes.c) */
 
 /* Scheduler completion (ops.c). */
 void srv_ops_work_done(srv_work *w, void *app);

@@ -47,6 +47,11 @@ static const opt OPTS[] = {
     {"worker_spin_us", OPT_INT, F(worker_spin_us), 0, 10000,
      "an idle worker polls for new work this long before it sleeps (0 = sleep at once)"},
     {"log_level", OPT_STR, F(log_level), 0, 0, "debug | info | warn | error"},
+    {"access_log", OPT_STR, F(access_log), 0, 0,
+     "one JSON line per request: a file (reopened on SIGHUP), \"-\" = stderr when log_level is "
+     "info or debug, \"\" = off"},
+    {"access_log_buffer_bytes", OPT_SIZE, F(access_log_buffer_bytes), 4096, 1073741824,
+     "access log lines waiting to be written; a line that does not fit is dropped (counted)"},
     {"max_request_line", OPT_SIZE, H(max_request_line), 64, BIG, "bytes -> 414"},
     {"max_header_bytes", OPT_SIZE, H(max_header_bytes), 256, BIG, "request line + headers -> 431"},
     {"max_headers", OPT_INT, H(max_headers), 1, 100000, "header count -> 431"},
@@ -114,6 +119,8 @@ static void defaults(srv_config *c)
     c->prefill_slice = 256;
     c->worker_spin_us = 0;
     snprintf(c->log_level, sizeof c->log_level, "info");
+    snprintf(c->access_log, sizeof c->access_log, "-");
+    c->access_log_buffer_bytes = (size_t)1 << 20;
     srv_http_limits_default(&c->http);
     c->max_tokens_per_request = 8192;
     c->max_choices_per_request = 16;

@@ -32,6 +32,8 @@ typedef struct {
     int prefill_slice;
     int worker_spin_us;              /* an idle worker spins this long before it sleeps */
     char log_level[16];              /* "debug", "info", "warn", "error" */
+    char access_log[SRV_PATH_MAX];   /* access log: a file, "-" = stderr (at info), "" = off */
+    size_t access_log_buffer_bytes;  /* lines waiting for the writer; more are dropped */
 
     srv_http_limits http;
     size_t max_tokens_per_request;

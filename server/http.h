@@ -62,6 +62,33 @@ typedef struct {
 typedef struct srv_conn srv_conn;
 typedef struct srv_server srv_server;
 
+/* What the application adds to a request's access record (srv_conn_access_note); reset by the
+ * layer when the next request begins. */
+typedef struct {
+    const char *route;       /* static route template ("/v1/sessions/{id}/tokens"), NULL = none */
+    char session[13];        /* short hash of the session id (never the id), "" = none */
+    uint64_t tokens_in;      /* tokens the request folded */
+    uint64_t tokens_out;     /* tokens it generated */
+} srv_access_note;
+
+/* One finished request, for the access log (on_done). Strings are valid during the call only.
+ * Times are uv_hrtime (ns). */
+typedef struct {
+    const char *method;      /* "GET", ...; "-" when the request line was never parsed */
+    int status;              /* of the response; 0 when none began (the peer left first) */
+    const char *error;       /* the code of a JSON error response (the rule it broke), or NULL */
+    int aborted;             /* the connection closed before the response was complete */
+    uint64_t bytes_in;       /* request bytes read: request line, headers, body, framing */
+    uint64_t bytes_out;      /* response bytes produced: head, body, chunk framing */
+    uint64_t t_start_ns;     /* the request's first byte */
+    uint64_t t_first_ns;     /* a stream's first chunk (its first token), 0 = not a stream */
+    uint64_t t_end_ns;       /* the response's last byte was queued (or the close) */
+    uint64_t seq;            /* requests since the server started, this one included */
+    const char *request_id;  /* the request's X-Request-Id (1-64 of [A-Za-z0-9._:-]) or NULL */
+    const char *remote;      /* peer "address:port" ("[v6]:port"), "" when unknown */
+    const srv_access_note *note;
+} srv_access;
+
 /* A refusal the application decides from a request's head alone (on_head). Every string static. */
 typedef struct {
     int status;
@@ -83,6 +110,11 @@ typedef struct {
      * return nonzero to answer *r at once; the body is then never read (the connection closes
      * after the answer). Requests without a body go straight to on_request. */
     int (*on_head)(const srv_request *head, srv_refusal *r, void *app);
+    /* Optional. A request is finished: its response is complete, the layer refused it (400,
+     * 408, 413, ... before the application saw it), or the connection closed while it was in
+     * flight (aborted). Once per request that reached the application or was refused; never for
+     * a connection that closes between requests. Must not call srv_* functions on c. */
+    void (*on_done)(srv_conn *c, const srv_access *a, void *app);
 } srv_http_callbacks;
 
 /* Listen on host:port (port 0 picks a free one; srv_server_port tells which). */
@@ -105,6 +137,8 @@ void srv_conn_set_user(srv_conn *c, void *user);
 void *srv_conn_get_user(const srv_conn *c);
 /* uv_hrtime of the first byte of the connection's current request. */
 uint64_t srv_conn_request_start_ns(const srv_conn *c);
+/* The current request's access note, for the application to fill (on_done reports it). */
+srv_access_note *srv_conn_access_note(srv_conn *c);
 
 /* A complete response with Content-Length. extra_headers: "Name: value\r\n..." or NULL. */
 void srv_respond(srv_conn *c, int status, const char *content_type, const void *body, size_t len,

@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include "http_internal.h"
@@ -133,6 +134,7 @@ static int on_header_field_complete(llhttp_t *p)
         {"accept", HDR_ACCEPT},       {"authorization", HDR_AUTHORIZATION},
         {"transfer-encoding", HDR_TE}, {"expect", HDR_EXPECT},
         {"last-event-id", HDR_LAST_EVENT_ID}, {"origin", HDR_ORIGIN},
+        {"x-request-id", HDR_REQUEST_ID},
     };
     size_t n = c->field_len;
     c->field_len = 0;
@@ -514,15 +516,65 @@ static int save_tail(srv_conn *c, const char *data, size_t len)
 /* Feeds bytes to the scanner and llhttp. Returns FEED_MORE (all consumed, need more),
  * FEED_DISPATCH (a request is complete, the rest saved as the tail) or FEED_DONE (an error
  * response was sent, or the connection is closing). */
+/* The first byte of a request: its clocks and a fresh access record. */
+static void conn_request_begins(srv_conn *c)
+{
+    c->phase = PH_HEADERS;
+    c->t_first_byte = uv_now(c->srv->loop);
+    c->t_first_byte_ns = uv_hrtime();
+    c->access_pending = 1;
+    c->req_bytes_in = 0;
+    c->out_mark = c->bytes_queued + c->out.len;
+    c->t_first_chunk_ns = 0;
+    c->resp_status = 0;
+    c->resp_error[0] = '\0';
+    memset(&c->note, 0, sizeof c->note);
+}
+
+/* An X-Request-Id worth logging: 1-64 of [A-Za-z0-9._:-] (nothing that needs escaping). */
+static const char *request_id_of(const srv_conn *c)
+{
+    const char *v = hdr_value(c, HDR_REQUEST_ID);
+    size_t n = v ? strlen(v) : 0;
+    if (n == 0 || n > 64 || strspn(v, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                      "0123456789._:-") != n)
+        return NULL;
+    return v;
+}
+
+/* Reports the current request to on_done once (http.h srv_access). */
+static void conn_access_done(srv_conn *c, int aborted)
+{
+    if (!c->access_pending)
+        return;
+    c->access_pending = 0;
+    srv_server *s = c->srv;
+    if (!s->cb.on_done)
+        return;
+    srv_access a = {
+        .method = c->url.len ? llhttp_method_name((llhttp_method_t)c->parser.method) : "-",
+        .status = c->resp_status,
+        .error = c->resp_error[0] ? c->resp_error : NULL,
+        .aborted = aborted,
+        .bytes_in = c->req_bytes_in,
+        .bytes_out = c->bytes_queued + c->out.len - c->out_mark,
+        .t_start_ns = c->t_first_byte_ns,
+        .t_first_ns = c->t_first_chunk_ns,
+        .t_end_ns = uv_hrtime(),
+        .seq = s->stats.requests_total,
+        .request_id = request_id_of(c),
+        .remote = c->remote,
+        .note = &c->note,
+    };
+    s->cb.on_done(c, &a, s->app);
+}
+
 static int conn_feed(srv_conn *c, const char *data, size_t len)
 {
     const srv_http_limits *l = lim(c);
     while (len > 0) {
-        if (c->phase == PH_IDLE) {
-            c->phase = PH_HEADERS;
-            c->t_first_byte = uv_now(c->srv->loop);
-            c->t_first_byte_ns = uv_hrtime();
-        }
+        if (c->phase == PH_IDLE)
+            conn_request_begins(c);
         size_t n = len;
         if (c->scan.active) {
             srv_http_error e = {0};
@@ -547,6 +599,8 @@ static int conn_feed(srv_conn *c, const char *data, size_t len)
         c->last_chunk = 0;
         c->ext_resume_semicolon = 0;
         enum llhttp_errno err = llhttp_execute(&c->parser, data, n);
+        const char *stop = err == HPE_OK ? NULL : llhttp_get_error_pos(&c->parser);
+        c->req_bytes_in += stop ? (size_t)(stop - data) : n;
         if (err == HPE_OK) {
             data += n;
             len -= n;
@@ -771,8 +825,10 @@ static void conn_resume(srv_conn *c)
 
 void srv_conn_response_done(srv_conn *c)
 {
-    if (c->in_flight)
+    if (c->in_flight) {
         srv_hist_observe_since(&c->srv->stats.request_duration, c->t_first_byte_ns);
+        conn_access_done(c, 0);
+    }
     c->in_flight = 0;
     if (c->closing || c->shutting)
         return;
@@ -888,6 +944,9 @@ static void on_handle_closed(uv_handle_t *h)
 
 static void close_handles(srv_conn *c, int reset)
 {
+    if (c->in_flight) /* the peer left (or a stall) before the response was complete */
+        conn_access_done(c, 1);
+    c->access_pending = 0; /* a request only begun is not reported */
     c->closing = 1;
     c->phase = PH_CLOSING;
     c->lingering = 0;
@@ -1009,6 +1068,7 @@ static void srv_conn_send_error(srv_conn *c, const srv_http_error *e)
     c->srv->stats.requests_total++;
     c->is_head = 0;
     srv_send_error_json(c, e->status, e->code, error_message(c, e), e->extra_headers);
+    conn_access_done(c, 0);
     conn_close_graceful(c);
 }
 
@@ -1022,6 +1082,26 @@ void srv_conn_drain(srv_conn *c)
 }
 
 /* ------------------------------------------------------------------ accept */
+
+/* c->remote: the peer as "address:port" ("[v6]:port"), for the access log. */
+static void peer_name(srv_conn *c)
+{
+    struct sockaddr_storage ss;
+    int len = sizeof ss;
+    char ip[INET6_ADDRSTRLEN] = "";
+    c->remote[0] = '\0';
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len))
+        return;
+    if (ss.ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
+        uv_ip4_name(a, ip, sizeof ip);
+        snprintf(c->remote, sizeof c->remote, "%s:%u", ip, (unsigned)ntohs(a->sin_port));
+    } else if (ss.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&ss;
+        uv_ip6_name(a, ip, sizeof ip);
+        snprintf(c->remote, sizeof c->remote, "[%s]:%u", ip, (unsigned)ntohs(a->sin6_port));
+    }
+}
 
 void srv_conn_accept(srv_server *s)
 {
@@ -1045,6 +1125,7 @@ void srv_conn_accept(srv_server *s)
         return;
     }
     s->stats.connections_accepted++;
+    peer_name(c);
     uv_tcp_nodelay(&c->tcp, 1); /* one flushed chunk per token: no Nagle delay */
     llhttp_init(&c->parser, HTTP_REQUEST, &s->settings);
     c->parser.data = c; /* after llhttp_init, which clears the struct (B.1) */
@@ -1082,4 +1163,5 @@ int srv_conn_is_closed(const srv_conn *c)
 
 void srv_conn_set_user(srv_conn *c, void *user) { c->user = user; }
 uint64_t srv_conn_request_start_ns(const srv_conn *c) { return c->t_first_byte_ns; }
+srv_access_note *srv_conn_access_note(srv_conn *c) { return &c->note; }
 void *srv_conn_get_user(const srv_conn *c) { return c->user; }

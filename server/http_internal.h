@@ -89,7 +89,7 @@ typedef enum {
 
 /* Named header slots we keep the values of. */
 enum { HDR_OTHER = 0, HDR_HOST, HDR_CONTENT_TYPE, HDR_ACCEPT, HDR_AUTHORIZATION, HDR_TE, HDR_EXPECT,
-       HDR_LAST_EVENT_ID, HDR_ORIGIN, HDR_COUNT };
+       HDR_LAST_EVENT_ID, HDR_ORIGIN, HDR_REQUEST_ID, HDR_COUNT };
 
 struct srv_conn {
     uv_tcp_t tcp;
@@ -114,6 +114,7 @@ struct srv_conn {
     unsigned above_high : 1;       /* queue went above high water: on_drain owed */
     unsigned unlinked : 1;
     unsigned in_flight : 1;        /* request handed to the app, its response not finished */
+    unsigned access_pending : 1;   /* a request began and on_done has not reported it yet */
 
     srv_phase phase;
     llhttp_t parser;
@@ -163,6 +164,15 @@ struct srv_conn {
     uint64_t bytes_queued;   /* every byte ever given to uv_write */
     uint64_t stall_mark;     /* bytes the kernel had accepted at the last progress seen */
     uint64_t last_progress;  /* uv_now of that progress */
+
+    /* ---- the access record of the current request (http.h srv_access; reset when it begins) */
+    uint64_t req_bytes_in;   /* raw request bytes parsed */
+    uint64_t out_mark;       /* bytes_queued + out.len when it began: bytes_out is the growth */
+    uint64_t t_first_chunk_ns; /* a stream's first chunk, 0 = none */
+    int resp_status;         /* status of the response begun, 0 = none */
+    char resp_error[48];     /* code of a JSON error response, "" = none */
+    srv_access_note note;    /* the application's part (srv_conn_access_note) */
+    char remote[64];         /* peer "address:port", filled at accept */
 
     /* ---- output coalescing: bytes produced during one loop turn, written with one syscall at
      * the end of the turn (srv_flush_all from the server's prepare/check handles). Each chunk is

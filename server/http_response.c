@@ -312,6 +312,7 @@ static int build_head(srv_conn *c, proto_buf *b, int status, const char *content
     if (s->draining)
         c->keep_alive = 0;
     c->resp_started = 1;
+    c->resp_status = status;
     s->stats.responses_by_class[status / 100]++;
     char st[4] = {(char)('0' + status / 100), (char)('0' + status / 10 % 10), (char)('0' + status % 10), ' '};
     int r = proto_buf_try_append(b, "HTTP/1.1 ", 9) || proto_buf_try_append(b, st, 4) ||
@@ -368,6 +369,7 @@ void srv_send_error_json(srv_conn *c, int status, const char *code, const char *
     proto_buf b = {0};
     code = code ? code : "";
     message = message ? message : "";
+    snprintf(c->resp_error, sizeof c->resp_error, "%s", code); /* the access record's rule */
     int r = proto_buf_try_append(&b, "{\"error\":{\"code\":", 17) ||
             proto_buf_try_json_str(&b, code, strlen(code)) ||
             proto_buf_try_append(&b, ",\"message\":", 11) ||
@@ -443,6 +445,8 @@ void srv_stream_write(srv_conn *c, const void *data, size_t len)
 {
     if (!c || !c->streaming || c->closing || c->shutting || len == 0 || c->is_head)
         return;
+    if (!c->t_first_chunk_ns)
+        c->t_first_chunk_ns = uv_hrtime();
     proto_buf *b = &c->out;
     int r = proto_buf_try_reserve(b, len + 24);
     if (!r && !c->stream_raw) {

@@ -41,20 +41,30 @@ const char *srv_log_str(const char *s, char *out, unsigned cap)
     return out;
 }
 
+void srv_log_timestamp(char *out, size_t cap)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    snprintf(out, cap, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
+}
+
+int srv_log_enabled(srv_log_level lvl)
+{
+    return lvl >= g_level;
+}
+
 void srv_log(srv_log_level lvl, const char *event, const char *fields_fmt, ...)
 {
     static const char *names[] = {"debug", "info", "warn", "error"};
     if (lvl < g_level)
         return;
-    char line[2048];
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    struct tm tm;
-    gmtime_r(&ts.tv_sec, &tm);
-    int n = snprintf(line, sizeof line,
-                     "{\"ts\":\"%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ\",\"level\":\"%s\",\"event\":\"%s\"",
-                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                     tm.tm_sec, ts.tv_nsec / 1000000, names[lvl], event);
+    char line[2048], ts[32];
+    srv_log_timestamp(ts, sizeof ts);
+    int n = snprintf(line, sizeof line, "{\"ts\":\"%s\",\"level\":\"%s\",\"event\":\"%s\"", ts,
+                     names[lvl], event);
     if (fields_fmt && n > 0 && (size_t)n < sizeof line - 4) {
         line[n++] = ',';
         va_list ap;

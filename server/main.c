@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "access_log.h"
 #include "app.h"
 #include "text.h"
 #include "openai.h"
@@ -31,7 +32,7 @@
 #define HARD_CLOSE_GRACE_MS 3000
 
 static srv_app g_app;
-static uv_signal_t g_sigterm, g_sigint;
+static uv_signal_t g_sigterm, g_sigint, g_sighup;
 static uv_timer_t g_drain_timer, g_close_timer;
 static int g_signals;
 
@@ -68,6 +69,7 @@ static void on_drained(srv_server *s, void *appv)
     uv_close((uv_handle_t *)&g_close_timer, close_cb_noop);
     uv_close((uv_handle_t *)&g_sigterm, close_cb_noop);
     uv_close((uv_handle_t *)&g_sigint, close_cb_noop);
+    uv_close((uv_handle_t *)&g_sighup, close_cb_noop);
     srv_sched_stop(app->sched);
     srv_residency_shutdown(app); /* workers joined: write every changed session */
     srv_pcache_shutdown(app->pcache); /* and every prefix-cache entry not on disk yet */
@@ -117,6 +119,29 @@ static void on_signal(uv_signal_t *h, int signum)
     srv_sd_notify("STOPPING=1");
     uv_timer_start(&g_drain_timer, on_drain_timer, g_app.cfg.drain_timeout_ms, 0);
     srv_server_drain(g_app.server, on_drained);
+}
+
+/* SIGHUP: reopen the access log (logrotate); nothing else is reloaded. */
+static void on_sighup(uv_signal_t *h, int signum)
+{
+    srv_access_log_reopen(g_app.access_log);
+}
+
+/* The access log (access_log.h): "-" writes to stderr only at log_level info or debug. 0, or
+ * -1 after logging why (an unusable path refuses to start). */
+static int start_access_log(srv_app *app)
+{
+    const char *path = app->cfg.access_log;
+    if (!path[0] || (!strcmp(path, "-") && !srv_log_enabled(SRV_LOG_INFO)))
+        return 0;
+    char err[1200], e[1400];
+    if (srv_access_log_open(path, app->cfg.access_log_buffer_bytes, &app->access_log, err,
+                            sizeof err) != 0) {
+        srv_log(SRV_LOG_ERROR, "access_log_unusable", "\"message\":\"%s; refusing to start\"",
+                srv_log_str(err, e, sizeof e));
+        return -1;
+    }
+    return 0;
 }
 
 static int load_model(srv_app *app)
@@ -208,7 +233,7 @@ int main(int argc, char **argv)
         return 1;
     if (srv_residency_start(app) != 0)
         return 1; /* state_dir unusable: logged */
-    if (start_prefix_cache(app) != 0)
+    if (start_prefix_cache(app) != 0 || start_access_log(app) != 0)
         return 1;
     srv_metrics_init(app);
     rc = srv_sched_create(app->loop, app->model, app->cfg.workers, app->cfg.max_batch,
@@ -220,7 +245,8 @@ int main(int argc, char **argv)
         return 1;
     }
     srv_sched_set_spin(app->sched, (uint64_t)app->cfg.worker_spin_us * 1000);
-    srv_http_callbacks cb = {srv_app_on_request, srv_app_on_close, srv_app_on_drain, srv_app_on_head};
+    srv_http_callbacks cb = {srv_app_on_request, srv_app_on_close, srv_app_on_drain, srv_app_on_head,
+                             srv_app_on_done};
     rc = srv_server_start(app->loop, bind_addr.address, app->cfg.port, &app->cfg.http, &cb, app,
                           &app->server);
     if (rc != 0) {
@@ -235,6 +261,8 @@ int main(int argc, char **argv)
     uv_signal_init(app->loop, &g_sigint);
     uv_signal_start(&g_sigterm, on_signal, SIGTERM);
     uv_signal_start(&g_sigint, on_signal, SIGINT);
+    uv_signal_init(app->loop, &g_sighup);
+    uv_signal_start(&g_sighup, on_sighup, SIGHUP);
     uv_timer_init(app->loop, &g_drain_timer);
     uv_timer_init(app->loop, &g_close_timer);
     uv_timer_init(app->loop, &app->ttl_timer);
@@ -267,6 +295,7 @@ int main(int argc, char **argv)
     srv_text_free(app);
     srv_chat_free(app);
     recur_model_free(app->model);
+    srv_access_log_close(app->access_log); /* every request's line is written */
     srv_log(SRV_LOG_INFO, "exit", "\"code\":0");
     return 0;
 }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "metrics.h"
+#include "access_log.h"
 #include "openai.h"
 #include "prefix_cache.h"
 #include "residency.h"
@@ -129,22 +130,10 @@ static void process_metrics(proto_buf *b)
                    (unsigned long long)rl.rlim_cur);
 }
 
-/* The kernels this binary was compiled for (core/'s fastest path). */
-static const char *build_isa(void)
-{
-#if defined(__AVX512F__)
-    return "avx512";
-#elif defined(__AVX2__) && defined(__FMA__)
-    return "avx2";
-#else
-    return "portable";
-#endif
-}
-
 static void build_metrics(proto_buf *b)
 {
     srv_metric_head(b, "recurd_build_info", "gauge", "The daemon's version and ISA path; always 1.");
-    proto_buf_printf(b, "recurd_build_info{version=\"%s\",isa=\"%s\"} 1\n", SRV_VERSION, build_isa());
+    proto_buf_printf(b, "recurd_build_info{version=\"%s\",isa=\"%s\"} 1\n", SRV_VERSION, recur_isa_name());
 }
 
 void srv_metrics_init(srv_app *app)
@@ -263,4 +252,5 @@ void srv_metrics_render(srv_app *app, proto_buf *b)
     srv_residency_metrics(app, b);
     srv_pcache_metrics(app->pcache, b);
     srv_openai_metrics(app, b);
+    srv_access_log_metrics(app->access_log, b);
 }

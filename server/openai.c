@@ -285,6 +285,11 @@ static void complete(oai_req *o)
     proto_buf b;
     proto_buf_init(&b);
     proto_oai_usage u = usage_of(o);
+    if (o->conn) { /* the access log's token counts */
+        srv_access_note *n = srv_conn_access_note(o->conn);
+        n->tokens_in = u.prompt_tokens;
+        n->tokens_out = u.completion_tokens;
+    }
     if (o->streaming) {
         if (o->req.include_usage) {
             proto_oai_object_begin(&b, &o->head, 1);

@@ -61,6 +61,17 @@ static void op_error(srv_op *op, int status, const char *code, const char *messa
         srv_respond_error(op->conn, status, code, message);
 }
 
+/* Tokens the op's request folded and generated, for its access log line (an OpenAI request
+ * reports its usage itself, openai.c). */
+static void note_tokens(srv_op *op, uint64_t in, uint64_t out)
+{
+    if (op->conn && !op->sink) {
+        srv_access_note *n = srv_conn_access_note(op->conn);
+        n->tokens_in += in;
+        n->tokens_out += out;
+    }
+}
+
 /* The op's client may take more output now. */
 static int op_writable(srv_op *op)
 {
@@ -500,6 +511,7 @@ void srv_ops_work_done(srv_work *w, void *appv)
     }
     /* FOLD / CREATE */
     app->counters.tokens_folded += s->tokens_seen - before;
+    note_tokens(op, s->tokens_seen - before, 0);
     if (w->err) {
         if (op->kind == SRV_OP_CREATE) { /* no id was given out: the session goes away */
             op_error(op, 500, compute_error_code(w->err), recur_strerror(w->err));
@@ -523,6 +535,7 @@ void srv_ops_gen_progress(srv_work *w, void *appv)
     srv_gen *g = &op->run;
     op->sess->tokens_seen = g->taken_seen; /* GET /v1/sessions/{id} follows the stream */
     app->counters.tokens_generated += (uint64_t)g->taken_tokens;
+    note_tokens(op, 0, (uint64_t)g->taken_tokens);
     if (op->sink) {
         op->sink->output(op, g->taken.data, g->taken.len, g->taken_tokens);
         if (!op->sink->writable(op))

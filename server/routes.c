@@ -11,6 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "access_log.h"
 #include "app.h"
 #include "auth.h"
 #include "accept.h"
@@ -173,6 +174,7 @@ static void handle_create(srv_app *app, srv_conn *c, const srv_request *req, srv
         return;
     }
     app->counters.sessions_created++;
+    srv_access_session_hash(s->id, srv_conn_access_note(c)->session);
     int cached = tr.prefix_cache && srv_pcache_enabled(app->pcache);
     if (tr.n == 0) {
         proto_tokens_req_free(&tr);
@@ -503,6 +505,7 @@ static int checks_pass(srv_app *app, srv_conn *c, const srv_request *req, const 
     if ((r->checks & R_BLOB) && !blob_body_ok(c, req))
         return 0;
     if (r->checks & R_SESSION) {
+        srv_access_session_hash(id, srv_conn_access_note(c)->session);
         *s = srv_table_find(app->table, id); /* may load it from state_dir (residency.h) */
         if (!*s) {
             session_missing(app, c); /* 404 before 422: the resource comes first */
@@ -546,6 +549,11 @@ static void run_held(srv_app *app, srv_conn *c, const srv_request *req, const ch
     run_route(app, c, req, r, s, b);
 }
 
+void srv_app_on_done(srv_conn *c, const srv_access *a, void *appv)
+{
+    srv_access_log_record(((srv_app *)appv)->access_log, a);
+}
+
 void srv_app_on_request(srv_conn *c, const srv_request *req, void *appv)
 {
     srv_app *app = appv;
@@ -567,6 +575,7 @@ void srv_app_on_request(srv_conn *c, const srv_request *req, void *appv)
         if (!path_match(r->pattern, req->path, id))
             continue;
         path_known = 1;
+        srv_conn_access_note(c)->route = r->pattern; /* the access log's route (a 405 too) */
         if (!method_serves(r->method, req->method))
             continue;
         srv_session *s = NULL;

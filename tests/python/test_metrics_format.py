@@ -170,3 +170,13 @@ def test_promtool_flags_a_bad_page():
     """The check can fail: a sample with a unit suffix promtool lints is reported."""
     rc, out = promtool_check("# HELP x_us_total t\n# TYPE x_us_total counter\nx_us_total 1\n")
     assert out != ""
+
+
+def test_build_info_names_the_kernel_path_that_runs(monkeypatch):
+    """build_info's isa is the path chosen at start (RECUR_ISA here), not the one the binary
+    was compiled for: a native build forced to the portable path says portable."""
+    monkeypatch.setenv("RECUR_ISA", "portable")
+    with Daemon() as d:
+        assert requests.get(d.url("/v1/model"), timeout=30).json()["isa"] == "portable"
+        body = requests.get(d.url("/metrics"), timeout=30).text
+        assert re.search(r'^recurd_build_info\{version="[^"]+",isa="portable"\} 1$', body, re.M), body
