@@ -16,6 +16,10 @@
 #include "metrics.h"
 #include "recur.h"
 
+/* Lines gather this long (or until a quarter of the buffer is used) before the writer writes
+ * them: one wake-up and one write per batch instead of per request. */
+#define ACCESS_LOG_FLUSH_MS 200
+
 struct srv_access_log {
     char path[1024];
     int to_stderr;
@@ -39,21 +43,65 @@ void srv_access_session_hash(const char *id, char out[13])
     snprintf(out, 13, "%012llx", (unsigned long long)(h >> 16));
 }
 
-/* A static code or template as a JSON string: only bytes that need no escaping, else null. */
-static int put_str(char *line, size_t cap, size_t n, const char *s)
+/* The line is built by hand (no snprintf: glibc's took ~3 us of CPU for these 16 fields, and it
+ * runs for every request on the loop thread). `ok` turns 0 when the line would not fit. */
+typedef struct {
+    char *p, *end;
+    int ok;
+} line_writer;
+
+static void put(line_writer *w, const char *s, size_t n)
 {
-    if (!s || strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-./{}:[]")
-                  != strlen(s))
-        return snprintf(line + n, cap - n, "null");
-    return snprintf(line + n, cap - n, "\"%s\"", s);
+    if (!w->ok || (size_t)(w->end - w->p) < n) {
+        w->ok = 0;
+        return;
+    }
+    memcpy(w->p, s, n);
+    w->p += n;
 }
 
-/* Seconds between two uv_hrtime stamps, as a JSON number (null when the start is unknown). */
-static int put_secs(char *line, size_t cap, size_t n, uint64_t from, uint64_t to)
+static void put_lit(line_writer *w, const char *s)
 {
-    if (!from || to < from)
-        return snprintf(line + n, cap - n, "null");
-    return snprintf(line + n, cap - n, "%.6f", (double)(to - from) / 1e9);
+    put(w, s, strlen(s));
+}
+
+static void put_u64(line_writer *w, uint64_t v)
+{
+    char tmp[20], *e = tmp + sizeof tmp, *q = e;
+    do {
+        *--q = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    put(w, q, (size_t)(e - q));
+}
+
+/* A static code or template as a JSON string: only bytes that need no escaping, else null. */
+static void put_str(line_writer *w, const char *s)
+{
+    size_t n = s ? strlen(s) : 0;
+    if (!s || strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-./{}:[]") != n) {
+        put_lit(w, "null");
+        return;
+    }
+    put(w, "\"", 1);
+    put(w, s, n);
+    put(w, "\"", 1);
+}
+
+/* Seconds between two uv_hrtime stamps with 6 decimals (null when the start is unknown). */
+static void put_secs(line_writer *w, uint64_t from, uint64_t to)
+{
+    if (!from || to < from) {
+        put_lit(w, "null");
+        return;
+    }
+    uint64_t us = (to - from + 500) / 1000, f = us % 1000000;
+    char frac[6];
+    for (int i = 5; i >= 0; i--, f /= 10)
+        frac[i] = (char)('0' + f % 10);
+    put_u64(w, us / 1000000);
+    put(w, ".", 1);
+    put(w, frac, 6);
 }
 
 size_t srv_access_log_format(const srv_access *a, const char *id_prefix, char *line, size_t cap)
@@ -62,45 +110,53 @@ size_t srv_access_log_format(const srv_access *a, const char *id_prefix, char *l
     srv_log_timestamp(ts, sizeof ts);
     const srv_access_note *note = a->note;
     if (note && note->route) { /* the template without routes.c's optional-slash marker */
-        snprintf(route, sizeof route, "%s", note->route);
-        size_t rl = strlen(route);
-        if (rl >= 2 && !strcmp(route + rl - 2, "/?"))
-            route[rl - 2] = '\0';
+        size_t rl = strlen(note->route);
+        if (rl >= 2 && !strcmp(note->route + rl - 2, "/?"))
+            rl -= 2;
+        if (rl < sizeof route) {
+            memcpy(route, note->route, rl);
+            route[rl] = '\0';
+        }
     }
-    size_t n = 0;
-    int w;
-#define PUT(expr)                                                                                  \
-    do {                                                                                           \
-        w = (expr);                                                                                \
-        if (w < 0 || (size_t)w >= cap - n)                                                         \
-            return 0;                                                                              \
-        n += (size_t)w;                                                                            \
-    } while (0)
-    PUT(snprintf(line, cap, "{\"ts\":\"%s\",\"level\":\"info\",\"event\":\"access\",\"request_id\":", ts));
-    if (a->request_id)
-        PUT(put_str(line, cap, n, a->request_id));
-    else
-        PUT(snprintf(line + n, cap - n, "\"%s-%llu\"", id_prefix, (unsigned long long)a->seq));
-    PUT(snprintf(line + n, cap - n, ",\"remote\":"));
-    PUT(put_str(line, cap, n, a->remote));
-    PUT(snprintf(line + n, cap - n, ",\"method\":"));
-    PUT(put_str(line, cap, n, a->method));
-    PUT(snprintf(line + n, cap - n, ",\"route\":"));
-    PUT(put_str(line, cap, n, route[0] ? route : NULL));
-    PUT(snprintf(line + n, cap - n, ",\"status\":%d,\"bytes_in\":%llu,\"bytes_out\":%llu,\"duration_s\":",
-                 a->status, (unsigned long long)a->bytes_in, (unsigned long long)a->bytes_out));
-    PUT(put_secs(line, cap, n, a->t_start_ns, a->t_end_ns));
-    PUT(snprintf(line + n, cap - n, ",\"ttfb_s\":"));
-    PUT(put_secs(line, cap, n, a->t_first_ns ? a->t_start_ns : 0, a->t_first_ns));
-    PUT(snprintf(line + n, cap - n, ",\"tokens_in\":%llu,\"tokens_out\":%llu,\"session\":",
-                 (unsigned long long)(note ? note->tokens_in : 0),
-                 (unsigned long long)(note ? note->tokens_out : 0)));
-    PUT(put_str(line, cap, n, note && note->session[0] ? note->session : NULL));
-    PUT(snprintf(line + n, cap - n, ",\"error\":"));
-    PUT(put_str(line, cap, n, a->error));
-    PUT(snprintf(line + n, cap - n, ",\"aborted\":%s}\n", a->aborted ? "true" : "false"));
-#undef PUT
-    return n;
+    line_writer w = {line, line + cap, 1};
+    put_lit(&w, "{\"ts\":\"");
+    put_lit(&w, ts);
+    put_lit(&w, "\",\"level\":\"info\",\"event\":\"access\",\"request_id\":");
+    if (a->request_id) {
+        put_str(&w, a->request_id);
+    } else {
+        put(&w, "\"", 1);
+        put_lit(&w, id_prefix);
+        put(&w, "-", 1);
+        put_u64(&w, a->seq);
+        put(&w, "\"", 1);
+    }
+    put_lit(&w, ",\"remote\":");
+    put_str(&w, a->remote);
+    put_lit(&w, ",\"method\":");
+    put_str(&w, a->method);
+    put_lit(&w, ",\"route\":");
+    put_str(&w, route[0] ? route : NULL);
+    put_lit(&w, ",\"status\":");
+    put_u64(&w, (uint64_t)(a->status > 0 ? a->status : 0));
+    put_lit(&w, ",\"bytes_in\":");
+    put_u64(&w, a->bytes_in);
+    put_lit(&w, ",\"bytes_out\":");
+    put_u64(&w, a->bytes_out);
+    put_lit(&w, ",\"duration_s\":");
+    put_secs(&w, a->t_start_ns, a->t_end_ns);
+    put_lit(&w, ",\"ttfb_s\":");
+    put_secs(&w, a->t_first_ns ? a->t_start_ns : 0, a->t_first_ns);
+    put_lit(&w, ",\"tokens_in\":");
+    put_u64(&w, note ? note->tokens_in : 0);
+    put_lit(&w, ",\"tokens_out\":");
+    put_u64(&w, note ? note->tokens_out : 0);
+    put_lit(&w, ",\"session\":");
+    put_str(&w, note && note->session[0] ? note->session : NULL);
+    put_lit(&w, ",\"error\":");
+    put_str(&w, a->error);
+    put_lit(&w, a->aborted ? ",\"aborted\":true}\n" : ",\"aborted\":false}\n");
+    return w.ok ? (size_t)(w.p - line) : 0;
 }
 
 /* ------------------------------------------------------------------ the writer */
@@ -152,14 +208,29 @@ static void do_reopen(srv_access_log *l)
     srv_log(SRV_LOG_INFO, "access_log_reopened", NULL);
 }
 
+/* Under mu: wait until the first line of a batch, then until ACCESS_LOG_FLUSH_MS later or a
+ * quarter of the buffer is used, whichever comes first (a reopen or stop ends the wait). */
+static void wait_for_batch(srv_access_log *l)
+{
+    while (!l->fill_len && !l->reopen && !l->stop)
+        pthread_cond_wait(&l->cv, &l->mu);
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_nsec += ACCESS_LOG_FLUSH_MS * 1000000L;
+    until.tv_sec += until.tv_nsec / 1000000000L;
+    until.tv_nsec %= 1000000000L;
+    while (!l->reopen && !l->stop && l->fill_len < l->cap / 4)
+        if (pthread_cond_timedwait(&l->cv, &l->mu, &until) == ETIMEDOUT)
+            break;
+}
+
 static void *writer_main(void *arg)
 {
     srv_access_log *l = arg;
     int failing = 0;
     pthread_mutex_lock(&l->mu);
     for (;;) {
-        while (!l->fill_len && !l->reopen && !l->stop)
-            pthread_cond_wait(&l->cv, &l->mu);
+        wait_for_batch(l);
         if (!l->fill_len && !l->reopen && l->stop)
             break;
         char *buf = l->fill; /* take the whole buffer; the loop fills the spare meanwhile */
@@ -213,7 +284,11 @@ int srv_access_log_open(const char *path, size_t buffer_bytes, srv_access_log **
     if (!l->fill || !l->spare)
         abort();
     pthread_mutex_init(&l->mu, NULL);
-    pthread_cond_init(&l->cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&l->cv, &ca);
+    pthread_condattr_destroy(&ca);
     if (pthread_create(&l->thread, NULL, writer_main, l) != 0) {
         snprintf(err, errlen, "access_log: cannot start its writer thread");
         if (!l->to_stderr)
@@ -238,7 +313,9 @@ void srv_access_log_record(srv_access_log *l, const srv_access *a)
         return;
     }
     pthread_mutex_lock(&l->mu);
-    int full = l->fill_len + n > l->cap, wake = l->fill_len == 0;
+    /* the writer waits for a batch's first line, then for a quarter of the buffer (or time) */
+    int full = l->fill_len + n > l->cap,
+        wake = l->fill_len == 0 || (l->fill_len < l->cap / 4 && l->fill_len + n >= l->cap / 4);
     if (!full) {
         memcpy(l->fill + l->fill_len, line, n);
         l->fill_len += n;
