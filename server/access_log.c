@@ -19,6 +19,8 @@
 /* Lines gather this long (or until a quarter of the buffer is used) before the writer writes
  * them: one wake-up and one write per batch instead of per request. */
 #define ACCESS_LOG_FLUSH_MS 200
+/* How long srv_access_log_close waits for the last writes at exit. */
+#define ACCESS_LOG_CLOSE_MS 2000
 
 struct srv_access_log {
     char path[1024];
@@ -350,7 +352,18 @@ void srv_access_log_close(srv_access_log *l)
     if (!l)
         return;
     tell_writer(l, &l->stop);
-    pthread_join(l->thread, NULL);
+    /* A writer stuck in write() (a hung disk, a stderr pipe nobody reads) must not keep the
+     * daemon from exiting: after ACCESS_LOG_CLOSE_MS it is left behind, with what it holds. */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += ACCESS_LOG_CLOSE_MS / 1000;
+    if (pthread_timedjoin_np(l->thread, NULL, &until) != 0) {
+        pthread_mutex_lock(&l->mu);
+        size_t pending = l->fill_len;
+        pthread_mutex_unlock(&l->mu);
+        srv_log(SRV_LOG_WARN, "access_log_flush_timeout", "\"pending_bytes\":%zu", pending);
+        return; /* not freed: the writer still uses it until the process exits */
+    }
     if (!l->to_stderr)
         close(l->fd);
     pthread_mutex_destroy(&l->mu);

@@ -43,7 +43,9 @@ size_t srv_access_log_format(const srv_access *a, const char *id_prefix, char *l
 void srv_access_log_record(srv_access_log *l, const srv_access *a);
 /* Reopen the path at the writer's next turn (any thread; a signal handler's uv callback). */
 void srv_access_log_reopen(srv_access_log *l);
-/* Writes what is buffered, stops the writer, closes the file, frees l (NULL is a no-op). */
+/* Writes what is buffered, stops the writer, closes the file, frees l (NULL is a no-op). A
+ * writer still blocked after 2 s (output stalled) is abandoned: logged, l not freed, the process
+ * exits without those lines. */
 void srv_access_log_close(srv_access_log *l);
 srv_access_log_stats srv_access_log_get_stats(const srv_access_log *l);
 /* Its /metrics lines (nothing when l is NULL). */

@@ -251,6 +251,14 @@ def test_a_stalled_output_drops_and_counts_lines_never_requests(tmp_path):
             lines = [json.loads(l) for l in data.decode().splitlines()]
             assert len(lines) >= buffered
             assert lines[0]["request_id"] == "q0"
+            # stalled again, then SIGTERM: the writer blocked in write() does not keep the
+            # daemon from exiting (it is given 2 s)
+            for i in range(n):
+                assert s.get(d.url("/healthz"), timeout=10).status_code == 200
+            t = time.time()
+            assert d.terminate(30) == 0
+            assert time.time() - t < 15
+            assert any('"access_log_flush_timeout"' in l for l in d.logs())
     finally:
         os.close(rfd)
 
