@@ -31,7 +31,8 @@ DEBIAN_PACKAGES := build-essential pkg-config libuv1-dev libcjson-dev libopenbla
                    libcriterion-dev python3-pytest python3-numpy python3-torch python3-requests \
                    curl wrk clang libclang-rt-14-dev valgrind fortunes gnuplot-nox \
                    libpcre2-dev libutf8proc-dev nodejs systemd python3-jinja2 xxd chromium prometheus \
-                   nginx
+                   nginx \
+                   libhiredis-dev redis-server
 
 OPT       ?= -O3 -march=native -ffp-contract=fast
 WARN      := -Wall -Wextra -Wstrict-prototypes -Wno-unused-parameter -Wno-psabi -Werror
@@ -41,7 +42,7 @@ LLHTTP_DIR  := /usr/share/llhttp
 LLHTTP_INC  := /usr/share/include/llhttp
 CFLAGS    := -std=c11 -D_GNU_SOURCE -g $(OPT) -fPIC $(WARN) -MMD -MP \
              $(BLAS_CFLAGS) -I/usr/include/cjson -pthread
-LDLIBS    := $(BLAS_LIBS) -lcjson -lpcre2-8 -lutf8proc -luv -lm -lpthread -ldl -lrt
+LDLIBS    := $(BLAS_LIBS) -lcjson -lpcre2-8 -lutf8proc -luv -lhiredis -lm -lpthread -ldl -lrt
 
 ifeq ($(SANITIZE),1)
   SANFLAGS := -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=undefined \

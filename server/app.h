@@ -62,6 +62,7 @@ typedef struct srv_app {
     srv_counters counters;
     srv_hists hists;
     struct srv_residency *res; /* persistence and the resident budget (residency.c) */
+    struct srv_tier *tier;     /* the Redis tier (redis_tier.h), NULL without --redis */
     srv_held_state held;       /* requests held behind an off-loop body decode (offloop.c) */
     recur_tokenizer *tok;      /* the model folder's tokenizer, or the byte tokenizer (text.h) */
     struct srv_pcache *pcache; /* the prefix-state cache (prefix_cache.h) */

@@ -260,3 +260,40 @@ int srv_ckpt_section_read(srv_session *s, const recur_model *m, int vocab, int m
     s->n_ckpts = (int)n;
     return 0;
 }
+
+/* ---------------------------------------------------------------- session files */
+
+int srv_session_file_write(const srv_session *s, int vocab, uint8_t **out, size_t *len)
+{
+    int rc = proto_state_write(s->state, s->logits, s->has_logits != 0, vocab, out, len);
+    size_t sl = srv_ckpt_section_size(s);
+    if (rc || !sl)
+        return rc;
+    uint8_t *b = realloc(*out, *len + sl);
+    if (!b) {
+        free(*out);
+        *out = NULL;
+        return RECUR_ENOMEM;
+    }
+    srv_ckpt_section_write(s, b + *len);
+    *out = b;
+    *len += sl;
+    return 0;
+}
+
+int srv_session_file_read(srv_session *s, const recur_model *m, int vocab, int max_ckpts,
+                          const uint8_t *buf, size_t len, const char **why)
+{
+    proto_state_fault f;
+    size_t blob_end = srv_ckpt_blob_end(buf, len, vocab); /* then the checkpoints, if any */
+    if (proto_state_load(m, s->state, vocab, buf, blob_end, s->logits, &s->has_logits, &f) != 0) {
+        *why = f.reason;
+        return -1;
+    }
+    if (blob_end < len &&
+        srv_ckpt_section_read(s, m, vocab, max_ckpts, buf + blob_end, len - blob_end, why) != 0)
+        return -1;
+    s->tokens_seen = recur_state_tokens_seen(s->state);
+    s->snapshot_bytes = srv_session_state_bytes(s, vocab);
+    return 0;
+}

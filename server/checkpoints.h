@@ -72,4 +72,13 @@ size_t srv_ckpt_blob_end(const uint8_t *file, size_t len, int vocab);
 int srv_ckpt_section_read(srv_session *s, const recur_model *m, int vocab, int max,
                           const uint8_t *sec, size_t len, const char **why);
 
+/* A whole session file (state_dir's <id>.snap, the Redis tier's state value): the state blob,
+ * then the checkpoint section when s has checkpoints. Only while nothing is in flight on s.
+ * *out malloc'd; 0 or RECUR_E*. */
+int srv_session_file_write(const srv_session *s, int vocab, uint8_t **out, size_t *len);
+/* Load a session file into s (fresh, nothing in flight): state, logits, tokens_seen, then its
+ * checkpoints; every check first. 0, or -1 with *why (a quarantine reason: s must be dropped). */
+int srv_session_file_read(srv_session *s, const recur_model *m, int vocab, int max_ckpts,
+                          const uint8_t *buf, size_t len, const char **why);
+
 #endif /* SRV_CHECKPOINTS_H */

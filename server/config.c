@@ -2,6 +2,7 @@
 #include "config.h"
 #include "buf.h"
 #include "errf.h"
+#include "redis_conn.h"
 
 #include <cJSON.h>
 #include <errno.h>
@@ -104,6 +105,19 @@ static const opt OPTS[] = {
      "a cached prefill stores its state every this many tokens (0 = only at its end)"},
     {"max_checkpoints_per_session", OPT_INT, F(max_checkpoints_per_session), 0, 1e6,
      "checkpoints one session may hold -> 409"},
+    {"redis", OPT_STR, F(redis), 0, 0,
+     "the Redis tier: redis://HOST:PORT[/DB] shares sessions between nodes (\"\" = off; "
+     "docs/SCALING.md)"},
+    {"redis_sync", OPT_BOOL, F(redis_sync), 0, 1,
+     "a request's response waits until Redis has its commit (else the commit follows the response)"},
+    {"redis_timeout_ms", OPT_U64, F(redis_timeout_ms), 10, 60000,
+     "a Redis command unanswered this long resets the connection (503 store_unavailable meanwhile)"},
+    {"redis_key_prefix", OPT_STR, F(redis_key_prefix), 0, 0,
+     "first part of every Redis key (letters, digits, '.', '_', '-')"},
+    {"redis_lease_ms", OPT_U64, F(redis_lease_ms), 100, 3600000,
+     "one writer per session: how long a node's lease on a session lasts without renewal"},
+    {"node_name", OPT_STR, F(node_name), 0, 0,
+     "this node's name in leases and 409 session_leased (\"\" = hostname:port)"},
 };
 #define N_OPTS (sizeof OPTS / sizeof OPTS[0])
 
@@ -133,6 +147,41 @@ static void defaults(srv_config *c)
     c->prefix_cache_disk_bytes = (size_t)1 << 30;
     c->prefix_checkpoint_interval = 1024;
     c->max_checkpoints_per_session = 8;
+    c->redis_timeout_ms = 1000;
+    snprintf(c->redis_key_prefix, sizeof c->redis_key_prefix, "recurd");
+    c->redis_lease_ms = 10000;
+}
+
+/* 1 when s is 1..max bytes of letters, digits and the characters of extra. */
+static int name_ok(const char *s, const char *extra)
+{
+    if (!s[0])
+        return 0;
+    for (const char *p = s; *p; p++)
+        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+              strchr(extra, *p)))
+            return 0;
+    return 1;
+}
+
+/* The Redis tier's keys (redis_tier.h). */
+static int redis_config_bad(const srv_config *c, char *err, size_t en)
+{
+    if (c->redis[0]) {
+        srv_redis_url u;
+        if (srv_redis_url_parse(c->redis, &u, err, en) != 0)
+            return -1;
+        if (c->state_dir[0])
+            return srv_errf(err, en, "redis with state_dir is not supported yet: choose one tier "
+                                     "behind RAM (docs/SCALING.md)");
+    }
+    if (!name_ok(c->redis_key_prefix, "._-"))
+        return srv_errf(err, en, "redis_key_prefix must be 1-64 letters, digits, '.', '_' or '-'");
+    if (c->node_name[0] && !name_ok(c->node_name, "._:-"))
+        return srv_errf(err, en, "node_name must be letters, digits, '.', '_', ':' or '-' (max 128)");
+    if (c->redis_lease_ms < 2 * c->redis_timeout_ms)
+        return srv_errf(err, en, "redis_lease_ms must be at least twice redis_timeout_ms");
+    return 0;
 }
 
 static const opt *find_opt(const char *key)
@@ -423,6 +472,8 @@ int srv_config_load(srv_config *cfg, int argc, char **argv, char *err, size_t en
                                  "(printable ASCII, no spaces, no empty entry)");
     if (cfg->http.write_low_watermark >= cfg->http.write_high_watermark)
         return srv_errf(err, en, "write_low_watermark must be below write_high_watermark");
+    if (redis_config_bad(cfg, err, en))
+        return -1;
     if (!strcmp(cfg->log_level, "debug") + !strcmp(cfg->log_level, "info") +
             !strcmp(cfg->log_level, "warn") + !strcmp(cfg->log_level, "error") != 1)
         return srv_errf(err, en, "log_level must be debug, info, warn or error");

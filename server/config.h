@@ -53,6 +53,13 @@ typedef struct {
     size_t prefix_cache_disk_bytes;  /* with state_dir: bound of its spill files (0 = no spill) */
     uint64_t prefix_checkpoint_interval; /* tokens between stores in a long prefill (0 = none) */
     int max_checkpoints_per_session;
+    /* the Redis tier (redis_tier.h, docs/SCALING.md) */
+    char redis[512];                 /* redis://HOST:PORT[/DB]; "" = off */
+    int redis_sync;                  /* a response waits for its commit */
+    uint64_t redis_timeout_ms;       /* a command unanswered this long resets the connection */
+    char redis_key_prefix[65];
+    uint64_t redis_lease_ms;         /* one writer per session: lease length */
+    char node_name[129];             /* lease holder name; "" = hostname:port */
 } srv_config;
 
 /* recurd's release (`recurd --version`, GET /v1/model, the startup log). */

@@ -25,6 +25,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "prefix_cache.h"
+#include "redis_tier.h"
 #include "residency.h"
 #include "sd_notify.h"
 #include "state_blob.h"
@@ -72,6 +73,7 @@ static void on_drained(srv_server *s, void *appv)
     uv_close((uv_handle_t *)&g_sighup, close_cb_noop);
     srv_sched_stop(app->sched);
     srv_residency_shutdown(app); /* workers joined: write every changed session */
+    srv_tier_shutdown(app);      /* and commit every changed one to Redis */
     srv_pcache_shutdown(app->pcache); /* and every prefix-cache entry not on disk yet */
 }
 
@@ -257,6 +259,8 @@ int main(int argc, char **argv)
                 uv_strerror(rc));
         return 1;
     }
+    if (srv_tier_start(app, srv_server_port(app->server)) != 0)
+        return 1; /* --redis unusable: logged */
     uv_signal_init(app->loop, &g_sigterm);
     uv_signal_init(app->loop, &g_sigint);
     uv_signal_start(&g_sigterm, on_signal, SIGTERM);
@@ -290,6 +294,7 @@ int main(int argc, char **argv)
         srv_log(SRV_LOG_WARN, "loop_close_busy", "\"error\":\"%s\"", uv_strerror(rc));
     srv_sched_free(app->sched);
     srv_residency_free(app);
+    srv_tier_free(app);
     srv_pcache_free(app->pcache);
     srv_table_destroy(app->table);
     srv_text_free(app);

@@ -10,6 +10,7 @@
 #include "access_log.h"
 #include "openai.h"
 #include "prefix_cache.h"
+#include "redis_tier.h"
 #include "residency.h"
 
 /* "# HELP name help\n# TYPE name type\n": the head of a family whose samples follow. */
@@ -250,6 +251,7 @@ void srv_metrics_render(srv_app *app, proto_buf *b)
     process_metrics(b);
     build_metrics(b);
     srv_residency_metrics(app, b);
+    srv_tier_metrics(app, b);
     srv_pcache_metrics(app->pcache, b);
     srv_openai_metrics(app, b);
     srv_access_log_metrics(app->access_log, b);

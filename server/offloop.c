@@ -85,6 +85,7 @@ struct srv_held {
     srv_body decoded;
     int has_decoded;
     int ready;                  /* decoded, or nothing to decode off the loop */
+    int store_wait;             /* waits for the Redis tier's answer (srv_held_store_ready) */
     srv_held_fn *fn;
     const void *ctx;
     int nice;                   /* the decode's nice value (the loop's + SRV_OFFLOOP_NICE) */
@@ -164,7 +165,7 @@ static void gate_drain(srv_app *app, struct srv_held_gate *g)
     if (g->draining)
         return;
     g->draining = 1;
-    while (g->head && g->head->ready) {
+    while (g->head && g->head->ready && !g->head->store_wait) {
         srv_held *h = g->head;
         g->head = h->next;
         if (!g->head)
@@ -239,8 +240,9 @@ int srv_held_needed(srv_app *app, const char *id, srv_body_kind kind, size_t bod
     return id[0] && gate_find(app, id) != NULL;
 }
 
-void srv_held_add(srv_app *app, srv_conn *c, const srv_request *req, const char *id,
-                  srv_body_kind kind, const proto_limits *lim, srv_held_fn *fn, const void *ctx)
+static void held_add(srv_app *app, srv_conn *c, const srv_request *req, const char *id,
+                     srv_body_kind kind, const proto_limits *lim, srv_held_fn *fn,
+                     const void *ctx, int store_wait)
 {
     srv_held *h = calloc(1, sizeof *h);
     if (!h)
@@ -254,6 +256,7 @@ void srv_held_add(srv_app *app, srv_conn *c, const srv_request *req, const char 
     h->lim = *lim;
     h->fn = fn;
     h->ctx = ctx;
+    h->store_wait = store_wait;
     int offload = kind != SRV_BODY_NONE && req->body_len > SRV_OFFLOOP_BODY_BYTES;
     h->ready = !offload;
     if (offload) {
@@ -292,4 +295,27 @@ void srv_held_add(srv_app *app, srv_conn *c, const srv_request *req, const char 
         gate_drain(app, h->gate);
     else
         apply(h);
+}
+
+void srv_held_add(srv_app *app, srv_conn *c, const srv_request *req, const char *id,
+                  srv_body_kind kind, const proto_limits *lim, srv_held_fn *fn, const void *ctx)
+{
+    held_add(app, c, req, id, kind, lim, fn, ctx, 0);
+}
+
+void srv_held_add_store_wait(srv_app *app, srv_conn *c, const srv_request *req, const char *id,
+                             srv_body_kind kind, const proto_limits *lim, srv_held_fn *fn,
+                             const void *ctx)
+{
+    held_add(app, c, req, id, kind, lim, fn, ctx, 1);
+}
+
+void srv_held_store_ready(srv_app *app, const char *id)
+{
+    struct srv_held_gate *g = gate_find(app, id);
+    if (!g)
+        return;
+    for (srv_held *h = g->head; h; h = h->next)
+        h->store_wait = 0;
+    gate_drain(app, g);
 }

@@ -81,5 +81,13 @@ int srv_held_needed(srv_app *app, const char *id, srv_body_kind kind, size_t bod
 /* Hold the request (copied; a reference on c is kept) and call fn(ctx) in arrival order. */
 void srv_held_add(srv_app *app, srv_conn *c, const srv_request *req, const char *id,
                   srv_body_kind kind, const proto_limits *lim, srv_held_fn *fn, const void *ctx);
+/* The same for a request that also waits for the Redis tier's answer about its session
+ * (redis_tier.h SRV_TIER_HOLD): applied, in arrival order, once srv_held_store_ready(app, id)
+ * was called (and its body is decoded). id is never "". */
+void srv_held_add_store_wait(srv_app *app, srv_conn *c, const srv_request *req, const char *id,
+                             srv_body_kind kind, const proto_limits *lim, srv_held_fn *fn,
+                             const void *ctx);
+/* The tier answered about id: its held requests waiting for that go, in order. */
+void srv_held_store_ready(srv_app *app, const char *id);
 
 #endif /* SRV_OFFLOOP_H */

@@ -9,6 +9,7 @@
 #include "log.h"
 #include "openai.h"
 #include "prefix_cache.h"
+#include "redis_tier.h"
 #include "residency.h"
 #include "responses.h"
 #include "state_blob.h"
@@ -21,6 +22,7 @@ static void pump(srv_session *s);
 static void stream_error_end(srv_op *op, int rc);
 static const char *ckpt_at_end(srv_op *op, char id[]);
 static void pc_after_fold(srv_op *op);
+static void write_out(srv_op *op);
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -142,6 +144,19 @@ static const char *compute_error_code(int rc)
     return rc == RECUR_ENONFINITE ? "non_finite" : rc == RECUR_ERANGE ? "state_range" : "model_error";
 }
 
+/* A loop-side op's reply: sent now, or kept in op->out until its commit is made (defer_reply). */
+static void reply(srv_op *op, int status, const char *type, const void *body, size_t len)
+{
+    if (!op->defer_reply) {
+        srv_respond(op->conn, status, type, body, len, NULL);
+        return;
+    }
+    proto_buf_clear(&op->out);
+    proto_buf_append(&op->out, body, len);
+    op->resp_status = status;
+    op->resp_type = type;
+}
+
 static void respond_session(srv_op *op, int status, srv_session *s)
 {
     if (op->cancelled)
@@ -155,7 +170,7 @@ static void respond_session(srv_op *op, int status, srv_session *s)
         b.len--;
         proto_buf_printf(&b, ",\"cached_tokens\":%llu}", (unsigned long long)s->pc_cached);
     }
-    srv_respond(op->conn, status, "application/json", b.data, b.len, NULL);
+    reply(op, status, "application/json", b.data, b.len);
     proto_buf_free(&b);
 }
 
@@ -189,7 +204,11 @@ static void finish_and_pump(srv_op *op)
     srv_session *s = op->sess;
     srv_app *app = op->app;
     int drop = op->drop_session;
+    if (!op->committed && op->started && !op->sink &&
+        (op->kind == SRV_OP_FOLD || op->kind == SRV_OP_GENERATE))
+        s->rv_dirty = 1; /* cancelled or failed midway: what it kept is committed at op end */
     finish(op);
+    srv_tier_op_end(app, s);
     if (drop && !s->q_head) {
         srv_table_remove(app->table, s);
         return;
@@ -197,14 +216,16 @@ static void finish_and_pump(srv_op *op)
     pump(s);
 }
 
-/* Remove a session whose only op (the running head) is op: every other queued op gets 404. */
-static void remove_session(srv_app *app, srv_session *s)
+/* Drop a session whose only running op is the head (answered already): every other queued op
+ * gets status/code/message. */
+static void drop_session_ops(srv_app *app, srv_session *s, int status, const char *code,
+                             const char *message)
 {
     srv_op *o = s->q_head;
     while (o) {
         srv_op *n = o->next;
         if (o->conn && !o->cancelled && !o->started)
-            srv_respond_error(o->conn, 404, "session_not_found", "the session was deleted");
+            srv_respond_error(o->conn, status, code, message);
         if (o->conn) {
             srv_conn_set_user(o->conn, NULL);
             srv_conn_unref(o->conn);
@@ -216,6 +237,87 @@ static void remove_session(srv_app *app, srv_session *s)
     s->q_head = s->q_tail = NULL;
     s->q_len = 0;
     srv_table_remove(app->table, s);
+}
+
+/* Remove a session whose only op (the running head) is op: every other queued op gets 404. */
+static void remove_session(srv_app *app, srv_session *s)
+{
+    drop_session_ops(app, s, 404, "session_not_found", "the session was deleted");
+}
+
+/* ---------------------------------------------------------------- the Redis tier (redis_tier.h) */
+
+/* op changed s: commit it, then `then` sends the response (at once, or when Redis has the
+ * commit: redis_sync). */
+static void commit_then(srv_op *op, srv_session *s, void (*then)(srv_op *))
+{
+    op->after_commit = then;
+    op->commit_sess = s;
+    op->committed = 1;
+    if (!srv_tier_commit(op->app, s, op, NULL))
+        then(op);
+}
+
+/* A loop-side op's kept reply, then the next op. */
+static void send_reply(srv_op *op)
+{
+    if (op->resp_status && !op->cancelled)
+        srv_respond(op->conn, op->resp_status, op->resp_type, op->out.data, op->out.len, NULL);
+    proto_buf_clear(&op->out);
+    finish_and_pump(op);
+}
+
+/* Run a loop-side op that may change a session (fn sets op->changed, and op->commit_sess when
+ * it is not op->sess): its reply leaves once the change is committed. */
+static void run_changing(srv_op *op, void (*fn)(srv_op *))
+{
+    op->defer_reply = 1;
+    fn(op);
+    op->defer_reply = 0;
+    if (op->changed)
+        commit_then(op, op->commit_sess ? op->commit_sess : op->sess, send_reply);
+    else
+        send_reply(op);
+}
+
+void srv_ops_committed(srv_op *op, int rc)
+{
+    if (rc == SRV_TIER_OK) {
+        op->after_commit(op);
+        return;
+    }
+    srv_app *app = op->app;
+    int fenced = rc == SRV_TIER_FENCED;
+    int status = fenced ? 409 : 503;
+    const char *code = fenced ? "session_fenced" : "store_unavailable";
+    const char *msg = fenced ? "another node took this session over; this request's result was "
+                               "not kept: send it again"
+                             : "the session store (Redis) did not take this request's result; it "
+                               "was not kept: retry";
+    if (op->kind == SRV_OP_DELETE) { /* nothing was removed */
+        srv_respond_error_ex(op->conn, status, code, msg, fenced ? NULL : "Retry-After: 1\r\n");
+        finish_and_pump(op);
+        return;
+    }
+    srv_session *s = op->sess, *changed = op->commit_sess;
+    if (!op->cancelled) {
+        if (op->streaming) {
+            proto_stream_error(&op->out, op->framing, code, msg);
+            write_out(op);
+            srv_stream_end(op->conn);
+        } else {
+            srv_respond_error_ex(op->conn, status, code, msg, fenced ? NULL : "Retry-After: 1\r\n");
+        }
+    }
+    srv_log(SRV_LOG_WARN, "commit_refused", "\"code\":\"%s\",\"id_prefix\":\"%.8s\"", code,
+            changed->id);
+    if (changed != s) { /* a fork's new session: never acknowledged */
+        srv_table_drop(app->table, changed);
+        finish_and_pump(op);
+        return;
+    }
+    /* the copy holds a change Redis does not: dropped, the next request reloads from Redis */
+    drop_session_ops(app, s, status, code, msg);
 }
 
 static void write_out(srv_op *op)
@@ -345,6 +447,8 @@ static void submit_generation(srv_op *op)
     srv_sched_submit(op->app->sched, w);
 }
 
+static void gen_done(srv_op *op);
+
 static void end_generation(srv_op *op, int reason)
 {
     srv_app *app = op->app;
@@ -362,13 +466,23 @@ static void end_generation(srv_op *op, int reason)
     }
     char cid[SRV_CKPT_ID_LEN + 1];
     const char *ck = reason == REASON_CANCELLED ? NULL : ckpt_at_end(op, cid);
+    snprintf(op->ckpt_id, sizeof op->ckpt_id, "%s", ck ? ck : "");
+    op->end_reason = reason;
+    commit_then(op, s, gen_done);
+}
+
+/* A generation's done line (after its commit, redis_tier.h). */
+static void gen_done(srv_op *op)
+{
+    const char *ck = op->ckpt_id[0] ? op->ckpt_id : NULL;
+    const char *reason = REASONS[op->end_reason];
     if (op->sink) {
-        op->sink->ended(op, REASONS[reason], 0); /* it takes the held-back text (openai.c) */
+        op->sink->ended(op, reason, 0); /* it takes the held-back text (openai.c) */
     } else if (!op->cancelled) {
         proto_buf held; /* a stream cut by the drain may still hold text back (generation.h) */
         proto_buf_init(&held);
         srv_gen_end_text(&op->run, &held);
-        proto_gen_done(&op->out, op->framing, REASONS[reason], held.data, held.len,
+        proto_gen_done(&op->out, op->framing, reason, held.data, held.len,
                        op->sess->tokens_seen, ck);
         proto_buf_free(&held);
         write_out(op);
@@ -376,6 +490,8 @@ static void end_generation(srv_op *op, int reason)
     }
     finish_and_pump(op);
 }
+
+static void fold_done(srv_op *op);
 
 static void end_fold(srv_op *op)
 {
@@ -387,8 +503,16 @@ static void end_fold(srv_op *op)
     pc_after_fold(op);
     char cid[SRV_CKPT_ID_LEN + 1];
     const char *ck = ckpt_at_end(op, cid);
+    snprintf(op->ckpt_id, sizeof op->ckpt_id, "%s", ck ? ck : "");
+    commit_then(op, op->sess, fold_done);
+}
+
+/* A fold's done line (after its commit, redis_tier.h). */
+static void fold_done(srv_op *op)
+{
     if (!op->cancelled) {
-        proto_fold_done(&op->out, op->framing, op->sess->tokens_seen, ck);
+        proto_fold_done(&op->out, op->framing, op->sess->tokens_seen,
+                        op->ckpt_id[0] ? op->ckpt_id : NULL);
         write_out(op);
         srv_stream_end(op->conn);
     }
@@ -422,6 +546,16 @@ static void stream_error_end(srv_op *op, int rc)
 static int64_t context_left(srv_app *app, srv_session *s)
 {
     return (int64_t)(recur_max_tokens_seen(app->model) - s->tokens_seen);
+}
+
+/* A create's answer (after its commit, redis_tier.h). */
+static void create_done(srv_op *op)
+{
+    if (op->sink)
+        op->sink->created(op);
+    else
+        respond_session(op, 201, op->sess);
+    finish_and_pump(op);
 }
 
 /* Next step of a running FOLD/CREATE/GENERATE op, after a result or a drain. */
@@ -460,11 +594,7 @@ static void continue_op(srv_op *op)
                 return;
             }
             pc_after_fold(op);
-            if (op->sink)
-                op->sink->created(op);
-            else
-                respond_session(op, 201, s);
-            finish_and_pump(op);
+            commit_then(op, s, create_done);
         }
         return;
     }
@@ -589,6 +719,7 @@ static void start_put_state(srv_op *op)
     }
     s->tokens_seen = recur_state_tokens_seen(s->state);
     srv_pcache_hist_drop(s);
+    op->changed = 1;
     respond_session(op, 200, s);
 }
 
@@ -643,6 +774,8 @@ static void start_fork(srv_op *op)
         return;
     }
     app->counters.sessions_created++;
+    op->changed = 1;
+    op->commit_sess = dst;
     respond_session(op, 201, dst);
 }
 
@@ -675,13 +808,14 @@ static void start_ckpt_take(srv_op *op)
         op_error(op, 503, "out_of_memory", "cannot capture the state");
         return;
     }
+    op->changed = 1;
     if (op->cancelled)
         return;
     proto_buf b;
     proto_buf_init(&b);
     proto_buf_printf(&b, "{\"checkpoint\":\"%s\",\"tokens_seen\":%llu}", id,
                      (unsigned long long)s->tokens_seen);
-    srv_respond(op->conn, 201, "application/json", b.data, b.len, NULL);
+    reply(op, 201, "application/json", b.data, b.len);
     proto_buf_free(&b);
 }
 
@@ -702,8 +836,9 @@ static void start_ckpt_delete(srv_op *op)
         reject_ckpt_unknown(op);
         return;
     }
+    op->changed = 1;
     if (!op->cancelled)
-        srv_respond(op->conn, 204, NULL, NULL, 0, NULL);
+        reply(op, 204, NULL, NULL, 0);
 }
 
 /* The state and tokens_seen of the checkpoint, back in O(state) (its blob's checks, then copies). */
@@ -722,6 +857,7 @@ static void start_rollback(srv_op *op)
         return;
     }
     srv_pcache_hist_drop(s); /* its token history is not this checkpoint's */
+    op->changed = 1;
     respond_session(op, 200, s);
 }
 
@@ -830,6 +966,8 @@ static void start_fold(srv_op *op)
     continue_op(op);
 }
 
+static void delete_done(srv_op *op);
+
 /* Start the head op. Synchronous ops finish here; compute ops stay running. */
 static void start(srv_op *op)
 {
@@ -847,22 +985,14 @@ static void start(srv_op *op)
         return;
     }
     switch (op->kind) {
-    case SRV_OP_DELETE: {
-        /* The files go (or their tombstone is written, residency.c) before the 204 leaves. */
-        srv_conn *c = op->cancelled ? NULL : op->conn;
-        if (c)
-            srv_conn_ref(c);
-        app->counters.sessions_deleted++;
-        remove_session(app, s);
-        if (c) {
-            srv_respond(c, 204, NULL, NULL, 0, NULL);
-            srv_conn_unref(c);
-        }
+    case SRV_OP_DELETE:
+        /* With the Redis tier its keys go first; the 204 waits for that. */
+        op->after_commit = delete_done;
+        if (!srv_tier_delete(app, s, op))
+            delete_done(op);
         return;
-    }
     case SRV_OP_FORK:
-        start_fork(op);
-        finish_and_pump(op);
+        run_changing(op, start_fork);
         return;
     case SRV_OP_GET_STATE:
         start_get_state(op);
@@ -870,8 +1000,7 @@ static void start(srv_op *op)
         return;
     case SRV_OP_PUT_STATE:
         /* An upload that arrived complete is applied even if its client left. */
-        start_put_state(op);
-        finish_and_pump(op);
+        run_changing(op, start_put_state);
         return;
     case SRV_OP_GENERATE:
         start_generate(op);
@@ -881,23 +1010,36 @@ static void start(srv_op *op)
         start_fold(op);
         return;
     case SRV_OP_CKPT_TAKE:
-        start_ckpt_take(op);
-        finish_and_pump(op);
+        run_changing(op, start_ckpt_take);
         return;
     case SRV_OP_CKPT_LIST:
         start_ckpt_list(op);
         finish_and_pump(op);
         return;
     case SRV_OP_CKPT_DELETE:
-        start_ckpt_delete(op);
-        finish_and_pump(op);
+        run_changing(op, start_ckpt_delete);
         return;
     case SRV_OP_ROLLBACK:
-        start_rollback(op);
-        finish_and_pump(op);
+        run_changing(op, start_rollback);
         return;
     case SRV_OP_CLIENT: /* never queued */
         abort();
+    }
+}
+
+/* DELETE: the session goes (its files too, or their tombstone is written, residency.c) before
+ * the 204 leaves. */
+static void delete_done(srv_op *op)
+{
+    srv_app *app = op->app;
+    srv_conn *c = op->cancelled ? NULL : op->conn;
+    if (c)
+        srv_conn_ref(c);
+    app->counters.sessions_deleted++;
+    remove_session(app, op->sess);
+    if (c) {
+        srv_respond(c, 204, NULL, NULL, 0, NULL);
+        srv_conn_unref(c);
     }
 }
 

@@ -99,6 +99,15 @@ struct srv_op {
     int drop_session;           /* remove the session once this op ends and nothing is queued */
     int want_top;               /* GENERATE: candidates kept per token (srv_gen_set_openai) */
     recur_logit_adjust_params adjust;
+    /* the Redis tier (redis_tier.h): what follows the commit of the session the op changed */
+    void (*after_commit)(srv_op *op);
+    srv_session *commit_sess;   /* the session committed (fork: the new one) */
+    int committed;              /* went through a commit (else a change is left for op end) */
+    int end_reason;             /* GENERATE: its reason, for the done line after the commit */
+    int defer_reply;            /* loop-side ops: the reply is kept until the commit is made */
+    int changed;                /* ... and the op changed a session */
+    int resp_status;            /* ... the kept reply: status (0: none), body in out */
+    const char *resp_type;
 };
 
 /* A new op for conn on sess (fields to be filled by the caller). */
@@ -121,6 +130,10 @@ enum {
     SRV_COPY_MODEL,  /* the state copy failed */
 };
 int srv_ops_copy_session(srv_app *app, srv_session *src, srv_session **out);
+/* The Redis tier's answer to the commit (or delete) op waited for (redis_tier.h): SRV_TIER_OK
+ * sends the op's response; otherwise the op ends with 503 store_unavailable or 409
+ * session_fenced and the copy that could not be committed is dropped. */
+void srv_ops_committed(srv_op *op, int rc);
 /* 503 max_sessions (+ Retry-After), counted: a create or fork found the table full. */
 void srv_ops_reject_full(srv_app *app, srv_conn *c);
 

@@ -356,20 +356,7 @@ static int append_section(uint8_t **buf, size_t *len, const uint8_t *sec, size_t
 /* A session file: the state blob, then its checkpoints' section when it has any. */
 static int serialize(srv_residency *r, srv_session *s, uint8_t **out, size_t *out_len)
 {
-    int rc = serialize_state(r->app->info->vocab_size, s->state, s->logits, s->has_logits, out,
-                             out_len);
-    size_t sl = srv_ckpt_section_size(s);
-    if (rc || !sl)
-        return rc;
-    uint8_t *b = realloc(*out, *out_len + sl);
-    if (!b) {
-        free(*out);
-        return RECUR_ENOMEM;
-    }
-    srv_ckpt_section_write(s, b + *out_len);
-    *out = b;
-    *out_len += sl;
-    return 0;
+    return srv_session_file_write(s, r->app->info->vocab_size, out, out_len);
 }
 
 static int is_clean(srv_residency *r, srv_session *s)
@@ -424,23 +411,11 @@ static int restore(srv_residency *r, const char *id, const uint8_t *buf, size_t 
     srv_session *s;
     if (srv_table_adopt(t, id, uv_now(r->app->loop), &s) != 0)
         return -2;
-    proto_state_fault f;
-    int vocab = r->app->info->vocab_size;
-    size_t blob_end = srv_ckpt_blob_end(buf, len, vocab); /* then the checkpoints, if any */
-    if (proto_state_load(r->app->model, s->state, vocab, buf, blob_end, s->logits,
-                         &s->has_logits, &f) != 0) {
-        *why = f.reason;
+    if (srv_session_file_read(s, r->app->model, r->app->info->vocab_size,
+                              r->app->cfg.max_checkpoints_per_session, buf, len, why) != 0) {
         srv_table_drop(t, s);
         return -1;
     }
-    if (blob_end < len &&
-        srv_ckpt_section_read(s, r->app->model, vocab, r->app->cfg.max_checkpoints_per_session,
-                              buf + blob_end, len - blob_end, why) != 0) {
-        srv_table_drop(t, s);
-        return -1;
-    }
-    s->tokens_seen = recur_state_tokens_seen(s->state);
-    s->snapshot_bytes = srv_session_state_bytes(s, r->app->info->vocab_size);
     *out = s;
     return 0;
 }

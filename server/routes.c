@@ -23,6 +23,7 @@
 #include "playground.h"
 #include "ops.h"
 #include "prefix_cache.h"
+#include "redis_tier.h"
 #include "requests.h"
 #include "residency.h"
 #include "responses.h"
@@ -127,9 +128,10 @@ static srv_op *new_op(srv_app *app, srv_conn *c, srv_session *s, srv_op_kind kin
 static void handle_health(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
                           srv_body *body)
 {
-    proto_buf b; /* "ok", or "degraded" after a failed snapshot write (residency.h) */
+    proto_buf b; /* "ok", or "degraded" after a failed snapshot write (residency.h) or while
+                  * Redis cannot be reached (redis_tier.h) */
     proto_buf_init(&b);
-    int status = srv_residency_health(app, &b);
+    int status = srv_tier_enabled(app) ? srv_tier_health(app, &b) : srv_residency_health(app, &b);
     respond_json(c, status, &b);
     proto_buf_free(&b);
 }
@@ -176,7 +178,7 @@ static void handle_create(srv_app *app, srv_conn *c, const srv_request *req, srv
     app->counters.sessions_created++;
     srv_access_session_hash(s->id, srv_conn_access_note(c)->session);
     int cached = tr.prefix_cache && srv_pcache_enabled(app->pcache);
-    if (tr.n == 0) {
+    if (tr.n == 0 && !srv_tier_enabled(app)) { /* with the tier: an op, answered once committed */
         proto_tokens_req_free(&tr);
         if (cached) /* tracks its tokens from here: later folds and generations are stored */
             srv_pcache_hist_append(s, NULL, 0, 2 * app->cfg.max_tokens_per_request);
@@ -496,7 +498,34 @@ static void options(srv_app *app, srv_conn *c, const srv_request *req)
     srv_respond(c, 204, NULL, NULL, 0, hdr);
 }
 
-/* The checks of r's flags; 0 after answering the request. *s: the session for R_SESSION. */
+static void run_held(srv_app *app, srv_conn *c, const srv_request *req, const char *id,
+                     srv_body *b, const void *ctx);
+
+/* The session of {id}: 1 with *s, 0 after answering (404, 503; with the Redis tier 409
+ * session_leased), 2 when the request was held until the Redis tier has answered (redis_tier.h;
+ * it is then applied by run_held). */
+static int session_of(srv_app *app, srv_conn *c, const srv_request *req, const route *r,
+                      const char *id, srv_session **s)
+{
+    if (srv_tier_enabled(app)) {
+        srv_tier_gate g = srv_tier_lookup(app, c, id, (r->checks & R_QUEUED) != 0, s);
+        if (g == SRV_TIER_HOLD) {
+            proto_limits lim = limits_of(app);
+            srv_held_add_store_wait(app, c, req, id, r->body, &lim, run_held, r);
+            return 2;
+        }
+        return g == SRV_TIER_PASS;
+    }
+    *s = srv_table_find(app->table, id); /* may load it from state_dir (residency.h) */
+    if (!*s) {
+        session_missing(app, c); /* 404 before 422: the resource comes first */
+        return 0;
+    }
+    return 1;
+}
+
+/* The checks of r's flags; 0 after answering (or holding) the request. *s: the session for
+ * R_SESSION. */
 static int checks_pass(srv_app *app, srv_conn *c, const srv_request *req, const route *r,
                        const char *id, srv_session **s)
 {
@@ -506,11 +535,8 @@ static int checks_pass(srv_app *app, srv_conn *c, const srv_request *req, const 
         return 0;
     if (r->checks & R_SESSION) {
         srv_access_session_hash(id, srv_conn_access_note(c)->session);
-        *s = srv_table_find(app->table, id); /* may load it from state_dir (residency.h) */
-        if (!*s) {
-            session_missing(app, c); /* 404 before 422: the resource comes first */
+        if (session_of(app, c, req, r, id, s) != 1)
             return 0;
-        }
     }
     if ((r->checks & R_STREAM) && req->last_event_id) {
         /* an EventSource reconnecting after its stream ended (or broke): a stream is never
@@ -539,13 +565,8 @@ static void run_held(srv_app *app, srv_conn *c, const srv_request *req, const ch
 {
     const route *r = ctx;
     srv_session *s = NULL;
-    if (r->checks & R_SESSION) {
-        s = srv_table_find(app->table, id);
-        if (!s) {
-            session_missing(app, c);
-            return;
-        }
-    }
+    if ((r->checks & R_SESSION) && session_of(app, c, req, r, id, &s) != 1)
+        return;
     run_route(app, c, req, r, s, b);
 }
 

@@ -44,6 +44,14 @@ typedef struct srv_session {
     /* checkpoints (checkpoints.h): [n_ckpts], oldest first, owned */
     struct srv_ckpt *ckpts;
     int n_ckpts;
+    /* the Redis tier (redis_tier.h) */
+    uint64_t rv_version;     /* the version of this copy in Redis (0: never committed) */
+    uint64_t rv_lease_until; /* uv_now before which this node holds the session's lease */
+    int rv_inflight;         /* a commit of it is in flight (at most one) */
+    int rv_dirty;            /* changed since the last commit was sent, or that commit failed */
+    int rv_fenced;           /* a commit was refused: another node took it over; dropped when idle */
+    int rv_renewing;         /* a lease renewal is in flight */
+    srv_op *rv_waiter;       /* redis_sync: the op whose response waits for the next commit */
     struct srv_session *hnext; /* hash chain */
 } srv_session;
 

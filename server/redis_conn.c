@@ -1,0 +1,375 @@
+/* redis_conn.c — one Redis connection on the libuv loop (redis_conn.h). */
+#include "redis_conn.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/async.h>
+#include <hiredis/adapters/libuv.h>
+
+#include "errf.h"
+#include "log.h"
+
+#define BACKOFF_MIN_MS 50
+#define BACKOFF_MAX_MS 2000
+
+/* A command sent and not answered yet; in send order (replies come in that order). */
+typedef struct pend {
+    struct pend *prev, *next;
+    srv_redis *r;
+    srv_redis_cb *cb;
+    void *arg;
+    uint64_t t_sent_ns;
+} pend;
+
+struct srv_redis {
+    uv_loop_t *loop;
+    char ip[INET6_ADDRSTRLEN];
+    int port, db;
+    uint64_t timeout_ms;
+    srv_hist *latency;
+    void (*on_state)(void *ctx, int up);
+    void *ctx;
+    redisAsyncContext *ac; /* NULL while down */
+    int up;                /* connected */
+    uint64_t connect_started_ms;
+    pend *head, *tail;
+    size_t n_pending;
+    uv_timer_t watchdog;   /* timeouts: the oldest pending command, a connect that hangs */
+    uv_timer_t retry;      /* the next connect attempt */
+    uint64_t backoff_ms;
+    uint64_t reconnects;
+    char last_error[128];
+    int closing, handles_open;
+    void (*done)(void *ctx);
+    void *done_ctx;
+};
+
+/* ---------------------------------------------------------------- URL */
+
+int srv_redis_url_parse(const char *url, srv_redis_url *out, char *err, size_t en)
+{
+    memset(out, 0, sizeof *out);
+    out->port = 6379;
+    static const char scheme[] = "redis://";
+    if (!strncmp(url, "rediss://", 9))
+        return srv_errf(err, en, "redis: rediss:// (TLS) is not supported; use redis://HOST:PORT[/DB]");
+    if (!strncmp(url, "unix:", 5))
+        return srv_errf(err, en, "redis: unix sockets are not supported; use redis://HOST:PORT[/DB]");
+    if (strncmp(url, scheme, sizeof scheme - 1) != 0)
+        return srv_errf(err, en, "redis: the URL must be redis://HOST:PORT[/DB]");
+    const char *p = url + sizeof scheme - 1;
+    if (strchr(p, '@'))
+        return srv_errf(err, en, "redis: credentials in the URL (user:password@) are not supported");
+    size_t hl;
+    if (*p == '[') { /* [IPv6] */
+        const char *e = strchr(p, ']');
+        if (!e)
+            return srv_errf(err, en, "redis: unterminated [IPv6 address]");
+        hl = (size_t)(e - p - 1);
+        if (hl == 0 || hl >= sizeof out->host)
+            return srv_errf(err, en, "redis: bad host");
+        memcpy(out->host, p + 1, hl);
+        p = e + 1;
+    } else {
+        hl = strcspn(p, ":/");
+        if (hl == 0 || hl >= sizeof out->host)
+            return srv_errf(err, en, "redis: the URL has no host (redis://HOST:PORT[/DB])");
+        memcpy(out->host, p, hl);
+        p += hl;
+    }
+    for (size_t i = 0; out->host[i]; i++) {
+        char c = out->host[i];
+        if (!(c == '.' || c == '-' || c == ':' || c == '_' || (c >= '0' && c <= '9') ||
+              (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')))
+            return srv_errf(err, en, "redis: bad character in host");
+    }
+    if (*p == ':') {
+        p++;
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 1 || v > 65535 || (*end && *end != '/'))
+            return srv_errf(err, en, "redis: the port must be an integer in [1, 65535]");
+        out->port = (int)v;
+        p = end;
+    }
+    if (*p == '/' && p[1]) {
+        p++;
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || *end || v < 0 || v > 15)
+            return srv_errf(err, en, "redis: the database (/DB) must be an integer in [0, 15]");
+        out->db = (int)v;
+    } else if (*p == '/') {
+        p++;
+    }
+    if (*p && *p != '/')
+        return srv_errf(err, en, "redis: unexpected text after the port");
+    return 0;
+}
+
+/* ---------------------------------------------------------------- pending commands */
+
+static void pend_unlink(srv_redis *r, pend *p)
+{
+    if (p->prev)
+        p->prev->next = p->next;
+    else
+        r->head = p->next;
+    if (p->next)
+        p->next->prev = p->prev;
+    else
+        r->tail = p->prev;
+    r->n_pending--;
+}
+
+static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    pend *p = privdata;
+    srv_redis *r = p->r;
+    pend_unlink(r, p);
+    redisReply *rep = reply;
+    if (rep)
+        srv_hist_observe_since(r->latency, p->t_sent_ns);
+    p->cb(r, rep, p->arg);
+    free(p);
+}
+
+/* ---------------------------------------------------------------- connection */
+
+static void schedule_connect(srv_redis *r);
+
+static void went_down(srv_redis *r, const char *why)
+{
+    int was_up = r->up;
+    r->up = 0;
+    r->ac = NULL;
+    snprintf(r->last_error, sizeof r->last_error, "%s", why);
+    if (was_up) {
+        srv_log(SRV_LOG_ERROR, "redis_down", "\"error\":\"%s\"", r->last_error);
+        r->on_state(r->ctx, 0);
+    }
+    schedule_connect(r);
+}
+
+static void on_connect(const redisAsyncContext *ac, int status)
+{
+    srv_redis *r = ac->data;
+    if (r->ac != ac)
+        return; /* a context we dropped ourselves */
+    if (status != REDIS_OK) {
+        char why[128];
+        snprintf(why, sizeof why, "connect: %s", ac->errstr[0] ? ac->errstr : "failed");
+        went_down(r, why); /* hiredis frees the context after this callback */
+        return;
+    }
+    r->up = 1;
+    r->backoff_ms = BACKOFF_MIN_MS;
+    r->last_error[0] = '\0';
+    srv_log(SRV_LOG_INFO, "redis_up", "\"address\":\"%s\",\"port\":%d,\"db\":%d", r->ip, r->port, r->db);
+    r->on_state(r->ctx, 1);
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status)
+{
+    srv_redis *r = ac->data;
+    if (r->ac != ac)
+        return;
+    went_down(r, ac->errstr[0] ? ac->errstr : "connection closed");
+}
+
+static void ignore_reply(srv_redis *r, redisReply *reply, void *arg) {}
+
+static void connect_now(srv_redis *r)
+{
+    if (r->closing)
+        return;
+    redisAsyncContext *ac = redisAsyncConnect(r->ip, r->port);
+    if (!ac || ac->err) {
+        char why[128];
+        snprintf(why, sizeof why, "connect: %s", ac ? ac->errstr : "no memory");
+        if (ac)
+            redisAsyncFree(ac);
+        snprintf(r->last_error, sizeof r->last_error, "%s", why);
+        schedule_connect(r);
+        return;
+    }
+    ac->data = r;
+    if (redisLibuvAttach(ac, r->loop) != REDIS_OK) {
+        redisAsyncFree(ac);
+        snprintf(r->last_error, sizeof r->last_error, "connect: cannot attach to the loop");
+        schedule_connect(r);
+        return;
+    }
+    redisAsyncSetConnectCallback(ac, on_connect);
+    redisAsyncSetDisconnectCallback(ac, on_disconnect);
+    r->ac = ac;
+    r->connect_started_ms = uv_now(r->loop);
+    if (r->db) { /* sent first: every later command runs in that database */
+        char db[8];
+        snprintf(db, sizeof db, "%d", r->db);
+        const char *argv[] = {"SELECT", db};
+        size_t lens[] = {6, strlen(db)};
+        srv_redis_command(r, ignore_reply, NULL, 2, argv, lens);
+    }
+}
+
+static void on_retry(uv_timer_t *t)
+{
+    srv_redis *r = t->data;
+    r->reconnects++;
+    connect_now(r);
+}
+
+static void schedule_connect(srv_redis *r)
+{
+    if (r->closing)
+        return;
+    uv_timer_start(&r->retry, on_retry, r->backoff_ms, 0);
+    r->backoff_ms = r->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : r->backoff_ms * 2;
+}
+
+/* Drop the connection now: every pending callback gets NULL (called from a timer only, never
+ * from a hiredis callback). */
+static void reset(srv_redis *r, const char *why)
+{
+    redisAsyncContext *ac = r->ac;
+    if (!ac)
+        return;
+    r->ac = NULL; /* its disconnect callback is ours to ignore */
+    int was_up = r->up;
+    r->up = 0;
+    redisAsyncFree(ac);
+    snprintf(r->last_error, sizeof r->last_error, "%s", why);
+    if (was_up) {
+        srv_log(SRV_LOG_ERROR, "redis_down", "\"error\":\"%s\"", r->last_error);
+        r->on_state(r->ctx, 0);
+    }
+    schedule_connect(r);
+}
+
+static void on_watchdog(uv_timer_t *t)
+{
+    srv_redis *r = t->data;
+    uint64_t now_ns = uv_hrtime();
+    if (r->head && now_ns - r->head->t_sent_ns > r->timeout_ms * 1000000ull) {
+        char why[96];
+        snprintf(why, sizeof why, "no reply within redis_timeout_ms (%llu)",
+                 (unsigned long long)r->timeout_ms);
+        reset(r, why);
+        return;
+    }
+    if (r->ac && !r->up && uv_now(r->loop) - r->connect_started_ms > r->timeout_ms)
+        reset(r, "connect: timed out");
+}
+
+srv_redis *srv_redis_create(uv_loop_t *loop, const srv_redis_url *url, uint64_t timeout_ms,
+                            srv_hist *latency, void (*on_state)(void *ctx, int up), void *ctx,
+                            char *err, size_t en)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    int gai = getaddrinfo(url->host, NULL, &hints, &res);
+    if (gai != 0 || !res) {
+        srv_errf(err, en, "redis: host %.200s does not resolve: %s", url->host, gai_strerror(gai));
+        return NULL;
+    }
+    srv_redis *r = calloc(1, sizeof *r);
+    if (!r)
+        abort();
+    if (res->ai_family == AF_INET6)
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)res->ai_addr)->sin6_addr, r->ip, sizeof r->ip);
+    else
+        inet_ntop(AF_INET, &((struct sockaddr_in *)res->ai_addr)->sin_addr, r->ip, sizeof r->ip);
+    freeaddrinfo(res);
+    r->loop = loop;
+    r->port = url->port;
+    r->db = url->db;
+    r->timeout_ms = timeout_ms;
+    r->latency = latency;
+    r->on_state = on_state;
+    r->ctx = ctx;
+    r->backoff_ms = BACKOFF_MIN_MS;
+    snprintf(r->last_error, sizeof r->last_error, "connecting");
+    uv_timer_init(loop, &r->watchdog);
+    uv_timer_init(loop, &r->retry);
+    r->watchdog.data = r->retry.data = r;
+    r->handles_open = 2;
+    uint64_t every = timeout_ms / 4 < 10 ? 10 : timeout_ms / 4;
+    uv_timer_start(&r->watchdog, on_watchdog, every, every);
+    connect_now(r);
+    return r;
+}
+
+int srv_redis_up(const srv_redis *r)
+{
+    return r && r->up;
+}
+
+int srv_redis_command(srv_redis *r, srv_redis_cb *cb, void *arg, int argc, const char **argv,
+                      const size_t *lens)
+{
+    if (!r->ac || r->closing)
+        return -1;
+    pend *p = calloc(1, sizeof *p);
+    if (!p)
+        abort();
+    p->r = r;
+    p->cb = cb;
+    p->arg = arg;
+    p->t_sent_ns = uv_hrtime();
+    if (redisAsyncCommandArgv(r->ac, on_reply, p, argc, argv, lens) != REDIS_OK) {
+        free(p);
+        return -1;
+    }
+    p->prev = r->tail;
+    if (r->tail)
+        r->tail->next = p;
+    else
+        r->head = p;
+    r->tail = p;
+    r->n_pending++;
+    return 0;
+}
+
+size_t srv_redis_pending(const srv_redis *r)
+{
+    return r ? r->n_pending : 0;
+}
+
+uint64_t srv_redis_reconnects(const srv_redis *r)
+{
+    return r ? r->reconnects : 0;
+}
+
+const char *srv_redis_last_error(const srv_redis *r)
+{
+    return r ? r->last_error : "";
+}
+
+static void handle_closed(uv_handle_t *h)
+{
+    srv_redis *r = h->data;
+    if (--r->handles_open == 0) {
+        void (*done)(void *) = r->done;
+        void *ctx = r->done_ctx;
+        free(r);
+        if (done)
+            done(ctx);
+    }
+}
+
+void srv_redis_close(srv_redis *r, void (*done)(void *ctx), void *ctx)
+{
+    if (!r || r->closing)
+        return;
+    r->done = done;
+    r->done_ctx = ctx;
+    r->closing = 1; /* no reconnect, no new command (pending callbacks may try) */
+    reset(r, "closed");
+    uv_timer_stop(&r->retry);
+    uv_close((uv_handle_t *)&r->watchdog, handle_closed);
+    uv_close((uv_handle_t *)&r->retry, handle_closed);
+}

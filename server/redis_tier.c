@@ -1,0 +1,854 @@
+/* redis_tier.c — sessions shared through Redis: keys, leases, commits, loads (redis_tier.h). */
+#include "redis_tier.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "checkpoints.h"
+#include "log.h"
+#include "metrics.h"
+#include "offloop.h"
+#include "persist.h"
+#include "redis_conn.h"
+
+/* ---------------------------------------------------------------- the scripts
+ *
+ * KEYS of every script: state, ver, lease, idem of one session (one hash tag: one slot). */
+
+/* Take (or keep) the lease and say what Redis holds. ARGV: node, lease_ms, the caller's version
+ * ("" = it has no copy), ttl_ms (0 = none).
+ * -> {-1, holder, pttl}  leased by another node
+ *    {-3}                no such session
+ *    {0, ver}            the caller's copy is current
+ *    {1, ver, state}     the current state (the caller's copy is stale or missing) */
+static const char ACQUIRE_LUA[] =
+    "local h = redis.call('GET', KEYS[3])\n"
+    "if h and h ~= ARGV[1] then return {-1, h, redis.call('PTTL', KEYS[3])} end\n"
+    "local v = redis.call('GET', KEYS[2])\n"
+    "if not v then return {-3} end\n"
+    "redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2])\n"
+    "local ttl = tonumber(ARGV[4])\n"
+    "if ttl > 0 then\n"
+    "  redis.call('PEXPIRE', KEYS[1], ttl) redis.call('PEXPIRE', KEYS[2], ttl)\n"
+    "  redis.call('PEXPIRE', KEYS[4], ttl)\n"
+    "end\n"
+    "if v == ARGV[3] then return {0, v} end\n"
+    "return {1, v, redis.call('GET', KEYS[1])}\n";
+
+/* Commit: compare-and-set on the version. ARGV: node, expected version, state, ttl_ms,
+ * lease_ms, idempotency key ("" = none), its record.
+ * -> {0, ver} committed; {-1, holder} leased by another node; {-2, ver} the version moved on */
+static const char COMMIT_LUA[] =
+    "local h = redis.call('GET', KEYS[3])\n"
+    "if h and h ~= ARGV[1] then return {-1, h} end\n"
+    "local v = tonumber(redis.call('GET', KEYS[2]) or '0')\n"
+    "if v ~= tonumber(ARGV[2]) then return {-2, tostring(v)} end\n"
+    "v = v + 1\n"
+    "local ttl = tonumber(ARGV[4])\n"
+    "if ttl > 0 then\n"
+    "  redis.call('SET', KEYS[1], ARGV[3], 'PX', ttl) redis.call('SET', KEYS[2], v, 'PX', ttl)\n"
+    "else\n"
+    "  redis.call('SET', KEYS[1], ARGV[3]) redis.call('SET', KEYS[2], v)\n"
+    "end\n"
+    "redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[5])\n"
+    "if ARGV[6] ~= '' then\n"
+    "  redis.call('HSET', KEYS[4], ARGV[6], ARGV[7])\n"
+    "  if ttl > 0 then redis.call('PEXPIRE', KEYS[4], ttl) end\n"
+    "end\n"
+    "return {0, tostring(v)}\n";
+
+/* Renew a lease held (or free). ARGV: node, lease_ms. -> 1, or the other holder's name. */
+static const char RENEW_LUA[] =
+    "local h = redis.call('GET', KEYS[3])\n"
+    "if h and h ~= ARGV[1] then return h end\n"
+    "redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2])\n"
+    "return 1\n";
+
+/* ---------------------------------------------------------------- state */
+
+#define NODE_MAX 128
+#define KEY_MAX 160
+
+/* A lookup in flight (or just answered) for one id: the requests held for it read the answer. */
+typedef enum { L_PENDING, L_OK, L_NOTFOUND, L_LEASED, L_UNAVAILABLE, L_INVALID } lresult;
+
+typedef struct lookup {
+    struct lookup *next;
+    char id[33];
+    lresult res;
+    char holder[NODE_MAX + 1];
+    long long holder_pttl;
+} lookup;
+
+typedef struct srv_tier {
+    srv_app *app;
+    srv_redis *r;
+    char node[NODE_MAX + 1];
+    char fp[17];
+    uint64_t lease_ms, ttl_ms;
+    int sync;
+    lookup *lookups;
+    uv_timer_t tick;
+    int tick_on;
+    int shutting_down, closed;
+    srv_hist latency;
+    /* /metrics */
+    uint64_t hits, misses, bytes_written, bytes_read, commits, commit_failures, lease_conflicts,
+        fenced, loads_invalid, deletes, renewals;
+} srv_tier;
+
+static srv_tier *tier_of(const srv_app *app)
+{
+    return app->tier;
+}
+
+int srv_tier_enabled(const srv_app *app)
+{
+    return app->tier != NULL;
+}
+
+/* The four keys of a session. */
+typedef struct {
+    char k[4][KEY_MAX];
+    size_t len[4];
+} keyset;
+
+static void keys_of(const srv_tier *t, const char *id, keyset *ks)
+{
+    static const char *const suffix[4] = {"state", "ver", "lease", "idem"};
+    for (int i = 0; i < 4; i++)
+        ks->len[i] = (size_t)snprintf(ks->k[i], KEY_MAX, "%s:{%s:%s}:%s", t->app->cfg.redis_key_prefix,
+                                      t->fp, id, suffix[i]);
+}
+
+/* EVAL script 4 keys argv... */
+static int eval(srv_tier *t, const char *script, const keyset *ks, int argc, const char **argv,
+                const size_t *lens, srv_redis_cb *cb, void *arg)
+{
+    const char *a[16];
+    size_t l[16];
+    int n = 0;
+    a[n] = "EVAL", l[n++] = 4;
+    a[n] = script, l[n++] = strlen(script);
+    a[n] = "4", l[n++] = 1;
+    for (int i = 0; i < 4; i++)
+        a[n] = ks->k[i], l[n++] = ks->len[i];
+    for (int i = 0; i < argc; i++)
+        a[n] = argv[i], l[n++] = lens ? lens[i] : strlen(argv[i]);
+    return srv_redis_command(t->r, cb, arg, n, a, l);
+}
+
+static int now_up(const srv_tier *t)
+{
+    return srv_redis_up(t->r) && !t->closed;
+}
+
+/* The session is idle: no request queued or running. */
+static int idle(const srv_session *s)
+{
+    return s->q_len == 0 && !s->running;
+}
+
+/* A lease taken or renewed by a command sent at sent_ms: held until a little before it can
+ * have expired in Redis (a tenth of it is kept as margin for clock rates). */
+static void lease_taken(srv_tier *t, srv_session *s, uint64_t sent_ms)
+{
+    s->rv_lease_until = sent_ms + t->lease_ms - t->lease_ms / 10;
+}
+
+static void drop_copy(srv_tier *t, srv_session *s)
+{
+    srv_log(SRV_LOG_INFO, "redis_copy_dropped", "\"id_prefix\":\"%.8s\",\"version\":%llu", s->id,
+            (unsigned long long)s->rv_version);
+    srv_table_drop(t->app->table, s);
+}
+
+static int hook_make_room(void *ctx);
+
+/* ---------------------------------------------------------------- commits */
+
+/* A command about one session in flight: what its reply callback needs. */
+typedef struct {
+    srv_tier *t;
+    char id[33];
+    uint64_t sent_ms;  /* uv_now when sent: a lease it takes runs from here */
+    srv_op *waiter;    /* commit: the op whose response waits for it (redis_sync) */
+    size_t len;        /* commit: bytes of the state */
+} job;
+
+static job *job_new(srv_tier *t, const char *id)
+{
+    job *j = calloc(1, sizeof *j);
+    if (!j)
+        abort();
+    j->t = t;
+    memcpy(j->id, id, 33);
+    j->sent_ms = uv_now(t->app->loop);
+    return j;
+}
+
+static void send_commit(srv_tier *t, srv_session *s, srv_op *waiter, const srv_tier_idem *idem);
+
+static void commit_done(srv_redis *r, redisReply *rep, void *arg)
+{
+    job *j = arg;
+    srv_tier *t = j->t;
+    srv_app *app = t->app;
+    srv_session *s = srv_table_peek(app->table, j->id);
+    int rc = SRV_TIER_UNAVAILABLE;
+    if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+        rep->element[0]->type == REDIS_REPLY_INTEGER) {
+        long long code = rep->element[0]->integer;
+        const char *v = rep->element[1]->type == REDIS_REPLY_STRING ? rep->element[1]->str : "";
+        if (code == 0) {
+            rc = SRV_TIER_OK;
+            t->commits++;
+            t->bytes_written += j->len;
+            if (s) {
+                s->rv_version = strtoull(v, NULL, 10);
+                lease_taken(t, s, j->sent_ms);
+            }
+        } else {
+            rc = SRV_TIER_FENCED;
+            t->fenced++;
+            srv_log(SRV_LOG_WARN, "redis_commit_fenced",
+                    "\"id_prefix\":\"%.8s\",\"reason\":\"%s\",\"stored\":\"%.64s\"", j->id,
+                    code == -1 ? "leased by another node" : "version moved on", v);
+        }
+    } else {
+        t->commit_failures++;
+        if (rep && rep->type == REDIS_REPLY_ERROR)
+            srv_log(SRV_LOG_ERROR, "redis_commit_error", "\"error\":\"%.200s\"", rep->str);
+    }
+    if (s) {
+        s->rv_inflight = 0;
+        if (rc == SRV_TIER_FENCED) {
+            s->rv_fenced = 1;
+            s->rv_dirty = 0;
+        } else if (rc == SRV_TIER_UNAVAILABLE) {
+            s->rv_dirty = 1; /* sent again once Redis is back (tick) */
+        }
+    }
+    srv_op *waiter = j->waiter;
+    free(j);
+    if (waiter) {
+        srv_ops_committed(waiter, rc); /* may drop s */
+        return;
+    }
+    if (!s)
+        return;
+    if (s->rv_fenced && idle(s)) {
+        drop_copy(t, s);
+        return;
+    }
+    /* changed again while this commit was in flight: the next one, now if nothing computes */
+    if (rc == SRV_TIER_OK && s->rv_dirty && (idle(s) || s->rv_waiter)) {
+        srv_op *w = s->rv_waiter;
+        s->rv_waiter = NULL;
+        send_commit(t, s, w, NULL);
+    }
+}
+
+/* Serialize s (nothing in flight on it) and send its commit. */
+static void send_commit(srv_tier *t, srv_session *s, srv_op *waiter, const srv_tier_idem *idem)
+{
+    srv_app *app = t->app;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    int rc = srv_session_file_write(s, app->info->vocab_size, &buf, &len);
+    if (rc != 0) {
+        srv_log(SRV_LOG_ERROR, "redis_serialize_failed", "\"error\":\"%s\"", recur_strerror(rc));
+        s->rv_dirty = 1;
+        t->commit_failures++;
+        if (waiter)
+            srv_ops_committed(waiter, SRV_TIER_UNAVAILABLE);
+        return;
+    }
+    keyset ks;
+    keys_of(t, s->id, &ks);
+    char ver[24], ttl[24], lease[24];
+    snprintf(ver, sizeof ver, "%llu", (unsigned long long)s->rv_version);
+    snprintf(ttl, sizeof ttl, "%llu", (unsigned long long)t->ttl_ms);
+    snprintf(lease, sizeof lease, "%llu", (unsigned long long)t->lease_ms);
+    const char *argv[7] = {t->node, ver, (const char *)buf, ttl, lease,
+                           idem && idem->key ? idem->key : "", idem && idem->record ? idem->record : ""};
+    size_t lens[7] = {strlen(t->node), strlen(ver), len, strlen(ttl), strlen(lease),
+                      strlen(argv[5]), strlen(argv[6])};
+    job *j = job_new(t, s->id);
+    j->waiter = waiter;
+    j->len = len;
+    int sent = now_up(t) && eval(t, COMMIT_LUA, &ks, 7, argv, lens, commit_done, j) == 0;
+    free(buf);
+    if (!sent) {
+        free(j);
+        s->rv_dirty = 1;
+        t->commit_failures++;
+        if (waiter)
+            srv_ops_committed(waiter, SRV_TIER_UNAVAILABLE);
+        return;
+    }
+    s->rv_inflight = 1;
+    s->rv_dirty = 0;
+}
+
+int srv_tier_commit(srv_app *app, srv_session *s, srv_op *waiter, const srv_tier_idem *idem)
+{
+    srv_tier *t = tier_of(app);
+    if (!t || (waiter && waiter->sink))
+        return 0; /* no tier, or an internal client's ephemeral session */
+    if (!t->sync)
+        waiter = NULL;
+    if (s->rv_fenced) {
+        t->fenced++; /* known refused already (a renewal found another holder) */
+        if (waiter) {
+            srv_ops_committed(waiter, SRV_TIER_FENCED);
+            return 1;
+        }
+        return 0;
+    }
+    if (s->rv_inflight) {
+        /* one commit in flight per session: this change goes with the next one */
+        s->rv_dirty = 1;
+        if (waiter) {
+            s->rv_waiter = waiter;
+            return 1;
+        }
+        return 0;
+    }
+    send_commit(t, s, waiter, idem);
+    return waiter != NULL;
+}
+
+void srv_tier_op_end(srv_app *app, srv_session *s)
+{
+    srv_tier *t = tier_of(app);
+    if (t && s->rv_dirty && !s->rv_inflight && !s->rv_fenced && now_up(t))
+        send_commit(t, s, NULL, NULL);
+}
+
+/* ---------------------------------------------------------------- delete */
+
+typedef struct {
+    srv_tier *t;
+    srv_op *op;
+} del_job;
+
+static void delete_done(srv_redis *r, redisReply *rep, void *arg)
+{
+    del_job *j = arg;
+    srv_tier *t = j->t;
+    int ok = rep && rep->type == REDIS_REPLY_INTEGER;
+    if (ok)
+        t->deletes++;
+    srv_op *op = j->op;
+    free(j);
+    srv_ops_committed(op, ok ? SRV_TIER_OK : SRV_TIER_UNAVAILABLE);
+}
+
+int srv_tier_delete(srv_app *app, srv_session *s, srv_op *op)
+{
+    srv_tier *t = tier_of(app);
+    if (!t || op->sink)
+        return 0;
+    keyset ks;
+    keys_of(t, s->id, &ks);
+    const char *argv[5] = {"DEL", ks.k[0], ks.k[1], ks.k[2], ks.k[3]};
+    size_t lens[5] = {3, ks.len[0], ks.len[1], ks.len[2], ks.len[3]};
+    del_job *j = calloc(1, sizeof *j);
+    if (!j)
+        abort();
+    j->t = t;
+    j->op = op;
+    if (!now_up(t) || srv_redis_command(t->r, delete_done, j, 5, argv, lens) != 0) {
+        free(j);
+        srv_ops_committed(op, SRV_TIER_UNAVAILABLE);
+    }
+    return 1;
+}
+
+/* ---------------------------------------------------------------- lookups */
+
+static lookup *lookup_find(srv_tier *t, const char *id)
+{
+    for (lookup *l = t->lookups; l; l = l->next)
+        if (!strcmp(l->id, id))
+            return l;
+    return NULL;
+}
+
+static void lookup_remove(srv_tier *t, lookup *x)
+{
+    for (lookup **pp = &t->lookups; *pp; pp = &(*pp)->next)
+        if (*pp == x) {
+            *pp = x->next;
+            free(x);
+            return;
+        }
+}
+
+/* A new resident session from the state Redis holds; 0, or -1 (invalid bytes: logged). */
+static int adopt_from(srv_tier *t, const char *id, const redisReply *state, uint64_t ver,
+                      uint64_t sent_ms)
+{
+    srv_app *app = t->app;
+    srv_session *s;
+    hook_make_room(t); /* over max_sessions only when every resident session is busy or dirty */
+    if (srv_table_adopt(app->table, id, uv_now(app->loop), &s) != 0)
+        return -1;
+    const char *why = NULL;
+    if (srv_session_file_read(s, app->model, app->info->vocab_size,
+                              app->cfg.max_checkpoints_per_session, (const uint8_t *)state->str,
+                              state->len, &why) != 0) {
+        srv_table_drop(app->table, s);
+        t->loads_invalid++;
+        srv_log(SRV_LOG_ERROR, "redis_state_invalid", "\"id_prefix\":\"%.8s\",\"reason\":\"%s\"", id,
+                why ? why : "?");
+        return -1;
+    }
+    s->rv_version = ver;
+    lease_taken(t, s, sent_ms);
+    t->bytes_read += state->len;
+    return 0;
+}
+
+static void acquire_done(srv_redis *r, redisReply *rep, void *arg)
+{
+    job *j = arg;
+    srv_tier *t = j->t;
+    srv_app *app = t->app;
+    lookup *l = lookup_find(t, j->id);
+    srv_session *s = srv_table_peek(app->table, j->id);
+    lresult res = L_UNAVAILABLE;
+    char holder[NODE_MAX + 1] = "";
+    long long pttl = 0;
+    if (rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
+        rep->element[0]->type == REDIS_REPLY_INTEGER) {
+        long long code = rep->element[0]->integer;
+        if (code == -1 && rep->elements == 3) {
+            res = L_LEASED;
+            t->lease_conflicts++;
+            snprintf(holder, sizeof holder, "%.*s", (int)rep->element[1]->len, rep->element[1]->str);
+            pttl = rep->element[2]->integer;
+            if (s && idle(s))
+                drop_copy(t, s); /* another node serves it now */
+        } else if (code == -3) {
+            res = L_NOTFOUND;
+            t->misses++;
+            if (s && idle(s) && s->rv_version)
+                drop_copy(t, s); /* deleted or expired elsewhere */
+        } else if (code == 0 && rep->elements == 2 && s) {
+            res = L_OK;
+            lease_taken(t, s, j->sent_ms);
+        } else if (code == 1 && rep->elements == 3 && rep->element[2]->type == REDIS_REPLY_STRING) {
+            uint64_t ver = strtoull(rep->element[1]->str, NULL, 10);
+            if (s && !idle(s)) {
+                res = L_UNAVAILABLE; /* cannot swap a busy copy; the next request asks again */
+            } else {
+                if (s)
+                    drop_copy(t, s);
+                t->hits++;
+                res = adopt_from(t, j->id, rep->element[2], ver, j->sent_ms) == 0 ? L_OK : L_INVALID;
+            }
+        } else if (code == 0) {
+            res = L_UNAVAILABLE; /* our copy went away meanwhile: ask again */
+        }
+    } else if (rep && rep->type == REDIS_REPLY_ERROR) {
+        srv_log(SRV_LOG_ERROR, "redis_lookup_error", "\"error\":\"%.200s\"", rep->str);
+    }
+    free(j);
+    if (!l)
+        return;
+    l->res = res;
+    snprintf(l->holder, sizeof l->holder, "%s", holder);
+    l->holder_pttl = pttl;
+    char id[33];
+    memcpy(id, l->id, 33);
+    srv_held_store_ready(app, id); /* the held requests read l->res */
+    l = lookup_find(t, id);
+    if (l && l->res != L_PENDING)
+        lookup_remove(t, l);
+}
+
+/* Ask Redis for the lease (and the state when our copy is stale or missing). */
+static int send_acquire(srv_tier *t, const char *id, const srv_session *s)
+{
+    keyset ks;
+    keys_of(t, id, &ks);
+    char ver[24] = "", ttl[24], lease[24];
+    if (s)
+        snprintf(ver, sizeof ver, "%llu", (unsigned long long)s->rv_version);
+    snprintf(ttl, sizeof ttl, "%llu", (unsigned long long)t->ttl_ms);
+    snprintf(lease, sizeof lease, "%llu", (unsigned long long)t->lease_ms);
+    const char *argv[4] = {t->node, lease, ver, ttl};
+    job *j = job_new(t, id);
+    if (!now_up(t) || eval(t, ACQUIRE_LUA, &ks, 4, argv, NULL, acquire_done, j) != 0) {
+        free(j);
+        return -1;
+    }
+    return 0;
+}
+
+static void unavailable(srv_conn *c)
+{
+    srv_respond_error_ex(c, 503, "store_unavailable",
+                         "the session store (Redis) cannot be reached just now; retry",
+                         "Retry-After: 1\r\n");
+}
+
+static void answer(srv_tier *t, srv_conn *c, const lookup *l)
+{
+    char msg[320], hdr[NODE_MAX + 40];
+    switch (l->res) {
+    case L_LEASED:
+        snprintf(msg, sizeof msg,
+                 "the session is served by node %s (its lease ends in %lld ms unless renewed); send "
+                 "the request there",
+                 l->holder, l->holder_pttl);
+        snprintf(hdr, sizeof hdr, "Recurd-Lease-Holder: %s\r\n", l->holder);
+        srv_respond_error_ex(c, 409, "session_leased", msg, hdr);
+        return;
+    case L_NOTFOUND:
+        srv_respond_error(c, 404, "session_not_found", "no such session");
+        return;
+    case L_INVALID:
+        srv_respond_error(c, 500, "store_invalid",
+                          "the session's state in Redis failed its checks (logged)");
+        return;
+    default:
+        unavailable(c);
+    }
+}
+
+srv_tier_gate srv_tier_lookup(srv_app *app, srv_conn *c, const char *id, int mutating,
+                              srv_session **out)
+{
+    srv_tier *t = tier_of(app);
+    *out = NULL;
+    if (!srv_persist_valid_id(id)) {
+        srv_respond_error(c, 404, "session_not_found", "no such session");
+        return SRV_TIER_ANSWERED;
+    }
+    lookup *l = lookup_find(t, id);
+    if (l && l->res != L_PENDING) { /* a request held for this answer */
+        if (l->res != L_OK) {
+            answer(t, c, l);
+            return SRV_TIER_ANSWERED;
+        }
+        srv_session *s = srv_table_peek(app->table, id);
+        if (s) {
+            *out = s;
+            return SRV_TIER_PASS;
+        }
+        lookup_remove(t, l); /* gone since: ask again */
+        l = NULL;
+    }
+    if (l)
+        return SRV_TIER_HOLD; /* behind the lookup in flight */
+    srv_session *s = srv_table_peek(app->table, id);
+    uint64_t now = uv_now(app->loop);
+    if (s && s->rv_fenced) {
+        if (!idle(s)) {
+            unavailable(c); /* its last request is still running; the next one reloads */
+            return SRV_TIER_ANSWERED;
+        }
+        drop_copy(t, s);
+        s = NULL;
+    }
+    if (s) {
+        if (now < s->rv_lease_until || s->rv_inflight || s->rv_version == 0 || !idle(s)) {
+            if (t->sync && mutating && !now_up(t)) {
+                unavailable(c); /* the commit could not be made */
+                return SRV_TIER_ANSWERED;
+            }
+            *out = s; /* ours: held lease, a commit about to renew it, new, or busy */
+            return SRV_TIER_PASS;
+        }
+        if (!now_up(t)) {
+            if (t->sync && mutating) {
+                unavailable(c);
+                return SRV_TIER_ANSWERED;
+            }
+            *out = s; /* degraded: a resident session keeps serving; its commit waits */
+            return SRV_TIER_PASS;
+        }
+    } else if (!now_up(t)) {
+        unavailable(c);
+        return SRV_TIER_ANSWERED;
+    }
+    if (send_acquire(t, id, s) != 0) {
+        if (s) {
+            *out = s;
+            return SRV_TIER_PASS;
+        }
+        unavailable(c);
+        return SRV_TIER_ANSWERED;
+    }
+    l = calloc(1, sizeof *l);
+    if (!l)
+        abort();
+    memcpy(l->id, id, 33);
+    l->res = L_PENDING;
+    l->next = t->lookups;
+    t->lookups = l;
+    return SRV_TIER_HOLD;
+}
+
+/* ---------------------------------------------------------------- tick: renewals, retries */
+
+static void renew_done(srv_redis *r, redisReply *rep, void *arg)
+{
+    job *j = arg;
+    srv_tier *t = j->t;
+    srv_session *s = srv_table_peek(t->app->table, j->id);
+    if (s) {
+        s->rv_renewing = 0;
+        if (rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 1) {
+            lease_taken(t, s, j->sent_ms);
+            t->renewals++;
+        } else if (rep && rep->type == REDIS_REPLY_STRING) {
+            s->rv_fenced = 1; /* another node took it over: our next commit would be refused */
+            t->lease_conflicts++;
+            if (idle(s))
+                drop_copy(t, s);
+        }
+    }
+    free(j);
+}
+
+static void tick_one(srv_session *s, void *arg)
+{
+    srv_tier *t = arg;
+    srv_app *app = t->app;
+    if (s->rv_fenced)
+        return;
+    if (s->rv_dirty && !s->rv_inflight && idle(s)) {
+        send_commit(t, s, NULL, NULL); /* a commit that failed while Redis was down */
+        return;
+    }
+    uint64_t now = uv_now(app->loop);
+    /* a long request keeps its lease: renewed when half of it is left */
+    if (!idle(s) && !s->rv_renewing && !s->rv_inflight && s->rv_version &&
+        now + t->lease_ms / 2 >= s->rv_lease_until) {
+        keyset ks;
+        keys_of(t, s->id, &ks);
+        char lease[24];
+        snprintf(lease, sizeof lease, "%llu", (unsigned long long)t->lease_ms);
+        const char *argv[2] = {t->node, lease};
+        job *j = job_new(t, s->id);
+        if (eval(t, RENEW_LUA, &ks, 2, argv, NULL, renew_done, j) == 0)
+            s->rv_renewing = 1;
+        else
+            free(j);
+    }
+}
+
+static void on_tick(uv_timer_t *h)
+{
+    srv_tier *t = h->data;
+    if (!now_up(t))
+        return;
+    srv_table_foreach(t->app->table, tick_one, t);
+}
+
+static void on_state(void *ctx, int up)
+{
+    srv_tier *t = ctx;
+    if (up && t->tick_on)
+        on_tick(&t->tick); /* commits that waited for Redis go now */
+}
+
+/* ---------------------------------------------------------------- lifecycle */
+
+/* Room for a session loaded from Redis or created: the least recently used idle session whose
+ * state Redis holds as it is (committed, nothing pending) is dropped from memory. */
+typedef struct {
+    srv_session *best;
+} lru_ctx;
+
+static void lru_one(srv_session *s, void *arg)
+{
+    lru_ctx *c = arg;
+    if (idle(s) && s->rv_version && !s->rv_dirty && !s->rv_inflight && !s->rv_waiter &&
+        (!c->best || s->last_used_ms < c->best->last_used_ms))
+        c->best = s;
+}
+
+static int hook_make_room(void *ctx)
+{
+    srv_tier *t = ctx;
+    srv_app *app = t->app;
+    int max = app->cfg.max_resident_sessions ? app->cfg.max_resident_sessions : app->cfg.max_sessions;
+    while (srv_table_count(app->table) >= (size_t)max) {
+        lru_ctx c = {NULL};
+        srv_table_foreach(app->table, lru_one, &c);
+        if (!c.best)
+            return 0; /* srv_table_new then refuses with max_sessions */
+        srv_table_drop(app->table, c.best);
+    }
+    return 0;
+}
+
+int srv_tier_start(srv_app *app, int port)
+{
+    const srv_config *cfg = &app->cfg;
+    if (!cfg->redis[0])
+        return 0;
+    srv_redis_url url;
+    char err[512];
+    if (srv_redis_url_parse(cfg->redis, &url, err, sizeof err) != 0) {
+        srv_log(SRV_LOG_ERROR, "redis_url_invalid", "\"message\":\"%s\"", err);
+        return -1;
+    }
+    srv_tier *t = calloc(1, sizeof *t);
+    if (!t)
+        abort();
+    t->app = app;
+    if (cfg->node_name[0]) {
+        snprintf(t->node, sizeof t->node, "%s", cfg->node_name);
+    } else {
+        char host[100] = "localhost";
+        if (gethostname(host, sizeof host - 1) != 0)
+            snprintf(host, sizeof host, "localhost");
+        host[sizeof host - 1] = '\0';
+        snprintf(t->node, sizeof t->node, "%s:%d", host, port);
+    }
+    snprintf(t->fp, sizeof t->fp, "%016llx", (unsigned long long)app->info->fingerprint);
+    t->lease_ms = cfg->redis_lease_ms;
+    t->ttl_ms = cfg->idle_ttl_ms;
+    t->sync = cfg->redis_sync;
+    static const double le[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                0.05, 0.1, 0.25, 0.5, 1};
+    srv_hist_init(&t->latency, le, (int)(sizeof le / sizeof *le), 1e9);
+    t->r = srv_redis_create(app->loop, &url, cfg->redis_timeout_ms, &t->latency, on_state, t, err,
+                            sizeof err);
+    if (!t->r) {
+        srv_log(SRV_LOG_ERROR, "redis_unusable", "\"message\":\"%s; refusing to start\"", err);
+        free(t);
+        return -1;
+    }
+    app->tier = t;
+    srv_table_hooks h = {NULL, hook_make_room, NULL, NULL, t};
+    srv_table_set_hooks(app->table, &h);
+    uv_timer_init(app->loop, &t->tick);
+    t->tick.data = t;
+    uint64_t every = t->lease_ms / 4 < 20 ? 20 : t->lease_ms / 4;
+    uv_timer_start(&t->tick, on_tick, every, every);
+    t->tick_on = 1;
+    srv_log(SRV_LOG_INFO, "redis_tier",
+            "\"node\":\"%s\",\"host\":\"%s\",\"port\":%d,\"db\":%d,\"sync\":%s,\"lease_ms\":%llu,"
+            "\"timeout_ms\":%llu,\"key_prefix\":\"%s\",\"fingerprint\":\"%s\"",
+            t->node, url.host, url.port, url.db, t->sync ? "true" : "false",
+            (unsigned long long)t->lease_ms, (unsigned long long)cfg->redis_timeout_ms,
+            cfg->redis_key_prefix, t->fp);
+    return 0;
+}
+
+static void tick_closed(uv_handle_t *h) {}
+
+static void redis_closed(void *ctx) {}
+
+static void shutdown_one(srv_session *s, void *arg)
+{
+    srv_tier *t = arg;
+    if (s->rv_dirty && !s->rv_inflight && !s->rv_fenced && now_up(t))
+        send_commit(t, s, NULL, NULL);
+}
+
+/* Close once every commit is answered (or redis_timeout_ms resets the connection). */
+static void close_when_done(uv_timer_t *h)
+{
+    srv_tier *t = h->data;
+    if (srv_redis_pending(t->r) && srv_redis_up(t->r))
+        return;
+    uv_timer_stop(&t->tick);
+    uv_close((uv_handle_t *)&t->tick, tick_closed);
+    t->tick_on = 0;
+    t->closed = 1;
+    srv_redis_close(t->r, redis_closed, t);
+    t->r = NULL;
+}
+
+void srv_tier_shutdown(srv_app *app)
+{
+    srv_tier *t = tier_of(app);
+    if (!t || t->shutting_down)
+        return;
+    t->shutting_down = 1;
+    srv_table_foreach(app->table, shutdown_one, t);
+    srv_log(SRV_LOG_INFO, "redis_flush", "\"pending\":%zu", srv_redis_pending(t->r));
+    uv_timer_stop(&t->tick);
+    uv_timer_start(&t->tick, close_when_done, 0, 10);
+}
+
+void srv_tier_free(srv_app *app)
+{
+    srv_tier *t = tier_of(app);
+    if (!t)
+        return;
+    while (t->lookups)
+        lookup_remove(t, t->lookups);
+    free(t);
+    app->tier = NULL;
+}
+
+/* ---------------------------------------------------------------- health, metrics */
+
+int srv_tier_health(srv_app *app, proto_buf *b)
+{
+    srv_tier *t = tier_of(app);
+    int up = now_up(t);
+    proto_buf_printf(b, "{\"status\":\"%s\",\"redis\":{\"reachable\":%s,\"node\":", up ? "ok" : "degraded",
+                     up ? "true" : "false");
+    proto_buf_json_str(b, t->node, strlen(t->node));
+    if (!up) {
+        const char *e = t->r ? srv_redis_last_error(t->r) : "closed";
+        proto_buf_puts(b, ",\"error\":");
+        proto_buf_json_str(b, e, strlen(e));
+    }
+    proto_buf_puts(b, "}}");
+    return 200;
+}
+
+void srv_tier_metrics(srv_app *app, proto_buf *b)
+{
+    srv_tier *t = tier_of(app);
+    srv_metric(b, "recurd_redis_enabled", "gauge", "1 when --redis is set.", t != NULL);
+    if (!t)
+        return;
+    const struct {
+        const char *name, *type, *help;
+        double value;
+    } m[] = {
+        {"recurd_redis_up", "gauge", "1 while the connection to Redis is up.", now_up(t)},
+        {"recurd_redis_hits_total", "counter",
+         "Sessions not resident loaded from Redis.", t->hits},
+        {"recurd_redis_misses_total", "counter",
+         "Lookups of a session Redis does not hold (404).", t->misses},
+        {"recurd_redis_bytes_written_total", "counter", "Session bytes committed to Redis.",
+         t->bytes_written},
+        {"recurd_redis_bytes_read_total", "counter", "Session bytes loaded from Redis.", t->bytes_read},
+        {"recurd_redis_commits_total", "counter", "Commits Redis accepted.", t->commits},
+        {"recurd_redis_commit_failures_total", "counter",
+         "Commits not made (Redis unreachable or timed out; retried).", t->commit_failures},
+        {"recurd_redis_lease_conflicts_total", "counter",
+         "Requests or renewals that found the session leased by another node.", t->lease_conflicts},
+        {"recurd_redis_fenced_commits_total", "counter",
+         "Commits refused because another node took the session over (the copy was dropped).",
+         t->fenced},
+        {"recurd_redis_invalid_states_total", "counter",
+         "States in Redis that failed their checks on load.", t->loads_invalid},
+        {"recurd_redis_deletes_total", "counter", "Sessions deleted from Redis.", t->deletes},
+        {"recurd_redis_lease_renewals_total", "counter", "Leases renewed during long requests.",
+         t->renewals},
+        {"recurd_redis_reconnects_total", "counter", "Connection attempts after the first.",
+         srv_redis_reconnects(t->r)},
+        {"recurd_redis_pending_commands", "gauge", "Commands sent and not answered yet.",
+         srv_redis_pending(t->r)},
+    };
+    for (size_t i = 0; i < sizeof m / sizeof *m; i++)
+        srv_metric_double(b, m[i].name, m[i].type, m[i].help, m[i].value);
+    srv_hist_render(&t->latency, b, "recurd_redis_latency_seconds",
+                    "Time from sending a Redis command to its reply.");
+}
