@@ -158,3 +158,12 @@ void proto_stream_error(proto_buf *b, proto_framing f, const char *code, const c
     proto_buf_puts(b, "}}");
     end(b, f);
 }
+
+void proto_final_line(proto_buf *b, proto_framing f, const char *json, size_t len)
+{
+    begin_id(b, f, NULL);
+    proto_buf_append(b, json, len);
+    end(b, f);
+    if (f == PROTO_FRAME_SSE)
+        proto_buf_puts(b, "data: [DONE]\n\n");
+}

@@ -42,5 +42,8 @@ void proto_gen_done(proto_buf *b, proto_framing f, const char *reason, const cha
 /* An error in the middle of a stream (the status line is already sent):
  * {"error":{"code":...,"message":...}} as a line. */
 void proto_stream_error(proto_buf *b, proto_framing f, const char *code, const char *message);
+/* A stored final line (a JSON object, json[len]) framed as a stream's last line: what an
+ * Idempotency-Key replay answers (server/idempotency.h). */
+void proto_final_line(proto_buf *b, proto_framing f, const char *json, size_t len);
 
 #endif /* PROTO_NDJSON_H */

@@ -116,6 +116,8 @@ static const opt OPTS[] = {
      "first part of every Redis key (letters, digits, '.', '_', '-')"},
     {"redis_lease_ms", OPT_U64, F(redis_lease_ms), 100, 3600000,
      "one writer per session: how long a node's lease on a session lasts without renewal"},
+    {"max_idempotency_keys_per_session", OPT_INT, F(max_idempotency_keys_per_session), 1, 100000,
+     "Idempotency-Key records a session keeps (the oldest is forgotten first)"},
     {"node_name", OPT_STR, F(node_name), 0, 0,
      "this node's name in leases and 409 session_leased (\"\" = hostname:port)"},
 };
@@ -150,6 +152,7 @@ static void defaults(srv_config *c)
     c->redis_timeout_ms = 1000;
     snprintf(c->redis_key_prefix, sizeof c->redis_key_prefix, "recurd");
     c->redis_lease_ms = 10000;
+    c->max_idempotency_keys_per_session = 64;
 }
 
 /* 1 when s is 1..max bytes of letters, digits and the characters of extra. */

@@ -60,6 +60,7 @@ typedef struct {
     char redis_key_prefix[65];
     uint64_t redis_lease_ms;         /* one writer per session: lease length */
     char node_name[129];             /* lease holder name; "" = hostname:port */
+    int max_idempotency_keys_per_session; /* Idempotency-Key records kept per session */
 } srv_config;
 
 /* recurd's release (`recurd --version`, GET /v1/model, the startup log). */

@@ -55,6 +55,7 @@ typedef struct {
     const char *authorization;   /* header value or NULL */
     const char *last_event_id;   /* Last-Event-ID (an SSE reconnect) or NULL */
     const char *origin;          /* Origin (a browser's cross-origin request) or NULL */
+    const char *idempotency_key; /* Idempotency-Key (server/idempotency.h) or NULL */
     const uint8_t *body;         /* body bytes, NUL-terminated past body_len (for cJSON) */
     size_t body_len;
 } srv_request;

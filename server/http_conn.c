@@ -134,7 +134,7 @@ static int on_header_field_complete(llhttp_t *p)
         {"accept", HDR_ACCEPT},       {"authorization", HDR_AUTHORIZATION},
         {"transfer-encoding", HDR_TE}, {"expect", HDR_EXPECT},
         {"last-event-id", HDR_LAST_EVENT_ID}, {"origin", HDR_ORIGIN},
-        {"x-request-id", HDR_REQUEST_ID},
+        {"x-request-id", HDR_REQUEST_ID}, {"idempotency-key", HDR_IDEMPOTENCY_KEY},
     };
     size_t n = c->field_len;
     c->field_len = 0;
@@ -168,6 +168,10 @@ static int on_header_field_complete(llhttp_t *p)
                 case HDR_AUTHORIZATION:
                     cb_fail(c, 400, "duplicate_authorization",
                             "more than one Authorization header");
+                    return -1;
+                case HDR_IDEMPOTENCY_KEY:
+                    cb_fail(c, 400, "duplicate_idempotency_key",
+                            "more than one Idempotency-Key header");
                     return -1;
                 default: /* Accept is a list: join the lines */
                     if (proto_buf_try_append(&c->hdr[slot], ", ", 2)) {
@@ -262,6 +266,7 @@ static void fill_request(srv_conn *c, srv_request *req, int with_body)
     req->authorization = hdr_value(c, HDR_AUTHORIZATION);
     req->last_event_id = hdr_value(c, HDR_LAST_EVENT_ID);
     req->origin = hdr_value(c, HDR_ORIGIN);
+    req->idempotency_key = hdr_value(c, HDR_IDEMPOTENCY_KEY);
     if (with_body && c->body.data)
         c->body.data[c->body.len] = '\0';
     req->body = (const uint8_t *)(with_body && c->body.data ? c->body.data : "");

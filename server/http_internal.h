@@ -89,7 +89,7 @@ typedef enum {
 
 /* Named header slots we keep the values of. */
 enum { HDR_OTHER = 0, HDR_HOST, HDR_CONTENT_TYPE, HDR_ACCEPT, HDR_AUTHORIZATION, HDR_TE, HDR_EXPECT,
-       HDR_LAST_EVENT_ID, HDR_ORIGIN, HDR_REQUEST_ID, HDR_COUNT };
+       HDR_LAST_EVENT_ID, HDR_ORIGIN, HDR_REQUEST_ID, HDR_IDEMPOTENCY_KEY, HDR_COUNT };
 
 struct srv_conn {
     uv_tcp_t tcp;

@@ -93,16 +93,17 @@ struct srv_held {
 };
 
 /* Every field of srv_request is copied below: a new field must be added there too. */
-_Static_assert(sizeof(srv_request) == 9 * sizeof(char *) + sizeof(size_t),
+_Static_assert(sizeof(srv_request) == 10 * sizeof(char *) + sizeof(size_t),
                "srv_request changed: copy the new field in copy_request (offloop.c)");
 
 static void copy_request(srv_held *h, const srv_request *req)
 {
     const char *const src[] = {req->method, req->path, req->query, req->content_type,
-                               req->accept, req->authorization, req->last_event_id, req->origin};
+                               req->accept, req->authorization, req->last_event_id, req->origin,
+                               req->idempotency_key};
     const char **dst[] = {&h->req.method, &h->req.path, &h->req.query, &h->req.content_type,
                           &h->req.accept, &h->req.authorization, &h->req.last_event_id,
-                          &h->req.origin};
+                          &h->req.origin, &h->req.idempotency_key};
     size_t n = sizeof src / sizeof *src, total = 0;
     for (size_t i = 0; i < n; i++)
         total += src[i] ? strlen(src[i]) + 1 : 0;

@@ -6,6 +6,7 @@
 #include <sys/random.h>
 
 #include "checkpoints.h"
+#include "idempotency.h"
 #include "log.h"
 #include "openai.h"
 #include "prefix_cache.h"
@@ -23,6 +24,7 @@ static void stream_error_end(srv_op *op, int rc);
 static const char *ckpt_at_end(srv_op *op, char id[]);
 static void pc_after_fold(srv_op *op);
 static void write_out(srv_op *op);
+static void idem_record(srv_op *op, int status, const char *json, size_t len);
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -254,7 +256,7 @@ static void commit_then(srv_op *op, srv_session *s, void (*then)(srv_op *))
     op->after_commit = then;
     op->commit_sess = s;
     op->committed = 1;
-    if (!srv_tier_commit(op->app, s, op, NULL))
+    if (!srv_tier_commit(op->app, s, op))
         then(op);
 }
 
@@ -274,6 +276,8 @@ static void run_changing(srv_op *op, void (*fn)(srv_op *))
     op->defer_reply = 1;
     fn(op);
     op->defer_reply = 0;
+    if (op->changed && op->resp_status)
+        idem_record(op, op->resp_status, op->out.data, op->out.len);
     if (op->changed)
         commit_then(op, op->commit_sess ? op->commit_sess : op->sess, send_reply);
     else
@@ -325,6 +329,95 @@ static void write_out(srv_op *op)
     if (op->out.len && !op->cancelled)
         srv_stream_write(op->conn, op->out.data, op->out.len);
     proto_buf_clear(&op->out);
+}
+
+/* ---------------------------------------------------------------- Idempotency-Key (idempotency.h) */
+
+static char idem_kind(const srv_op *op)
+{
+    return op->kind == SRV_OP_FOLD ? 'f' : op->kind == SRV_OP_GENERATE ? 'g'
+           : op->kind == SRV_OP_CKPT_TAKE ? 'c' : 'r';
+}
+
+/* The op succeeded: its record (status, JSON body) is kept with the session and committed with
+ * its state. */
+static void idem_record(srv_op *op, int status, const char *json, size_t len)
+{
+    if (!op->idem_key[0])
+        return;
+    proto_buf r;
+    proto_buf_init(&r);
+    proto_buf_printf(&r, "%c%d ", idem_kind(op), status);
+    proto_buf_append(&r, json, len);
+    proto_buf_append(&r, "", 1); /* NUL */
+    srv_idem_put(op->sess, op->idem_key, r.data, op->app->cfg.max_idempotency_keys_per_session);
+    proto_buf_free(&r);
+}
+
+/* A stream's final line as a record's JSON: the line without its newline (NDJSON framing). */
+static void idem_record_line(srv_op *op, proto_buf *line)
+{
+    if (op->idem_key[0] && line->len > 1)
+        idem_record(op, 200, line->data, line->len - 1);
+}
+
+/* Answer op from a record of its key (a retry): nothing runs, nothing changes. */
+static void idem_replay(srv_op *op, const char *record)
+{
+    char kind;
+    int status;
+    const char *json;
+    op->committed = 1; /* nothing to commit */
+    if (srv_idem_parse(record, &kind, &status, &json) != 0) {
+        op_error(op, 500, "store_invalid", "the Idempotency-Key record is malformed");
+    } else if (kind != idem_kind(op)) {
+        op_error(op, 422, "idempotency_key_reused",
+                 "this Idempotency-Key was used for another kind of request on this session");
+    } else if (!op->cancelled) {
+        static const char hdr[] = "Idempotency-Replayed: true\r\n";
+        if (kind == 'f' || kind == 'g') {
+            proto_buf b;
+            proto_buf_init(&b);
+            proto_final_line(&b, op->framing, json, strlen(json));
+            srv_respond(op->conn, status, proto_frame_content_type(op->framing), b.data, b.len, hdr);
+            proto_buf_free(&b);
+        } else {
+            srv_respond(op->conn, status, "application/json", json, strlen(json), hdr);
+        }
+    }
+    finish_and_pump(op);
+}
+
+static void run_op(srv_op *op);
+
+/* The op carries a key: a record of it answers (1), or Redis is asked (1: srv_ops_idem_answer
+ * goes on), or the op runs (0). */
+static int idem_check(srv_op *op)
+{
+    if (!op->idem_key[0] || op->idem_checked)
+        return 0;
+    op->idem_checked = 1;
+    const srv_idem *r = srv_idem_find(op->sess, op->idem_key);
+    if (r) {
+        idem_replay(op, r->record);
+        return 1;
+    }
+    return srv_tier_idem_get(op->app, op->sess, op->idem_key, op);
+}
+
+void srv_ops_idem_answer(srv_op *op, const char *record, int ok)
+{
+    if (!ok) {
+        srv_respond_error_ex(op->conn, 503, "store_unavailable",
+                             "the Idempotency-Key could not be looked up in the session store; retry",
+                             "Retry-After: 1\r\n");
+        op->committed = 1;
+        finish_and_pump(op);
+    } else if (record) {
+        idem_replay(op, record);
+    } else {
+        run_op(op);
+    }
 }
 
 /* ---------------------------------------------------------------- prefix cache (prefix_cache.h) */
@@ -468,6 +561,19 @@ static void end_generation(srv_op *op, int reason)
     const char *ck = reason == REASON_CANCELLED ? NULL : ckpt_at_end(op, cid);
     snprintf(op->ckpt_id, sizeof op->ckpt_id, "%s", ck ? ck : "");
     op->end_reason = reason;
+    if (op->idem_key[0] && reason != REASON_CANCELLED) {
+        /* the done line, with the generated ids (the per-token lines are not kept) */
+        proto_buf line;
+        proto_buf_init(&line);
+        proto_gen_done(&line, PROTO_FRAME_NDJSON, REASONS[reason], NULL, 0, s->tokens_seen, ck);
+        line.len -= 2; /* reopen: "}\n" */
+        proto_buf_puts(&line, ",\"tokens\":[");
+        for (int64_t i = 0; op->gen_ids && i < op->run.generated; i++)
+            proto_buf_printf(&line, "%s%d", i ? "," : "", (int)op->gen_ids[i]);
+        proto_buf_puts(&line, "]}\n");
+        idem_record_line(op, &line);
+        proto_buf_free(&line);
+    }
     commit_then(op, s, gen_done);
 }
 
@@ -504,6 +610,13 @@ static void end_fold(srv_op *op)
     char cid[SRV_CKPT_ID_LEN + 1];
     const char *ck = ckpt_at_end(op, cid);
     snprintf(op->ckpt_id, sizeof op->ckpt_id, "%s", ck ? ck : "");
+    if (op->idem_key[0]) {
+        proto_buf line;
+        proto_buf_init(&line);
+        proto_fold_done(&line, PROTO_FRAME_NDJSON, op->sess->tokens_seen, ck);
+        idem_record_line(op, &line);
+        proto_buf_free(&line);
+    }
     commit_then(op, op->sess, fold_done);
 }
 
@@ -899,7 +1012,7 @@ static void start_generate(srv_op *op)
     op->ckpt_at_end = op->gen.checkpoint;
     if (!ckpt_room(op))
         return;
-    if (s->pc_hist && op->gen.max_tokens > 0) { /* recorded by the workers (scheduler.c) */
+    if ((s->pc_hist || op->idem_key[0]) && op->gen.max_tokens > 0) { /* recorded by the workers */
         op->gen_ids = malloc((size_t)op->gen.max_tokens * sizeof *op->gen_ids);
         if (!op->gen_ids)
             abort();
@@ -984,6 +1097,16 @@ static void start(srv_op *op)
         finish_and_pump(op);
         return;
     }
+    if (idem_check(op))
+        return; /* answered from its record, or waiting for Redis's */
+    run_op(op);
+}
+
+/* What the head op does (its Idempotency-Key found no record). */
+static void run_op(srv_op *op)
+{
+    srv_app *app = op->app;
+    srv_session *s = op->sess;
     switch (op->kind) {
     case SRV_OP_DELETE:
         /* With the Redis tier its keys go first; the 204 waits for that. */

@@ -108,6 +108,9 @@ struct srv_op {
     int changed;                /* ... and the op changed a session */
     int resp_status;            /* ... the kept reply: status (0: none), body in out */
     const char *resp_type;
+    /* Idempotency-Key (idempotency.h): "" none */
+    char idem_key[129];
+    int idem_checked;           /* looked up already (start runs the op) */
 };
 
 /* A new op for conn on sess (fields to be filled by the caller). */
@@ -134,6 +137,9 @@ int srv_ops_copy_session(srv_app *app, srv_session *src, srv_session **out);
  * sends the op's response; otherwise the op ends with 503 store_unavailable or 409
  * session_fenced and the copy that could not be committed is dropped. */
 void srv_ops_committed(srv_op *op, int rc);
+/* The Redis tier's answer about op's Idempotency-Key (redis_tier.h srv_tier_idem_get): its
+ * record (NULL: none, the op runs), or ok == 0 when Redis could not be asked (503). */
+void srv_ops_idem_answer(srv_op *op, const char *record, int ok);
 /* 503 max_sessions (+ Retry-After), counted: a create or fork found the table full. */
 void srv_ops_reject_full(srv_app *app, srv_conn *c);
 

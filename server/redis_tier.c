@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "checkpoints.h"
+#include "idempotency.h"
 #include "log.h"
 #include "metrics.h"
 #include "offloop.h"
@@ -15,7 +16,7 @@
 
 /* ---------------------------------------------------------------- the scripts
  *
- * KEYS of every script: state, ver, lease, idem of one session (one hash tag: one slot). */
+ * KEYS of every script: state, ver, lease, idem, idemq of one session (one hash tag: one slot). */
 
 /* Take (or keep) the lease and say what Redis holds. ARGV: node, lease_ms, the caller's version
  * ("" = it has no copy), ttl_ms (0 = none).
@@ -32,13 +33,14 @@ static const char ACQUIRE_LUA[] =
     "local ttl = tonumber(ARGV[4])\n"
     "if ttl > 0 then\n"
     "  redis.call('PEXPIRE', KEYS[1], ttl) redis.call('PEXPIRE', KEYS[2], ttl)\n"
-    "  redis.call('PEXPIRE', KEYS[4], ttl)\n"
+    "  redis.call('PEXPIRE', KEYS[4], ttl) redis.call('PEXPIRE', KEYS[5], ttl)\n"
     "end\n"
     "if v == ARGV[3] then return {0, v} end\n"
     "return {1, v, redis.call('GET', KEYS[1])}\n";
 
 /* Commit: compare-and-set on the version. ARGV: node, expected version, state, ttl_ms,
- * lease_ms, idempotency key ("" = none), its record.
+ * lease_ms, the records kept at most, then (Idempotency-Key, record) pairs: added to the idem
+ * hash, their keys queued in idemq, the oldest past the bound forgotten.
  * -> {0, ver} committed; {-1, holder} leased by another node; {-2, ver} the version moved on */
 static const char COMMIT_LUA[] =
     "local h = redis.call('GET', KEYS[3])\n"
@@ -53,9 +55,14 @@ static const char COMMIT_LUA[] =
     "  redis.call('SET', KEYS[1], ARGV[3]) redis.call('SET', KEYS[2], v)\n"
     "end\n"
     "redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[5])\n"
-    "if ARGV[6] ~= '' then\n"
-    "  redis.call('HSET', KEYS[4], ARGV[6], ARGV[7])\n"
-    "  if ttl > 0 then redis.call('PEXPIRE', KEYS[4], ttl) end\n"
+    "if #ARGV >= 7 then\n"
+    "  for i = 7, #ARGV, 2 do\n"
+    "    redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1]) redis.call('RPUSH', KEYS[5], ARGV[i])\n"
+    "  end\n"
+    "  while redis.call('LLEN', KEYS[5]) > tonumber(ARGV[6]) do\n"
+    "    redis.call('HDEL', KEYS[4], redis.call('LPOP', KEYS[5]))\n"
+    "  end\n"
+    "  if ttl > 0 then redis.call('PEXPIRE', KEYS[4], ttl) redis.call('PEXPIRE', KEYS[5], ttl) end\n"
     "end\n"
     "return {0, tostring(v)}\n";
 
@@ -109,35 +116,42 @@ int srv_tier_enabled(const srv_app *app)
     return app->tier != NULL;
 }
 
-/* The four keys of a session. */
+/* The keys of a session. */
+#define NKEYS 5
 typedef struct {
-    char k[4][KEY_MAX];
-    size_t len[4];
+    char k[NKEYS][KEY_MAX];
+    size_t len[NKEYS];
 } keyset;
 
 static void keys_of(const srv_tier *t, const char *id, keyset *ks)
 {
-    static const char *const suffix[4] = {"state", "ver", "lease", "idem"};
-    for (int i = 0; i < 4; i++)
+    static const char *const suffix[NKEYS] = {"state", "ver", "lease", "idem", "idemq"};
+    for (int i = 0; i < NKEYS; i++)
         ks->len[i] = (size_t)snprintf(ks->k[i], KEY_MAX, "%s:{%s:%s}:%s", t->app->cfg.redis_key_prefix,
                                       t->fp, id, suffix[i]);
 }
 
-/* EVAL script 4 keys argv... */
+/* EVAL script over the session's keys with argv (lens NULL: NUL-terminated strings). */
 static int eval(srv_tier *t, const char *script, const keyset *ks, int argc, const char **argv,
                 const size_t *lens, srv_redis_cb *cb, void *arg)
 {
-    const char *a[16];
-    size_t l[16];
+    int total = 3 + NKEYS + argc;
+    const char **a = malloc((size_t)total * sizeof *a);
+    size_t *l = malloc((size_t)total * sizeof *l);
+    if (!a || !l)
+        abort();
     int n = 0;
     a[n] = "EVAL", l[n++] = 4;
     a[n] = script, l[n++] = strlen(script);
-    a[n] = "4", l[n++] = 1;
-    for (int i = 0; i < 4; i++)
+    a[n] = "5", l[n++] = 1;
+    for (int i = 0; i < NKEYS; i++)
         a[n] = ks->k[i], l[n++] = ks->len[i];
     for (int i = 0; i < argc; i++)
         a[n] = argv[i], l[n++] = lens ? lens[i] : strlen(argv[i]);
-    return srv_redis_command(t->r, cb, arg, n, a, l);
+    int rc = srv_redis_command(t->r, cb, arg, n, a, l);
+    free(a);
+    free(l);
+    return rc;
 }
 
 static int now_up(const srv_tier *t)
@@ -189,7 +203,7 @@ static job *job_new(srv_tier *t, const char *id)
     return j;
 }
 
-static void send_commit(srv_tier *t, srv_session *s, srv_op *waiter, const srv_tier_idem *idem);
+static void send_commit(srv_tier *t, srv_session *s, srv_op *waiter);
 
 static void commit_done(srv_redis *r, redisReply *rep, void *arg)
 {
@@ -209,6 +223,7 @@ static void commit_done(srv_redis *r, redisReply *rep, void *arg)
             if (s) {
                 s->rv_version = strtoull(v, NULL, 10);
                 lease_taken(t, s, j->sent_ms);
+                srv_idem_mark(s, 1, 2); /* its Idempotency-Key records are in Redis */
             }
         } else {
             rc = SRV_TIER_FENCED;
@@ -229,6 +244,7 @@ static void commit_done(srv_redis *r, redisReply *rep, void *arg)
             s->rv_dirty = 0;
         } else if (rc == SRV_TIER_UNAVAILABLE) {
             s->rv_dirty = 1; /* sent again once Redis is back (tick) */
+            srv_idem_mark(s, 1, 0);
         }
     }
     srv_op *waiter = j->waiter;
@@ -247,12 +263,25 @@ static void commit_done(srv_redis *r, redisReply *rep, void *arg)
     if (rc == SRV_TIER_OK && s->rv_dirty && (idle(s) || s->rv_waiter)) {
         srv_op *w = s->rv_waiter;
         s->rv_waiter = NULL;
-        send_commit(t, s, w, NULL);
+        send_commit(t, s, w);
     }
 }
 
 /* Serialize s (nothing in flight on it) and send its commit. */
-static void send_commit(srv_tier *t, srv_session *s, srv_op *waiter, const srv_tier_idem *idem)
+typedef struct {
+    const char **argv;
+    size_t *lens;
+    int n;
+} argv_ctx;
+
+static void add_record(const srv_idem *r, void *arg)
+{
+    argv_ctx *c = arg;
+    c->argv[c->n] = r->key, c->lens[c->n++] = strlen(r->key);
+    c->argv[c->n] = r->record, c->lens[c->n++] = strlen(r->record);
+}
+
+static void send_commit(srv_tier *t, srv_session *s, srv_op *waiter)
 {
     srv_app *app = t->app;
     uint8_t *buf = NULL;
@@ -268,19 +297,28 @@ static void send_commit(srv_tier *t, srv_session *s, srv_op *waiter, const srv_t
     }
     keyset ks;
     keys_of(t, s->id, &ks);
-    char ver[24], ttl[24], lease[24];
+    char ver[24], ttl[24], lease[24], maxk[24];
     snprintf(ver, sizeof ver, "%llu", (unsigned long long)s->rv_version);
     snprintf(ttl, sizeof ttl, "%llu", (unsigned long long)t->ttl_ms);
     snprintf(lease, sizeof lease, "%llu", (unsigned long long)t->lease_ms);
-    const char *argv[7] = {t->node, ver, (const char *)buf, ttl, lease,
-                           idem && idem->key ? idem->key : "", idem && idem->record ? idem->record : ""};
-    size_t lens[7] = {strlen(t->node), strlen(ver), len, strlen(ttl), strlen(lease),
-                      strlen(argv[5]), strlen(argv[6])};
+    snprintf(maxk, sizeof maxk, "%d", app->cfg.max_idempotency_keys_per_session);
+    size_t n_rec = 0;
+    for (int i = 0; i < s->n_idem; i++)
+        n_rec += s->idem[i].sent == 0;
+    argv_ctx c = {malloc((6 + 2 * n_rec) * sizeof *c.argv), malloc((6 + 2 * n_rec) * sizeof *c.lens), 0};
+    if (!c.argv || !c.lens)
+        abort();
+    const char *fixed[6] = {t->node, ver, (const char *)buf, ttl, lease, maxk};
+    for (int i = 0; i < 6; i++)
+        c.argv[c.n] = fixed[i], c.lens[c.n++] = i == 2 ? len : strlen(fixed[i]);
+    srv_idem_each(s, 0, add_record, &c); /* the records not in Redis yet go with this state */
     job *j = job_new(t, s->id);
     j->waiter = waiter;
     j->len = len;
-    int sent = now_up(t) && eval(t, COMMIT_LUA, &ks, 7, argv, lens, commit_done, j) == 0;
+    int sent = now_up(t) && eval(t, COMMIT_LUA, &ks, c.n, c.argv, c.lens, commit_done, j) == 0;
     free(buf);
+    free(c.argv);
+    free(c.lens);
     if (!sent) {
         free(j);
         s->rv_dirty = 1;
@@ -291,9 +329,10 @@ static void send_commit(srv_tier *t, srv_session *s, srv_op *waiter, const srv_t
     }
     s->rv_inflight = 1;
     s->rv_dirty = 0;
+    srv_idem_mark(s, 0, 1);
 }
 
-int srv_tier_commit(srv_app *app, srv_session *s, srv_op *waiter, const srv_tier_idem *idem)
+int srv_tier_commit(srv_app *app, srv_session *s, srv_op *waiter)
 {
     srv_tier *t = tier_of(app);
     if (!t || (waiter && waiter->sink))
@@ -317,7 +356,7 @@ int srv_tier_commit(srv_app *app, srv_session *s, srv_op *waiter, const srv_tier
         }
         return 0;
     }
-    send_commit(t, s, waiter, idem);
+    send_commit(t, s, waiter);
     return waiter != NULL;
 }
 
@@ -325,7 +364,7 @@ void srv_tier_op_end(srv_app *app, srv_session *s)
 {
     srv_tier *t = tier_of(app);
     if (t && s->rv_dirty && !s->rv_inflight && !s->rv_fenced && now_up(t))
-        send_commit(t, s, NULL, NULL);
+        send_commit(t, s, NULL);
 }
 
 /* ---------------------------------------------------------------- delete */
@@ -354,16 +393,57 @@ int srv_tier_delete(srv_app *app, srv_session *s, srv_op *op)
         return 0;
     keyset ks;
     keys_of(t, s->id, &ks);
-    const char *argv[5] = {"DEL", ks.k[0], ks.k[1], ks.k[2], ks.k[3]};
-    size_t lens[5] = {3, ks.len[0], ks.len[1], ks.len[2], ks.len[3]};
+    const char *argv[1 + NKEYS] = {"DEL", ks.k[0], ks.k[1], ks.k[2], ks.k[3], ks.k[4]};
+    size_t lens[1 + NKEYS] = {3, ks.len[0], ks.len[1], ks.len[2], ks.len[3], ks.len[4]};
     del_job *j = calloc(1, sizeof *j);
     if (!j)
         abort();
     j->t = t;
     j->op = op;
-    if (!now_up(t) || srv_redis_command(t->r, delete_done, j, 5, argv, lens) != 0) {
+    if (!now_up(t) || srv_redis_command(t->r, delete_done, j, 1 + NKEYS, argv, lens) != 0) {
         free(j);
         srv_ops_committed(op, SRV_TIER_UNAVAILABLE);
+    }
+    return 1;
+}
+
+/* ---------------------------------------------------------------- Idempotency-Key records */
+
+typedef struct {
+    srv_op *op;
+} idem_job;
+
+static void idem_done(srv_redis *r, redisReply *rep, void *arg)
+{
+    idem_job *j = arg;
+    srv_op *op = j->op;
+    free(j);
+    if (rep && rep->type == REDIS_REPLY_STRING)
+        srv_ops_idem_answer(op, rep->str, 1);
+    else if (rep && rep->type == REDIS_REPLY_NIL)
+        srv_ops_idem_answer(op, NULL, 1);
+    else
+        srv_ops_idem_answer(op, NULL, 0);
+}
+
+int srv_tier_idem_get(srv_app *app, srv_session *s, const char *key, srv_op *op)
+{
+    srv_tier *t = tier_of(app);
+    if (!t || op->sink)
+        return 0;
+    if (!s->rv_version) /* never committed: Redis has no record of it */
+        return 0;
+    keyset ks;
+    keys_of(t, s->id, &ks);
+    const char *argv[3] = {"HGET", ks.k[3], key};
+    size_t lens[3] = {4, ks.len[3], strlen(key)};
+    idem_job *j = calloc(1, sizeof *j);
+    if (!j)
+        abort();
+    j->op = op;
+    if (!now_up(t) || srv_redis_command(t->r, idem_done, j, 3, argv, lens) != 0) {
+        free(j);
+        srv_ops_idem_answer(op, NULL, 0);
     }
     return 1;
 }
@@ -624,7 +704,7 @@ static void tick_one(srv_session *s, void *arg)
     if (s->rv_fenced)
         return;
     if (s->rv_dirty && !s->rv_inflight && idle(s)) {
-        send_commit(t, s, NULL, NULL); /* a commit that failed while Redis was down */
+        send_commit(t, s, NULL); /* a commit that failed while Redis was down */
         return;
     }
     uint64_t now = uv_now(app->loop);
@@ -753,7 +833,7 @@ static void shutdown_one(srv_session *s, void *arg)
 {
     srv_tier *t = arg;
     if (s->rv_dirty && !s->rv_inflight && !s->rv_fenced && now_up(t))
-        send_commit(t, s, NULL, NULL);
+        send_commit(t, s, NULL);
 }
 
 /* Close once every commit is answered (or redis_timeout_ms resets the connection). */

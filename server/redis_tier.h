@@ -55,16 +55,15 @@ typedef enum { SRV_TIER_PASS, SRV_TIER_ANSWERED, SRV_TIER_HOLD } srv_tier_gate;
 srv_tier_gate srv_tier_lookup(srv_app *app, srv_conn *c, const char *id, int mutating,
                               srv_session **s);
 
-/* An Idempotency-Key record committed with the state (docs/API.md "Idempotency-Key"). */
-typedef struct {
-    const char *key;     /* NULL: none */
-    const char *record;  /* the result summary (JSON) */
-} srv_tier_idem;
-
-/* s changed (nothing in flight on it): commit it. waiter: an op whose response waits for the
- * commit (redis_sync), or NULL. Returns 1 when srv_ops_committed(waiter, rc) will be called,
- * 0 when the caller goes on at once (no tier, async, or an internal client's session). */
-int srv_tier_commit(srv_app *app, srv_session *s, srv_op *waiter, const srv_tier_idem *idem);
+/* s changed (nothing in flight on it): commit it, with its Idempotency-Key records not in
+ * Redis yet (idempotency.h). waiter: an op whose response waits for the commit (redis_sync), or
+ * NULL. Returns 1 when srv_ops_committed(waiter, rc) will be called, 0 when the caller goes on at
+ * once (no tier, async, or an internal client's session). */
+int srv_tier_commit(srv_app *app, srv_session *s, srv_op *waiter);
+/* op (head of s, key not among s's own records) asks Redis for key's record: 1 when
+ * srv_ops_idem_answer(op, ...) will be called, 0 when there is nothing to ask (no tier, or s was
+ * never committed). */
+int srv_tier_idem_get(srv_app *app, srv_session *s, const char *key, srv_op *op);
 /* The session's op ended (any kind): a commit left pending is sent now. */
 void srv_tier_op_end(srv_app *app, srv_session *s);
 /* DELETE: remove the session's keys. Returns 1 when srv_ops_committed(op, rc) will be called

@@ -16,6 +16,7 @@
 #include "auth.h"
 #include "accept.h"
 #include "buf.h"
+#include "idempotency.h"
 #include "log.h"
 #include "metrics.h"
 #include "offloop.h"
@@ -112,7 +113,8 @@ typedef void route_fn(srv_app *app, srv_conn *c, const srv_request *req, srv_ses
 
 /* An op of kind for s, or NULL after answering 429 when s's queue is full
  * (max_queued_ops_per_session): the one queue-limit check of a request. */
-static srv_op *new_op(srv_app *app, srv_conn *c, srv_session *s, srv_op_kind kind)
+static srv_op *new_op(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
+                      srv_op_kind kind)
 {
     if (s->q_len >= app->cfg.max_queued_ops_per_session) {
         char msg[128];
@@ -122,7 +124,10 @@ static srv_op *new_op(srv_app *app, srv_conn *c, srv_session *s, srv_op_kind kin
         srv_respond_error_ex(c, 429, "max_queued_ops_per_session", msg, "Retry-After: 1\r\n");
         return NULL;
     }
-    return srv_op_new(app, kind, s, c);
+    srv_op *op = srv_op_new(app, kind, s, c);
+    if (req->idempotency_key) /* checked: a route that takes one (R_IDEM), a valid key */
+        snprintf(op->idem_key, sizeof op->idem_key, "%s", req->idempotency_key);
+    return op;
 }
 
 static void handle_health(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
@@ -219,9 +224,10 @@ static void handle_get_session(srv_app *app, srv_conn *c, const srv_request *req
 }
 
 /* An op of kind with nothing to fill in, queued (or the 429). */
-static void queue(srv_app *app, srv_conn *c, srv_session *s, srv_op_kind kind)
+static void queue(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
+                  srv_op_kind kind)
 {
-    srv_op *op = new_op(app, c, s, kind);
+    srv_op *op = new_op(app, c, req, s, kind);
     if (op)
         srv_ops_enqueue(op);
 }
@@ -229,13 +235,13 @@ static void queue(srv_app *app, srv_conn *c, srv_session *s, srv_op_kind kind)
 static void handle_delete(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
                           srv_body *body)
 {
-    queue(app, c, s, SRV_OP_DELETE);
+    queue(app, c, req, s, SRV_OP_DELETE);
 }
 
 static void handle_tokens(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
                           srv_body *body)
 {
-    srv_op *op = new_op(app, c, s, SRV_OP_FOLD);
+    srv_op *op = new_op(app, c, req, s, SRV_OP_FOLD);
     if (!op)
         return;
     op->tokens = body->tr.tokens;
@@ -250,7 +256,7 @@ static void handle_tokens(srv_app *app, srv_conn *c, const srv_request *req, srv
 static void handle_generate(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
                             srv_body *body)
 {
-    srv_op *op = new_op(app, c, s, SRV_OP_GENERATE);
+    srv_op *op = new_op(app, c, req, s, SRV_OP_GENERATE);
     if (!op)
         return;
     op->gen = body->g;
@@ -261,19 +267,19 @@ static void handle_generate(srv_app *app, srv_conn *c, const srv_request *req, s
 static void handle_fork(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
                         srv_body *body)
 {
-    queue(app, c, s, SRV_OP_FORK);
+    queue(app, c, req, s, SRV_OP_FORK);
 }
 
 static void handle_get_state(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
                              srv_body *body)
 {
-    queue(app, c, s, SRV_OP_GET_STATE);
+    queue(app, c, req, s, SRV_OP_GET_STATE);
 }
 
 static void handle_put_state(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
                              srv_body *body)
 {
-    srv_op *op = new_op(app, c, s, SRV_OP_PUT_STATE);
+    srv_op *op = new_op(app, c, req, s, SRV_OP_PUT_STATE);
     if (!op)
         return;
     op->blob = malloc(req->body_len ? req->body_len : 1);
@@ -288,20 +294,20 @@ static void handle_put_state(srv_app *app, srv_conn *c, const srv_request *req, 
 static void handle_ckpt_take(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
                              srv_body *body)
 {
-    queue(app, c, s, SRV_OP_CKPT_TAKE);
+    queue(app, c, req, s, SRV_OP_CKPT_TAKE);
 }
 
 static void handle_ckpt_list(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
                              srv_body *body)
 {
-    queue(app, c, s, SRV_OP_CKPT_LIST);
+    queue(app, c, req, s, SRV_OP_CKPT_LIST);
 }
 
 /* The op for a checkpoint id (the path's last segment, or the body's "checkpoint"). */
-static void queue_ckpt_op(srv_app *app, srv_conn *c, srv_session *s, srv_op_kind kind,
-                          const char *cid)
+static void queue_ckpt_op(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
+                          srv_op_kind kind, const char *cid)
 {
-    srv_op *op = new_op(app, c, s, kind);
+    srv_op *op = new_op(app, c, req, s, kind);
     if (!op)
         return;
     snprintf(op->ckpt_id, sizeof op->ckpt_id, "%s", cid);
@@ -311,13 +317,13 @@ static void queue_ckpt_op(srv_app *app, srv_conn *c, srv_session *s, srv_op_kind
 static void handle_ckpt_delete(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
                                srv_body *body)
 {
-    queue_ckpt_op(app, c, s, SRV_OP_CKPT_DELETE, strrchr(req->path, '/') + 1); /* {cid} */
+    queue_ckpt_op(app, c, req, s, SRV_OP_CKPT_DELETE, strrchr(req->path, '/') + 1); /* {cid} */
 }
 
 static void handle_rollback(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
                             srv_body *body)
 {
-    queue_ckpt_op(app, c, s, SRV_OP_ROLLBACK, body->rb.checkpoint);
+    queue_ckpt_op(app, c, req, s, SRV_OP_ROLLBACK, body->rb.checkpoint);
 }
 
 /* POST /v1/tokenize: the body was encoded by its decoder (proto_decode_tokenize_req). */
@@ -362,6 +368,7 @@ enum {
     R_SESSION = 4, /* the path's {id} names a session: looked up (404 / 503) before the handler */
     R_STREAM = 8,  /* a stream: an SSE reconnect (Last-Event-ID) is answered 204, never run again */
     R_QUEUED = 16, /* queues an op on that session: keeps arrival order behind held requests */
+    R_IDEM = 32,   /* takes an Idempotency-Key (idempotency.h); other routes refuse one */
 };
 
 typedef struct {
@@ -385,21 +392,21 @@ static const route routes[] = {
     {"POST", "/v1/sessions/?", R_JSON, SRV_BODY_CREATE, handle_create},
     {"GET", "/v1/sessions/{id}/?", R_SESSION, SRV_BODY_NONE, handle_get_session},
     {"DELETE", "/v1/sessions/{id}/?", R_SESSION | R_QUEUED, SRV_BODY_NONE, handle_delete},
-    {"POST", "/v1/sessions/{id}/tokens", R_JSON | R_SESSION | R_STREAM | R_QUEUED, SRV_BODY_TOKENS,
-     handle_tokens},
-    {"POST", "/v1/sessions/{id}/generate", R_JSON | R_SESSION | R_STREAM | R_QUEUED,
+    {"POST", "/v1/sessions/{id}/tokens", R_JSON | R_SESSION | R_STREAM | R_QUEUED | R_IDEM,
+     SRV_BODY_TOKENS, handle_tokens},
+    {"POST", "/v1/sessions/{id}/generate", R_JSON | R_SESSION | R_STREAM | R_QUEUED | R_IDEM,
      SRV_BODY_GENERATE, handle_generate},
     {"POST", "/v1/sessions/{id}/fork", R_JSON | R_SESSION | R_QUEUED, SRV_BODY_EMPTY, handle_fork},
     {"GET", "/v1/sessions/{id}/state", R_SESSION | R_QUEUED, SRV_BODY_NONE, handle_get_state},
     {"PUT", "/v1/sessions/{id}/state", R_BLOB | R_SESSION | R_QUEUED, SRV_BODY_NONE,
      handle_put_state},
-    {"POST", "/v1/sessions/{id}/checkpoints", R_JSON | R_SESSION | R_QUEUED, SRV_BODY_EMPTY,
-     handle_ckpt_take},
+    {"POST", "/v1/sessions/{id}/checkpoints", R_JSON | R_SESSION | R_QUEUED | R_IDEM,
+     SRV_BODY_EMPTY, handle_ckpt_take},
     {"GET", "/v1/sessions/{id}/checkpoints", R_SESSION | R_QUEUED, SRV_BODY_NONE, handle_ckpt_list},
     {"DELETE", "/v1/sessions/{id}/checkpoints/{cid}", R_SESSION | R_QUEUED, SRV_BODY_NONE,
      handle_ckpt_delete},
-    {"POST", "/v1/sessions/{id}/rollback", R_JSON | R_SESSION | R_QUEUED, SRV_BODY_ROLLBACK,
-     handle_rollback},
+    {"POST", "/v1/sessions/{id}/rollback", R_JSON | R_SESSION | R_QUEUED | R_IDEM,
+     SRV_BODY_ROLLBACK, handle_rollback},
     /* the OpenAI API (openai.h) */
     {"POST", "/v1/completions", R_JSON, SRV_BODY_OAI_COMPLETION, srv_openai_completions},
     {"POST", "/v1/chat/completions", R_JSON, SRV_BODY_OAI_CHAT, srv_openai_completions},
@@ -529,6 +536,17 @@ static int session_of(srv_app *app, srv_conn *c, const srv_request *req, const r
 static int checks_pass(srv_app *app, srv_conn *c, const srv_request *req, const route *r,
                        const char *id, srv_session **s)
 {
+    if (req->idempotency_key && !(r->checks & R_IDEM)) {
+        srv_respond_error(c, 400, "idempotency_key_unsupported",
+                          "Idempotency-Key is taken by POST .../tokens, .../generate, "
+                          ".../checkpoints and .../rollback only");
+        return 0;
+    }
+    if (req->idempotency_key && !srv_idem_key_valid(req->idempotency_key)) {
+        srv_respond_error(c, 400, "invalid_idempotency_key",
+                          "Idempotency-Key must be 1-128 visible ASCII characters");
+        return 0;
+    }
     if ((r->checks & R_JSON) && !json_body_ok(c, req))
         return 0;
     if ((r->checks & R_BLOB) && !blob_body_ok(c, req))

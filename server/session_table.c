@@ -1,5 +1,6 @@
 /* session_table.c — resident sessions keyed by random 128-bit ids (session_table.h). */
 #include "session_table.h"
+#include "idempotency.h"
 #include "checkpoints.h"
 #include "state_blob.h"
 
@@ -56,6 +57,7 @@ static void free_extras(srv_session *s)
 {
     srv_ckpt_clear(s);
     free(s->pc_hist);
+    srv_idem_clear(s);
 }
 
 static void free_session(srv_table *t, srv_session *s)

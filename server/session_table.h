@@ -52,6 +52,9 @@ typedef struct srv_session {
     int rv_fenced;           /* a commit was refused: another node took it over; dropped when idle */
     int rv_renewing;         /* a lease renewal is in flight */
     srv_op *rv_waiter;       /* redis_sync: the op whose response waits for the next commit */
+    /* Idempotency-Key records (idempotency.h): [n_idem], oldest first, owned */
+    struct srv_idem *idem;
+    int n_idem, idem_cap;
     struct srv_session *hnext; /* hash chain */
 } srv_session;
 

@@ -305,3 +305,81 @@ def test_resume_from_redis_latency_and_bytes():
               % (p50 * 1e3, p99 * 1e3, state))
         assert p99 < 0.25, p99  # loose: a loaded 2-core machine; the figure is reported
         assert metric(b, "recurd_redis_hits_total") == n
+
+
+def post_key(d, path, body, key, **headers):
+    h = {"Idempotency-Key": key}
+    h.update(headers)
+    return requests.post(d.url(path), data=json.dumps(body), headers=h, timeout=TIMEOUT)
+
+
+def last_line(r):
+    return json.loads([l for l in r.text.splitlines() if l.strip()][-1])
+
+
+def test_idempotency_key_single_node_rules():
+    """Without Redis the records live with the session: a retry is answered from its record."""
+    with Daemon() as d:
+        sid = create(d, PROMPT)
+        path = "/v1/sessions/%s/tokens" % sid
+        r1 = post_key(d, path, {"tokens": STEPS[0]}, "k-1")
+        assert r1.status_code == 200 and "Idempotency-Replayed" not in r1.headers
+        seen = info(d, sid)["tokens_seen"]
+        r2 = post_key(d, path, {"tokens": STEPS[0]}, "k-1")
+        assert r2.status_code == 200 and r2.headers["Idempotency-Replayed"] == "true"
+        assert [l for l in r2.text.splitlines() if l.strip()] == [r1.text.splitlines()[-1]]
+        assert info(d, sid)["tokens_seen"] == seen  # folded once
+        # SSE framing of the replay
+        r3 = post_key(d, path, {"tokens": STEPS[0]}, "k-1", Accept="text/event-stream")
+        assert r3.status_code == 200 and r3.text.startswith("id: done\ndata: {\"done\":true")
+        # the same key for another kind of request on this session
+        r = post_key(d, "/v1/sessions/%s/checkpoints" % sid, {}, "k-1")
+        assert r.status_code == 422 and r.json()["error"]["code"] == "idempotency_key_reused"
+        # checkpoints: the retry gets the same checkpoint, and there is one
+        c1 = post_key(d, "/v1/sessions/%s/checkpoints" % sid, {}, "c-1")
+        c2 = post_key(d, "/v1/sessions/%s/checkpoints" % sid, {}, "c-1")
+        assert c1.status_code == c2.status_code == 201 and c1.json() == c2.json()
+        lst = requests.get(d.url("/v1/sessions/%s/checkpoints" % sid), timeout=TIMEOUT).json()
+        assert len(lst["checkpoints"]) == 1
+        # refusals, nothing changed by them
+        for key, code in [("", "invalid_idempotency_key"), ("a b", "invalid_idempotency_key"),
+                          ("x" * 129, "invalid_idempotency_key")]:
+            r = post_key(d, path, {"tokens": [1]}, key)
+            assert r.status_code == 400 and r.json()["error"]["code"] == code, (key, r.text)
+        r = post_key(d, "/v1/sessions", {"tokens": [1]}, "k-2")
+        assert r.status_code == 400 and r.json()["error"]["code"] == "idempotency_key_unsupported"
+        s = socket.create_connection(("127.0.0.1", d.port))
+        s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nIdempotency-Key: a\r\nIdempotency-Key: b\r\n"
+                  b"Content-Length: 2\r\n\r\n{}" % path.encode())
+        assert b"duplicate_idempotency_key" in s.recv(4096)
+        s.close()
+        assert info(d, sid)["tokens_seen"] == seen
+
+
+def test_idempotent_retry_on_another_node_folds_once(reference):
+    with RedisServer() as redis, two_nodes(redis) as (a, b):
+        sid = create(a, PROMPT)
+        fold_ok(a, sid, STEPS[0])
+        path = "/v1/sessions/%s/tokens" % sid
+        r1 = post_key(a, path, {"tokens": STEPS[1], "top_k": 3}, "retry-1")
+        assert r1.status_code == 200
+        g1 = post_key(a, "/v1/sessions/%s/generate" % sid, {"max_tokens": 5, "seed": 3}, "gen-1")
+        assert g1.status_code == 200
+        gen_tokens = [l["token"] for l in map(json.loads, g1.text.splitlines()[:-1])]
+        a.kill()  # the client saw no answer (say): it retries both on another node
+        deadline = time.time() + 10
+        while True:
+            r2 = post_key(b, path, {"tokens": STEPS[1], "top_k": 3}, "retry-1")
+            if r2.status_code != 409:
+                break
+            assert time.time() < deadline
+            time.sleep(0.05)
+        assert r2.status_code == 200 and r2.headers["Idempotency-Replayed"] == "true", r2.text
+        assert last_line(r2) == last_line(r1)
+        g2 = post_key(b, "/v1/sessions/%s/generate" % sid, {"max_tokens": 5, "seed": 3}, "gen-1")
+        assert g2.status_code == 200 and g2.headers["Idempotency-Replayed"] == "true"
+        assert last_line(g2)["tokens"] == gen_tokens
+        assert last_line(g2)["tokens_seen"] == last_line(g1)["tokens_seen"]
+        # folded once: B's session is exactly A's, and goes on like the reference
+        assert info(b, sid)["tokens_seen"] == len(PROMPT) + len(STEPS[0]) + len(STEPS[1]) + 5
+        assert redis.command("HLEN", [k for k in redis.command("KEYS", "recurd:*:idem")][0]) == 2
