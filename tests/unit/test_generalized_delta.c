@@ -324,3 +324,29 @@ Test(generalized_delta, bad_arguments_return_their_code_and_change_nothing)
     free(x), free(y), free(S), free(o);
     free_problem(&p);
 }
+
+Test(generalized_delta, extreme_finite_gates_and_tiny_shapes)
+{
+    /* g = -3e38 on a few tokens (e^g = 0: the decayed state is dropped; sums of such gates must
+     * not overflow into differences that are wrong) and 1 x 1 heads */
+    const int64_t chunks[] = {1, 5, 64};
+    check_forms(40, 1, 1, 1, DECAY_MILD, ERASE_GENERAL, chunks, 3);
+    problem p = make_problem(150, 2, 32, 24, DECAY_MILD, ERASE_RWKV);
+    for (int64_t t = 10; t < 150; t += 37)
+        for (int i = 0; i < 2 * 32; i++)
+            p.g[(size_t)t * 2 * 32 + i] = i % 3 ? -3e38f : -1e-30f;
+    const size_t nv = (size_t)150 * 2 * 24, ns = (size_t)2 * 32 * 24;
+    double *ro = dbuf(nv), *rS = dbuf(ns);
+    reference(&p, 1.0, ro, rS);
+    for (int f = 0; f < 3; f++)
+        for (int c = 0; c < 3; c++) {
+            float *o, *S;
+            cr_assert_eq(run_form(&p, (recur_form)f, chunks[c], 1.0f, &o, &S), RECUR_OK);
+            const double eo = rel_rms(o, ro, nv), es = rel_rms(S, rS, ns);
+            cr_expect(eo <= TOL && es <= TOL, "%s C=%lld, gates -3e38: rel. RMS o %.3g, S %.3g",
+                      form_name((recur_form)f), (long long)chunks[c], eo, es);
+            free(o), free(S);
+        }
+    free(ro), free(rS);
+    free_problem(&p);
+}
