@@ -171,6 +171,19 @@ class Nginx:
         self.stop()
 
 
+def stop_all(ngx, nodes):
+    """Stop nginx, then every node: SIGCONT first (a stopped node cannot take SIGTERM)."""
+    if ngx:
+        ngx.stop()
+    for n in nodes:
+        if n.proc and n.proc.poll() is None:
+            try:
+                os.kill(n.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        n.stop()
+
+
 def wait_logged(ngx, predicate, timeout=5.0):
     """nginx writes an access-log line when a request ends: wait for one matching predicate."""
     deadline = time.monotonic() + timeout

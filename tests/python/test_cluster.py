@@ -18,7 +18,7 @@ import time
 import pytest
 import requests
 
-from cluster import Nginx, SHIPPED_CONF, routed_to_creator, wait_logged
+from cluster import Nginx, SHIPPED_CONF, routed_to_creator, stop_all, wait_logged
 from daemon import Daemon, read_to_eof
 
 MODEL_NAME = "e2e-tiny-seed7"  # daemon.py's tiny model with seed 7
@@ -69,15 +69,7 @@ class OwnCluster:
         return self
 
     def __exit__(self, *exc):
-        if self.ngx:
-            self.ngx.stop()
-        for n in self.nodes:
-            if n.proc and n.proc.poll() is None:
-                try:
-                    os.kill(n.pid, signal.SIGCONT)  # a stopped node cannot take SIGTERM
-                except ProcessLookupError:
-                    pass
-            n.stop()
+        stop_all(self.ngx, self.nodes)
 
 
 def node_of_port(nodes, port):

@@ -112,7 +112,7 @@ def section(quick=False):
                      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
             direct_row, base = row(f"direct → node 1 ({len(owned[0])} sessions)", runs["direct"])
             lines.append(direct_row)
-            lines.append(row(f"nginx → node 1 (same sessions)", runs["hop"], base)[0])
+            lines.append(row("nginx → node 1 (same sessions)", runs["hop"], base)[0])
             lines.append(row(f"nginx → 3 nodes ({len(all_sids)} sessions, 3× the load)",
                              runs["cluster"])[0])
             cmd = runs["hop"][0]["_cmd"]
