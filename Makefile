@@ -259,7 +259,7 @@ $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB_OBJ)
 
 # clang 14 takes over 9 minutes on packed_gemm.c's always-inline AVX-512/AVX2 tiles under the
 # sanitizers: the fuzz build leaves them out (RECUR_GEMM_PORTABLE_ONLY, the portable path only).
-$(FUZZ_BUILD)/obj/core/packed_gemm.o: FUZZ_CFLAGS += -DRECUR_GEMM_PORTABLE_ONLY
+$(FUZZ_BUILD)/obj/core/packed_gemm.o $(FUZZ_BUILD)/obj/core/quant_gemm.o: FUZZ_CFLAGS += -DRECUR_GEMM_PORTABLE_ONLY
 
 fuzz-build: $(FUZZ_BIN)
 
@@ -308,7 +308,7 @@ bench-tools: $(BENCH_TOOLS)
 # need only it) and runs the path suites of it and of $(BUILD) on every path this CPU has
 # (tests/test_isa.sh).
 PORTABLE_OPT := -O3 -march=x86-64 -ffp-contract=fast
-ISA_UNIT     := test_packed_gemm test_batch_identity test_chunk_mm
+ISA_UNIT     := test_packed_gemm test_batch_identity test_chunk_mm test_quant
 $(BUILD)/tests-core/%: $(BUILD)/obj/tests/unit/%.o $(LIBRECUR_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ -lcriterion $(LDLIBS)

@@ -7,7 +7,8 @@
  *   recur tokenize DIR_OR_FILE [--decode] [--special]   stdin text -> ids (or ids -> text): tokenize.c
  *
  * MODEL is a directory holding config.json and model.safetensors (default models/default), or
- * `--config CFG.json --seed N` for a seeded model of any size (tests, benchmarks).
+ * `--config CFG.json --seed N` for a seeded model of any size (tests, benchmarks); with
+ * `--weights-dtype q8_0|q4_0` its matrices are quantized at load (recur_model_quantize).
  * Text goes through the model folder's tokenizer (tokenizer.json or the RWKV World vocabulary,
  * docs/API.md §Tokenizers); without one (and for seeded models) tokens are bytes, and the
  * model's vocabulary must cover them. Exit codes: 0 ok, 1 runtime error, 2 usage error. */
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include "recur.h"
 
@@ -38,6 +40,7 @@ typedef struct {
     long steps, prefill;
     const char *pos[4];
     int npos;
+    const char *weights_dtype; /* NULL / "auto": as the file; "q8_0" / "q4_0" */
 } opts;
 
 static const char *prog = "recur";
@@ -52,7 +55,8 @@ static void usage(FILE *f)
             "       %s tokenize DIR_OR_FILE [--decode] [--special]   (stdin -> stdout)\n"
             "MODEL: a directory with config.json + model.safetensors (default %s),\n"
             "       or --config CFG.json --init-seed N for seeded random weights\n"
-            "       (outside generate, --seed N is the init seed).\n",
+            "       (outside generate, --seed N is the init seed).\n"
+            "       --weights-dtype auto|q8_0|q4_0 quantizes its matrices at load (default auto: as the file).\n",
             prog, prog, prog, prog, prog, DEFAULT_MODEL);
 }
 
@@ -98,6 +102,15 @@ static int parse_args(int argc, char **argv, opts *o)
         else if (!strcmp(a, "--config")) { NEED_VALUE(); o->config = argv[++i]; }
         else if (!strcmp(a, "--init-seed")) { NUM(0, 9007199254740992.0); o->seed = (uint64_t)v; o->have_seed = 1; }
         else if (!strcmp(a, "--batch")) { NEED_VALUE(); o->batches = argv[++i]; }
+        else if (!strcmp(a, "--weights-dtype")) {
+            NEED_VALUE();
+            o->weights_dtype = argv[++i];
+            if (strcasecmp(o->weights_dtype, "auto") && strcasecmp(o->weights_dtype, "q8_0") &&
+                strcasecmp(o->weights_dtype, "q4_0")) {
+                fprintf(stderr, "%s: bad value for --weights-dtype: %s (auto, q8_0 or q4_0)\n", prog, o->weights_dtype);
+                return -1;
+            }
+        }
         else if (!strcmp(a, "--steps")) { NUM(1, 1e9); o->steps = (long)v; }
         else if (!strcmp(a, "--prefill")) { NUM(0, 1e9); o->prefill = (long)v; }
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); exit(0); }
@@ -161,6 +174,16 @@ static recur_model *open_model(const opts *o, const char *dir)
         if (rc == RECUR_EIO && !o->config)
             fprintf(stderr, "%s: (a model is a directory with config.json and model.safetensors)\n", prog);
         return NULL;
+    }
+    if (o->weights_dtype && strcasecmp(o->weights_dtype, "auto")) {
+        recur_model *q = NULL;
+        rc = recur_model_quantize(m, o->weights_dtype, &q, err, sizeof err);
+        recur_model_free(m);
+        if (rc) {
+            fprintf(stderr, "%s: cannot quantize model %s: %s%s%s\n", prog, what, recur_strerror(rc), err[0] ? ": " : "", err);
+            return NULL;
+        }
+        m = q;
     }
     return m;
 }

@@ -13,6 +13,13 @@ static int has_f16c(void)
     return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
 }
 
+/* AVX512_VNNI from CPUID leaf 7 (ECX bit 11), for the same reason */
+static int has_vnni(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 11));
+}
+
 static int has_avx512(void)
 {
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -31,17 +38,18 @@ const char *recur__isa_str(recur_isa isa)
 }
 
 /* resolved once; -1 before. A race resolves twice to the same value (env and CPU are fixed). */
-static int isa_cached = -1, isa_refused;
+static int isa_cached = -1, isa_refused, isa_vnni;
 
 static void resolve(void)
 {
     __builtin_cpu_init();
     recur_isa best = has_avx512() ? RECUR_ISA_AVX512 : has_avx2() ? RECUR_ISA_AVX2 : RECUR_ISA_PORTABLE;
     recur_isa isa = best;
-    int refused = 0;
+    int refused = 0, vnni = best == RECUR_ISA_AVX512 && has_vnni();
     const char *want = getenv("RECUR_ISA");
     if (want && want[0]) {
         if (!strcmp(want, "avx512")) isa = RECUR_ISA_AVX512;
+        else if (!strcmp(want, "avx512-novnni")) isa = RECUR_ISA_AVX512, vnni = 0;
         else if (!strcmp(want, "avx2")) isa = RECUR_ISA_AVX2;
         else if (!strcmp(want, "portable")) isa = RECUR_ISA_PORTABLE;
         else refused = 1;
@@ -49,6 +57,7 @@ static void resolve(void)
         if (refused) isa = best;
     }
     __atomic_store_n(&isa_refused, refused, __ATOMIC_RELAXED);
+    __atomic_store_n(&isa_vnni, vnni && isa == RECUR_ISA_AVX512, __ATOMIC_RELAXED);
     __atomic_store_n(&isa_cached, (int)isa, __ATOMIC_RELEASE);
 }
 
@@ -62,6 +71,12 @@ recur_isa recur__isa(void)
     return (recur_isa)v;
 }
 
+int recur__isa_vnni(void)
+{
+    recur__isa();
+    return __atomic_load_n(&isa_vnni, __ATOMIC_RELAXED);
+}
+
 int recur__isa_check(char *err, size_t errlen)
 {
     recur__isa();
@@ -70,7 +85,7 @@ int recur__isa_check(char *err, size_t errlen)
         const char *want = getenv("RECUR_ISA");
         snprintf(err, errlen,
                  "RECUR_ISA=%s: not a kernel path this CPU supports (avx512 needs avx512f/bw/vl/dq+fma+f16c, "
-                 "avx2 needs avx2+fma+f16c; known: avx512, avx2, portable; this CPU's best: %s)",
+                 "avx2 needs avx2+fma+f16c; known: avx512, avx512-novnni, avx2, portable; this CPU's best: %s)",
                  want ? want : "", recur__isa_str(has_avx512() ? RECUR_ISA_AVX512 : has_avx2() ? RECUR_ISA_AVX2 : RECUR_ISA_PORTABLE));
     }
     return RECUR_EISA;

@@ -5,7 +5,9 @@
  * target pragmas whatever the build's -march, the portable one is plain C. The path is chosen
  * once, at the first call, from what the CPU reports (__builtin_cpu_supports, which also checks
  * that the OS saves the registers), and the environment variable RECUR_ISA may force one:
- *   RECUR_ISA=avx512    avx512f+bw+vl+dq, fma, f16c
+ *   RECUR_ISA=avx512    avx512f+bw+vl+dq, fma, f16c (and avx512_vnni when the CPU has it: the
+ *                       quantized GEMM's vpdpbusd, quant.h)
+ *   RECUR_ISA=avx512-novnni  the AVX-512 path without vpdpbusd (tests of the widening kernel)
  *   RECUR_ISA=avx2      avx2, fma, f16c
  *   RECUR_ISA=portable  plain C (SSE2 at -march=x86-64), never a fused multiply-add
  * A forced path the CPU lacks, or an unknown name, is refused: recur__isa_check returns
@@ -25,6 +27,9 @@ typedef enum { RECUR_ISA_PORTABLE = 0, RECUR_ISA_AVX2 = 1, RECUR_ISA_AVX512 = 2 
 
 /* The path in use (resolved once; a refused RECUR_ISA falls back to the best supported). */
 recur_isa recur__isa(void);
+
+/* Whether the AVX-512 path may use avx512_vnni (the CPU has it, RECUR_ISA is not avx512-novnni). */
+int recur__isa_vnni(void);
 
 /* 0, or RECUR_EISA with err (may be NULL) naming RECUR_ISA's value and what the CPU lacks. */
 int recur__isa_check(char *err, size_t errlen);

@@ -254,12 +254,11 @@ int recur__model_alloc(const recur_config *c, recur_wtype wt, recur_model **out)
     if (!m) return RECUR_ENOMEM;
     m->cfg = *c;
     m->wtype = wt;
-    const size_t es = recur__wtype_size(wt);
     for (int pass = 0; pass < 2; pass++) {
         size_t off = 0;
         float *base = m->arena;
 #define TAKE(ptr, n) do { if (pass) (ptr) = base + off; off = round_up(off + (size_t)(n)); } while (0)
-#define TAKE_MATRIX(ptr, N, K) TAKE(ptr, (recur__packed_floats((int)(N), (int)(K)) * es + 3) / 4)
+#define TAKE_MATRIX(ptr, N, K) TAKE(ptr, (recur__packed_bytes((int)(N), (int)(K), wt) + 3) / 4)
         TAKE(m->embed, vocab * d);
         TAKE(m->norm_f, d);
         TAKE_MATRIX(m->lm_head, vocab, d); /* tied: filled from embed when packed */

@@ -10,6 +10,7 @@
 #include <string.h>
 #include "isa.h"
 #include "model_internal.h"
+#include "quant.h"
 
 void recur__model_seed(recur_model *m, uint64_t seed)
 {
@@ -44,6 +45,14 @@ int recur__model_init_seed_wtype(const char *config_json, uint64_t seed, recur_w
 {
     if (!config_json || !out) return RECUR_EINVAL;
     if (recur__isa_check(NULL, 0)) return RECUR_EISA; /* a refused RECUR_ISA (isa.h) */
+    if (recur__wtype_quant(wt)) { /* the fp32 seeded model, quantized */
+        recur_model *f;
+        int rc = recur__model_init_seed_wtype(config_json, seed, RECUR_WT_F32, &f);
+        if (rc) return rc;
+        rc = recur_model_quantize(f, recur__wtype_name(wt), out, NULL, 0);
+        recur_model_free(f);
+        return rc;
+    }
     recur_config cfg;
     int rc = recur__config_parse(config_json, strlen(config_json), &cfg);
     if (rc) return rc;

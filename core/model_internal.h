@@ -188,7 +188,8 @@ int recur__model_alloc(const recur_config *c, recur_wtype wt, recur_model **out)
  * value rounded to the half type (nearest even); embed's fp32 copy of a tied half model gets
  * the rounded value too, so the lookup and the LM head see one tensor. */
 void recur__model_seed(recur_model *m, uint64_t seed);
-/* recur_model_init_seed with the matrices kept as wt (F16 / BF16: the seeded values rounded). */
+/* recur_model_init_seed with the matrices kept as wt (F16 / BF16: the seeded values rounded;
+ * Q8_0 / Q4_0: the fp32 seeded model quantized, recur_model_quantize). */
 int recur__model_init_seed_wtype(const char *config_json, uint64_t seed, recur_wtype wt, recur_model **out);
 /* recur_model_load_files; keep_half == 0 widens a half file to fp32 matrices (the path before
  * half weights were kept; tests compare the two bit for bit). */
@@ -196,6 +197,8 @@ int recur__model_load_files_opt(const char *config_path, const char *weights_pat
                                 recur_model **out);
 /* recur_model_load_ex with keep_half (any folder: native, a family's, sharded). */
 int recur__model_load_dir_opt(const char *dir, int keep_half, recur_model **out, char *err, size_t errlen);
+/* "q8_0" / "q4_0" (any case) -> RECUR_WT_Q8_0 / Q4_0; RECUR_EINVAL otherwise. */
+int recur__parse_weights_dtype(const char *s, recur_wtype *out);
 /* Once the weights are in place (row-major): fill info (params, state bytes, fingerprint of the
  * row-major data), then pack the GEMM matrices in place. 0 or RECUR_ENOMEM (m unusable then:
  * free it). After this, recur__weight's pointers to matrices point at packed data. */

@@ -19,6 +19,7 @@
 #include <string.h>
 #include "isa.h"
 #include "packed_gemm.h"
+#include "quant.h"
 
 /* RECUR_GEMM_PORTABLE_ONLY leaves the x86 kernels out (every ISA then runs the portable path):
  * the fuzz build sets it, because clang -O1 with sanitizers spends over 9 minutes expanding the
@@ -26,6 +27,7 @@
 #if (defined(__x86_64__) || defined(__i386__)) && !defined(RECUR_GEMM_PORTABLE_ONLY)
 #define RECUR_X86 1
 #include <immintrin.h>
+#include "gemm_store.h"
 #endif
 
 #define INLINE static inline __attribute__((always_inline))
@@ -61,6 +63,20 @@ uint16_t recur__float_to_half(float f, recur_wtype wt)
 size_t recur__packed_floats(int N, int K)
 {
     return (size_t)((N + RECUR_PANEL - 1) / RECUR_PANEL) * (size_t)K * RECUR_PANEL;
+}
+
+size_t recur__packed_bytes(int N, int K, recur_wtype t)
+{
+    if (recur__wtype_quant(t))
+        return (size_t)((N + RECUR_PANEL - 1) / RECUR_PANEL) * (size_t)((K + RECUR_QBLOCK - 1) / RECUR_QBLOCK) *
+               recur__qblock_panel_bytes(t);
+    return recur__packed_floats(N, K) * recur__wtype_size(t);
+}
+
+const char *recur__wtype_name(recur_wtype t)
+{
+    static const char *const names[] = {"F32", "F16", "BF16", "Q8_0", "Q4_0"};
+    return (unsigned)t < 5 ? names[t] : "?";
 }
 
 void recur__pack(float *Wp, const float *W, int N, int K)
@@ -244,6 +260,7 @@ static void gemm_portable(int M, int N, int K, const float *x, int ldx, const vo
 void recur__packed_gemm_ref_t(int M, int N, int K, const float *x, int ldx, const void *Wp,
                               recur_wtype wt, float beta, float *y, int ldy)
 {
+    if (recur__wtype_quant(wt)) { recur__quant_gemm_ref(M, N, K, x, ldx, Wp, wt, beta, y, ldy); return; }
     if (recur__isa() == RECUR_ISA_PORTABLE) ref_unfused(M, N, K, x, ldx, Wp, wt, beta, y, ldy);
     else ref_fused(M, N, K, x, ldx, Wp, wt, beta, y, ldy);
 }
@@ -308,18 +325,13 @@ FN512 void tile512(const int WT, const int MR, const int NP, int K, const float 
             for (int p = 0; p < NP; p++) acc[m][p] = _mm512_fmadd_ps(xb, w[p], acc[m][p]);
         }
     }
-    const __m512 vb = _mm512_set1_ps(beta);
 #pragma GCC unroll 16
     for (int m = 0; m < MR; m++)
 #pragma GCC unroll 8
         for (int p = 0; p < NP; p++) {
             int cols = n_left - p * RECUR_PANEL;
             if (cols <= 0) break;
-            __mmask16 mk = cols >= RECUR_PANEL ? (__mmask16)0xFFFF : (__mmask16)((1u << cols) - 1u);
-            float *yo = y + (size_t)m * ldy + p * RECUR_PANEL;
-            __m512 r = acc[m][p];
-            if (beta != 0.0f) r = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mk, yo), r);
-            _mm512_mask_storeu_ps(yo, mk, r);
+            recur__store_panel512(y + (size_t)m * ldy + p * RECUR_PANEL, acc[m][p], cols, beta);
         }
 }
 
@@ -424,16 +436,9 @@ FN256 void tile256(const int WT, const int MR, const int NP, int K, const float 
         }
     }
     for (int m = 0; m < MR; m++)
-        for (int p = 0; p < NP; p++) {
-            int cols = n_left - p * RECUR_PANEL;
-            if (cols <= 0) break;
-            if (cols > RECUR_PANEL) cols = RECUR_PANEL;
-            float a[RECUR_PANEL];
-            _mm256_storeu_ps(a, acc[m][2 * p]);
-            _mm256_storeu_ps(a + 8, acc[m][2 * p + 1]);
-            float *yo = y + (size_t)m * ldy + p * RECUR_PANEL;
-            for (int j = 0; j < cols; j++) yo[j] = beta == 0.0f ? a[j] : fmaf(beta, yo[j], a[j]);
-        }
+        for (int p = 0; p < NP && n_left - p * RECUR_PANEL > 0; p++)
+            recur__store_panel256(y + (size_t)m * ldy + p * RECUR_PANEL, acc[m][2 * p], acc[m][2 * p + 1],
+                                  n_left - p * RECUR_PANEL, beta);
 }
 
 
@@ -457,6 +462,7 @@ gemm_avx2(int M, int N, int K, const float *x, int ldx, const void *Wp, recur_wt
 void recur__packed_gemm_t(int M, int N, int K, const float *x, int ldx, const void *Wp,
                           recur_wtype wt, float beta, float *y, int ldy)
 {
+    if (recur__wtype_quant(wt)) { recur__quant_gemm(M, N, K, x, ldx, Wp, wt, beta, y, ldy); return; }
     switch (recur__isa()) {
 #ifdef RECUR_X86
     case RECUR_ISA_AVX512: gemm_avx512(M, N, K, x, ldx, Wp, wt, beta, y, ldy); break;

@@ -38,11 +38,17 @@
 typedef enum {
     RECUR_WT_F32 = 0,  /* float */
     RECUR_WT_F16 = 1,  /* uint16_t, IEEE 754 binary16 */
-    RECUR_WT_BF16 = 2  /* uint16_t, bfloat16 (the high half of an fp32) */
+    RECUR_WT_BF16 = 2, /* uint16_t, bfloat16 (the high half of an fp32) */
+    RECUR_WT_Q8_0 = 3, /* 8-bit codes, an fp16 scale per 32 (quant.h: its own packed layout) */
+    RECUR_WT_Q4_0 = 4  /* 4-bit codes, an fp16 scale per 32 (quant.h) */
 } recur_wtype;
 
-/* Bytes of one element of type t. */
-static inline size_t recur__wtype_size(recur_wtype t) { return t == RECUR_WT_F32 ? 4 : 2; }
+/* Bytes of one element of type t (quantized types: 1, their rows are not element-addressable;
+ * size them with recur__packed_bytes). */
+static inline size_t recur__wtype_size(recur_wtype t) { return t == RECUR_WT_F32 ? 4 : t <= RECUR_WT_BF16 ? 2 : 1; }
+
+/* "F32", "F16", "BF16", "Q8_0" or "Q4_0". */
+const char *recur__wtype_name(recur_wtype t);
 
 /* A 16-bit half of type t (F16 or BF16) widened to fp32, exactly (subnormals, inf, NaN too). */
 static inline float recur__half_to_float(uint16_t h, recur_wtype t)
@@ -79,6 +85,8 @@ static inline int recur__half_finite(uint16_t h, recur_wtype t)
 
 /* Elements of the packed form of a [N][K] matrix: ceil(N/RECUR_PANEL) * K * RECUR_PANEL. */
 size_t recur__packed_floats(int N, int K);
+/* Bytes of the packed form of a [N][K] matrix of type t (quantized: quant.h's layout). */
+size_t recur__packed_bytes(int N, int K, recur_wtype t);
 
 /* Pack W [N][K] (row stride K) into Wp [recur__packed_floats(N, K)] (caller-owned, 64-byte
  * aligned for the vector paths). recur__pack_half: the same for 16-bit halves (either type:
@@ -98,7 +106,8 @@ void recur__packed_gemm_ref(int M, int N, int K, const float *x, int ldx, const 
                             float beta, float *y, int ldy);
 
 /* recur__packed_gemm on a W packed with elements of type wt (F32: recur__pack, F16 / BF16:
- * recur__pack_half), and its scalar reference (each weight widened by recur__half_to_float). */
+ * recur__pack_half; Q8_0 / Q4_0: recur__pack_quant, computed by quant.h's formula), and its
+ * scalar reference (each weight widened by recur__half_to_float). */
 void recur__packed_gemm_t(int M, int N, int K, const float *x, int ldx, const void *Wp,
                           recur_wtype wt, float beta, float *y, int ldy);
 void recur__packed_gemm_ref_t(int M, int N, int K, const float *x, int ldx, const void *Wp,

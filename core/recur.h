@@ -172,7 +172,8 @@ typedef struct {
     uint64_t fingerprint;                 /* hash of config + weights; stamped into snapshots */
     size_t weight_bytes;                  /* bytes of weights held in memory (packed, padded) */
     char weights_dtype[8];                /* how the GEMM matrices are held: "F32", "F16" or "BF16"
-                                           * (a half weights file stays half; results as fp32) */
+                                           * (a half weights file stays half; results as fp32),
+                                           * "Q8_0" or "Q4_0" (recur_model_quantize) */
     int softmax_layers;                   /* layers with a KV cache; when > 0, max_context bounds
                                            * a session (RECUR_ECONTEXT) and its state grows with it */
 } recur_model_info;
@@ -200,6 +201,16 @@ int recur_model_load_ex(const char *dir, recur_model **out, char *err, size_t er
 int recur_model_init_seed(const char *config_json, uint64_t seed, recur_model **out);
 void recur_model_free(recur_model *m);
 const recur_model_info *recur_model_get_info(const recur_model *m);
+
+/* A copy of src (any loaded or seeded model with F32 / F16 / BF16 matrices) whose GEMM matrices
+ * are block-quantized at weights_dtype "q8_0" or "q4_0" (case-insensitive; llama.cpp's Q8_0 /
+ * Q4_0: an fp16 scale per 32 weights, docs/MODEL.md "Quantized weights"); the activations are
+ * quantized to Q8_0 per GEMM. Embeddings, norms and the other vectors stay fp32. src is not
+ * changed (free it when no longer needed); *out owns the new model. Its info says the dtype
+ * ("Q8_0" / "Q4_0") and bytes; its fingerprint differs from src's. RECUR_EINVAL (err names it)
+ * for another dtype or an already quantized src. */
+int recur_model_quantize(const recur_model *src, const char *weights_dtype, recur_model **out, char *err,
+                         size_t errlen);
 
 /* Scratch buffers for up to max_batch sessions per batched step and prefill of any length
  * (long prefills are processed in pieces of the workspace's size). One workspace per thread. */

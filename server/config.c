@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 typedef enum { OPT_STR, OPT_INT, OPT_U64, OPT_SIZE, OPT_BOOL } opt_type;
 
@@ -120,6 +121,9 @@ static const opt OPTS[] = {
      "Idempotency-Key records a session keeps (the oldest is forgotten first)"},
     {"node_name", OPT_STR, F(node_name), 0, 0,
      "this node's name in leases and 409 session_leased (\"\" = hostname:port)"},
+    {"weights_dtype", OPT_STR, F(weights_dtype), 0, 0,
+     "auto | q8_0 | q4_0: the GEMM matrices as the weights file holds them (auto), or quantized at "
+     "load to llama.cpp's Q8_0 / Q4_0 (an fp16 scale per 32 weights; docs/MODEL.md)"},
 };
 #define N_OPTS (sizeof OPTS / sizeof OPTS[0])
 
@@ -137,6 +141,7 @@ static void defaults(srv_config *c)
     snprintf(c->log_level, sizeof c->log_level, "info");
     snprintf(c->access_log, sizeof c->access_log, "-");
     c->access_log_buffer_bytes = (size_t)1 << 20;
+    snprintf(c->weights_dtype, sizeof c->weights_dtype, "auto");
     srv_http_limits_default(&c->http);
     c->max_tokens_per_request = 8192;
     c->max_choices_per_request = 16;
@@ -480,6 +485,9 @@ int srv_config_load(srv_config *cfg, int argc, char **argv, char *err, size_t en
     if (!strcmp(cfg->log_level, "debug") + !strcmp(cfg->log_level, "info") +
             !strcmp(cfg->log_level, "warn") + !strcmp(cfg->log_level, "error") != 1)
         return srv_errf(err, en, "log_level must be debug, info, warn or error");
+    if (strcasecmp(cfg->weights_dtype, "auto") && strcasecmp(cfg->weights_dtype, "q8_0") &&
+        strcasecmp(cfg->weights_dtype, "q4_0"))
+        return srv_errf(err, en, "weights_dtype must be auto, q8_0 or q4_0");
     return 0;
 }
 

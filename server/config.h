@@ -61,6 +61,7 @@ typedef struct {
     uint64_t redis_lease_ms;         /* one writer per session: lease length */
     char node_name[129];             /* lease holder name; "" = hostname:port */
     int max_idempotency_keys_per_session; /* Idempotency-Key records kept per session */
+    char weights_dtype[16];          /* "auto" (as the file) | "q8_0" | "q4_0" (recur_model_quantize) */
 } srv_config;
 
 /* recurd's release (`recurd --version`, GET /v1/model, the startup log). */

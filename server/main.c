@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "access_log.h"
@@ -170,6 +171,18 @@ static int load_model(srv_app *app)
                             sizeof p),
                 recur_strerror(rc), srv_log_str(load_err[0] ? load_err : recur_strerror(rc), e, sizeof e));
         return -1;
+    }
+    if (strcasecmp(app->cfg.weights_dtype, "auto")) {
+        recur_model *q = NULL;
+        rc = recur_model_quantize(app->model, app->cfg.weights_dtype, &q, load_err, sizeof load_err);
+        recur_model_free(app->model);
+        app->model = q;
+        if (rc != 0) {
+            char e[1024];
+            srv_log(SRV_LOG_ERROR, "model_quantize_failed", "\"weights_dtype\":\"%s\",\"error\":\"%s\"",
+                    app->cfg.weights_dtype, srv_log_str(load_err[0] ? load_err : recur_strerror(rc), e, sizeof e));
+            return -1;
+        }
     }
     app->info = recur_model_get_info(app->model);
     /* seeded random weights are not the trained model the config may name */

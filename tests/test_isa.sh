@@ -1,7 +1,7 @@
 #!/bin/sh
 # test_isa.sh — every kernel path this CPU has, forced one at a time by RECUR_ISA, in each build
-# given (directories holding librecur.so and tests-core/): the packed GEMM, chunk_mm and batch
-# bit-identity unit suites, and the C model against its PyTorch twin (test_model_parity.py).
+# given (directories holding librecur.so and tests-core/): the packed GEMM, quantized GEMM, chunk_mm
+# and batch bit-identity unit suites, and the C model against its PyTorch twin (test_model_parity.py).
 # `make test-isa` runs it on the portable build (-march=x86-64) and the native one.
 set -u
 flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null)
@@ -9,6 +9,8 @@ has() { for x in "$@"; do case " $flags " in *" $x "*) ;; *) return 1 ;; esac; d
 paths=portable
 has avx2 fma f16c && paths="$paths avx2"
 has avx512f avx512bw avx512vl avx512dq fma f16c && paths="$paths avx512"
+# the AVX-512 path without vpdpbusd (the quantized GEMM's widening kernel, core/quant_gemm.c)
+has avx512f avx512bw avx512vl avx512dq fma f16c avx512_vnni && paths="$paths avx512-novnni"
 PY=${PY:-/usr/bin/python3}
 fail=0 pass=0
 for b in "$@"; do

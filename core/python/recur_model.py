@@ -67,6 +67,7 @@ for _name, _res, _args in [
     ("recur_model_load_files", ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(_P)]),
     ("recur_model_init_seed", ctypes.c_int, [ctypes.c_char_p, ctypes.c_uint64, ctypes.POINTER(_P)]),
     ("recur_model_free", None, [_P]),
+    ("recur_model_quantize", ctypes.c_int, [_P, ctypes.c_char_p, ctypes.POINTER(_P), ctypes.c_char_p, ctypes.c_size_t]),
     ("recur_model_get_info", ctypes.POINTER(_Info), [_P]),
     ("recur_workspace_create", ctypes.c_int, [_P, ctypes.c_int, ctypes.POINTER(_P)]),
     ("recur_workspace_free", None, [_P]),
@@ -125,23 +126,36 @@ class Model:
         self.vocab = i.vocab_size
         self.max_batch = max_batch
 
+    @staticmethod
+    def _quantized(h, weights_dtype):
+        """h itself for weights_dtype None / "auto", else its quantized copy (h is freed)."""
+        if weights_dtype is None or weights_dtype.lower() == "auto":
+            return h
+        q = _P()
+        err = ctypes.create_string_buffer(512)
+        rc = _lib.recur_model_quantize(h, weights_dtype.encode(), ctypes.byref(q), err, len(err))
+        _lib.recur_model_free(h)
+        _check(rc, "quantize to %s: %s" % (weights_dtype, err.value.decode("utf-8", "replace")))
+        return q
+
     @classmethod
-    def load(cls, path, max_batch=64):
+    def load(cls, path, max_batch=64, weights_dtype=None):
+        """weights_dtype: None / "auto" (as the file), "q8_0" or "q4_0" (quantized at load)."""
         h = _P()
         err = ctypes.create_string_buffer(1024)
         rc = _lib.recur_model_load_ex(os.fsencode(path), ctypes.byref(h), err, len(err))
         _check(rc, "load %s: %s" % (path, err.value.decode("utf-8", "replace")))
-        return cls(h.value, max_batch)
+        return cls(cls._quantized(h, weights_dtype).value, max_batch)
 
     @classmethod
-    def load_files(cls, config_path, weights_path, max_batch=64):
+    def load_files(cls, config_path, weights_path, max_batch=64, weights_dtype=None):
         h = _P()
         _check(_lib.recur_model_load_files(os.fsencode(config_path), os.fsencode(weights_path),
                                            ctypes.byref(h)), "load %s" % weights_path)
-        return cls(h.value, max_batch)
+        return cls(cls._quantized(h, weights_dtype).value, max_batch)
 
     @classmethod
-    def init_seed(cls, config_json, seed, max_batch=64):
+    def init_seed(cls, config_json, seed, max_batch=64, weights_dtype=None):
         if not isinstance(config_json, (str, bytes)):
             import json
             config_json = json.dumps(config_json)
@@ -149,7 +163,7 @@ class Model:
             config_json = config_json.encode()
         h = _P()
         _check(_lib.recur_model_init_seed(config_json, seed, ctypes.byref(h)), "init_seed")
-        return cls(h.value, max_batch)
+        return cls(cls._quantized(h, weights_dtype).value, max_batch)
 
     def __del__(self):
         # The cyclic GC may finalise a Model before the States that reference it: then the

@@ -5,7 +5,7 @@
  * snapshot (recurrent state and live KV rows) is byte-equal to the twin's. Sessions start at
  * different positions (prefills of different lengths), and the compositions change every step.
  * The same holds for a model whose matrices are held as F16 / BF16 halves (a half weights file,
- * here seeded values rounded to half: recur__model_init_seed_wtype). */
+ * here seeded values rounded to half: recur__model_init_seed_wtype; Q8_0 / Q4_0: quantized). */
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -132,4 +132,14 @@ Test(batch_identity, f16_hybrid_wide, .timeout = 120)
 Test(batch_identity, bf16_gated_deltanet_wide, .timeout = 120)
 {
     check_identity_wt(WIDE("\"gated_deltanet\",\"gated_deltanet\"", 2), 15, RECUR_WT_BF16);
+}
+/* quantized matrices (Q8_0, Q4_0): the rows' activations are quantized per row, so still exact */
+Test(batch_identity, quantized_hybrids, .timeout = 240)
+{
+    static const recur_wtype q[] = {RECUR_WT_Q8_0, RECUR_WT_Q4_0};
+    check_identity_wt(SMALL("\"linear\",\"retention\",\"gla\",\"deltanet\",\"gated_deltanet\",\"softmax\"", 6), 15,
+                      RECUR_WT_Q8_0);
+    for (int i = 0; i < 2; i++)
+        check_identity_wt(WIDE("\"gated_deltanet\",\"softmax\",\"gla\",\"linear\",\"deltanet\",\"retention\"", 6), 15,
+                          q[i]);
 }

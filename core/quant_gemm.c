@@ -1,0 +1,256 @@
+/* quant_gemm.c — y = beta*y + x W^T on Q8_0 / Q4_0 panels (formula and layout: quant.h).
+ *
+ * The rows of x are quantized once per call (Q8_0, into a stack buffer, or a heap one for a big
+ * call, or in row chunks when that allocation fails: a row's result is the same either way).
+ * Tiles as in packed_gemm.c: MR rows x NP panels of fp32 accumulators, blocks of 32 k in order;
+ * inside a block each (row, output) gets its exact integer dot product, then one fused
+ * multiply-add acc += (dw*dx) * isum. Codes are unsigned (Q8_0: q + 128, Q4_0: q), so
+ *   isum = sum_k code*xq - off * sum_k xq,   off = 128 (Q8_0) or 8 (Q4_0)
+ * and the accumulator of a block starts at -off * xsum (quantize_rows_q8 gives xsum).
+ *
+ * Paths (isa.h): AVX-512 with VNNI (vpdpbusd: 4 code x activation products per lane), AVX-512
+ * without it and AVX2 (each code byte widened to fp32 and multiplied-added into an fp32 block
+ * accumulator: integer values below 2^24, so exact, the same isum), and plain C. The x86 kernels
+ * are left out of the fuzz build like packed_gemm.c's (RECUR_GEMM_PORTABLE_ONLY). */
+#include <stdlib.h>
+#include <string.h>
+#include "isa.h"
+#include "quant.h"
+
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(RECUR_GEMM_PORTABLE_ONLY)
+#define RECUR_X86 1
+#include <immintrin.h>
+#include "gemm_store.h"
+#endif
+
+#define INLINE static inline __attribute__((always_inline))
+#define QB RECUR_QBLOCK
+#define XSCRATCH 16384 /* bytes of quantized x on the stack */
+
+/* The quantized rows of x a tile reads (row m: xq + m*nb*32, dx + m*nb, xsum + m*nb). */
+typedef struct {
+    const int8_t *xq;
+    const float *dx;
+    const int32_t *xsum;
+    int nb;
+} qrows;
+
+static inline int code_offset(recur_wtype wt) { return wt == RECUR_WT_Q8_0 ? 128 : 8; }
+
+/* ---------------------------------------------------------------- portable: plain C, unfused */
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+
+/* Row m of xr against one panel (wp: its first block); writes min(n_left, 16) outputs. */
+static void qrow_panel_c(recur_wtype wt, const qrows *xr, int m, const unsigned char *wp, float beta, float *y,
+                         int n_left)
+{
+    const size_t bb = recur__qblock_panel_bytes(wt), codes = bb - 2 * RECUR_PANEL;
+    const int off = code_offset(wt);
+    float acc[RECUR_PANEL] = {0};
+    for (int b = 0; b < xr->nb; b++) {
+        const unsigned char *blk = wp + (size_t)b * bb;
+        const int8_t *xq = xr->xq + ((size_t)m * xr->nb + b) * QB;
+        int32_t isum[RECUR_PANEL];
+        for (int j = 0; j < RECUR_PANEL; j++) isum[j] = -off * xr->xsum[(size_t)m * xr->nb + b];
+        for (int g = 0; g < (wt == RECUR_WT_Q8_0 ? 8 : 4); g++)
+            for (int j = 0; j < RECUR_PANEL; j++)
+                for (int t = 0; t < 4; t++) {
+                    const int c = blk[(g * RECUR_PANEL + j) * 4 + t];
+                    if (wt == RECUR_WT_Q8_0) isum[j] += c * xq[4 * g + t];
+                    else isum[j] += (c & 15) * xq[4 * g + t] + (c >> 4) * xq[16 + 4 * g + t];
+                }
+        const float dx = xr->dx[(size_t)m * xr->nb + b];
+        for (int j = 0; j < RECUR_PANEL; j++) {
+            uint16_t s;
+            memcpy(&s, blk + codes + 2 * j, 2);
+            acc[j] = acc[j] + recur__half_to_float(s, RECUR_WT_F16) * dx * (float)isum[j];
+        }
+    }
+    const int cols = n_left < RECUR_PANEL ? n_left : RECUR_PANEL;
+    for (int j = 0; j < cols; j++) y[j] = beta == 0.0f ? acc[j] : beta * y[j] + acc[j];
+}
+
+static void qgemm_c(recur_wtype wt, int M, int N, const qrows *xr, const unsigned char *Wq, float beta, float *y,
+                    int ldy)
+{
+    const int np = (N + RECUR_PANEL - 1) / RECUR_PANEL;
+    const size_t ps = (size_t)xr->nb * recur__qblock_panel_bytes(wt);
+    for (int p = 0; p < np; p++)
+        for (int m = 0; m < M; m++)
+            qrow_panel_c(wt, xr, m, Wq + p * ps, beta, y + (size_t)m * ldy + p * RECUR_PANEL, N - p * RECUR_PANEL);
+}
+#pragma GCC pop_options
+
+#ifdef RECUR_X86
+/* ---------------------------------------------------------------- AVX-512 (quant_tile512.inc) */
+#define QT_MR 4    /* rows per tile */
+#define QT_NP1 4   /* panels per tile for M = 1 */
+
+#define QT_VNNI 1
+#define QT_FN INLINE __attribute__((target(RECUR_TARGET_AVX512 ",avx512vnni")))
+#define QT_ENTRY __attribute__((target(RECUR_TARGET_AVX512 ",avx512vnni")))
+#define QT_NAME(x) x##_vnni
+#include "quant_tile512.inc"
+#undef QT_VNNI
+#undef QT_FN
+#undef QT_ENTRY
+#undef QT_NAME
+
+#define QT_VNNI 0
+#define QT_FN INLINE __attribute__((target(RECUR_TARGET_AVX512)))
+#define QT_ENTRY __attribute__((target(RECUR_TARGET_AVX512)))
+#define QT_NAME(x) x##_fma
+#include "quant_tile512.inc"
+#undef QT_VNNI
+#undef QT_FN
+#undef QT_ENTRY
+#undef QT_NAME
+
+/* ---------------------------------------------------------------- AVX2: two ymm per panel row */
+#define FN256 INLINE __attribute__((target(RECUR_TARGET_AVX2)))
+
+/* Rows [0, MR) x panels [0, NP): codes widened to fp32 lane by lane (exact block sums). */
+FN256 void qtile256(const int WT, const int MR, const int NP, const qrows *xr, int m0, const unsigned char *wp,
+                    size_t ps, float beta, float *y, int ldy, int n_left)
+{
+    const size_t bb = recur__qblock_panel_bytes(WT), codes = bb - 2 * RECUR_PANEL;
+    const float off = (float)code_offset(WT);
+    __m256 acc[QT_MR][2 * QT_NP1];
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; m++)
+#pragma GCC unroll 8
+        for (int h = 0; h < 2 * NP; h++) acc[m][h] = _mm256_setzero_ps();
+    const __m256i lo8 = _mm256_set1_epi32(0xff), lo4 = _mm256_set1_epi32(0x0f);
+    for (int b = 0; b < xr->nb; b++) {
+        __m256 is[QT_MR][2 * QT_NP1];
+#pragma GCC unroll 8
+        for (int m = 0; m < MR; m++) {
+            const __m256 init = _mm256_set1_ps(-off * (float)xr->xsum[(size_t)(m0 + m) * xr->nb + b]);
+#pragma GCC unroll 8
+            for (int h = 0; h < 2 * NP; h++) is[m][h] = init;
+        }
+        for (int g = 0; g < (WT == RECUR_WT_Q8_0 ? 8 : 4); g++) {
+            __m256i w[2 * QT_NP1];
+#pragma GCC unroll 8
+            for (int h = 0; h < 2 * NP; h++)
+                w[h] = _mm256_loadu_si256((const __m256i *)(wp + (h / 2) * ps + (size_t)b * bb + (size_t)g * 64 + (h % 2) * 32));
+#pragma GCC unroll 8
+            for (int t = 0; t < 4; t++) {
+                __m256 c[2 * QT_NP1], c2[2 * QT_NP1];
+#pragma GCC unroll 8
+                for (int h = 0; h < 2 * NP; h++) {
+                    __m256i v = _mm256_srli_epi32(w[h], 8 * t);
+                    if (WT == RECUR_WT_Q8_0) c[h] = _mm256_cvtepi32_ps(_mm256_and_si256(v, lo8));
+                    else {
+                        c[h] = _mm256_cvtepi32_ps(_mm256_and_si256(v, lo4));
+                        c2[h] = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 4), lo4));
+                    }
+                }
+#pragma GCC unroll 8
+                for (int m = 0; m < MR; m++) {
+                    const int8_t *xq = xr->xq + ((size_t)(m0 + m) * xr->nb + b) * QB;
+                    const __m256 xv = _mm256_set1_ps((float)xq[4 * g + t]);
+#pragma GCC unroll 8
+                    for (int h = 0; h < 2 * NP; h++) is[m][h] = _mm256_fmadd_ps(c[h], xv, is[m][h]);
+                    if (WT == RECUR_WT_Q4_0) {
+                        const __m256 xh = _mm256_set1_ps((float)xq[16 + 4 * g + t]);
+#pragma GCC unroll 8
+                        for (int h = 0; h < 2 * NP; h++) is[m][h] = _mm256_fmadd_ps(c2[h], xh, is[m][h]);
+                    }
+                }
+            }
+        }
+#pragma GCC unroll 8
+        for (int h = 0; h < 2 * NP; h++) {
+            const __m256 sw = _mm256_cvtph_ps(
+                _mm_loadu_si128((const __m128i *)(wp + (h / 2) * ps + (size_t)b * bb + codes + (h % 2) * 16)));
+#pragma GCC unroll 8
+            for (int m = 0; m < MR; m++) {
+                const __m256 dd = _mm256_mul_ps(sw, _mm256_set1_ps(xr->dx[(size_t)(m0 + m) * xr->nb + b]));
+                acc[m][h] = _mm256_fmadd_ps(dd, is[m][h], acc[m][h]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; m++)
+        for (int p = 0; p < NP && n_left - p * RECUR_PANEL > 0; p++)
+            recur__store_panel256(y + (size_t)m * ldy + p * RECUR_PANEL, acc[m][2 * p], acc[m][2 * p + 1],
+                                  n_left - p * RECUR_PANEL, beta);
+}
+
+FN256 void qgemm256(const int WT, int M, int N, const qrows *xr, const unsigned char *Wq, float beta, float *y,
+                    int ldy)
+{
+    const int np = (N + RECUR_PANEL - 1) / RECUR_PANEL;
+    const size_t ps = (size_t)xr->nb * recur__qblock_panel_bytes(WT);
+    if (M == 1) {
+        int p = 0;
+        for (; p + QT_NP1 <= np; p += QT_NP1)
+            qtile256(WT, 1, QT_NP1, xr, 0, Wq + p * ps, ps, beta, y + p * RECUR_PANEL, ldy, N - p * RECUR_PANEL);
+        for (; p < np; p++)
+            qtile256(WT, 1, 1, xr, 0, Wq + p * ps, ps, beta, y + p * RECUR_PANEL, ldy, N - p * RECUR_PANEL);
+        return;
+    }
+    for (int p = 0; p < np; p++) {
+        int m = 0;
+        for (; m + QT_MR <= M; m += QT_MR)
+            qtile256(WT, QT_MR, 1, xr, m, Wq + p * ps, ps, beta, y + (size_t)m * ldy + p * RECUR_PANEL, ldy,
+                     N - p * RECUR_PANEL);
+        for (; m < M; m++)
+            qtile256(WT, 1, 1, xr, m, Wq + p * ps, ps, beta, y + (size_t)m * ldy + p * RECUR_PANEL, ldy,
+                     N - p * RECUR_PANEL);
+    }
+}
+
+static __attribute__((target(RECUR_TARGET_AVX2))) void
+qgemm_avx2(recur_wtype wt, int M, int N, const qrows *xr, const unsigned char *Wq, float beta, float *y, int ldy)
+{
+    if (wt == RECUR_WT_Q8_0) qgemm256(RECUR_WT_Q8_0, M, N, xr, Wq, beta, y, ldy);
+    else qgemm256(RECUR_WT_Q4_0, M, N, xr, Wq, beta, y, ldy);
+}
+#endif /* RECUR_X86 */
+
+static void run(recur_wtype wt, int M, int N, const qrows *xr, const unsigned char *Wq, float beta, float *y, int ldy)
+{
+    switch (recur__isa()) {
+#ifdef RECUR_X86
+    case RECUR_ISA_AVX512:
+        if (recur__isa_vnni()) qgemm512_vnni(wt, M, N, xr, Wq, beta, y, ldy);
+        else qgemm512_fma(wt, M, N, xr, Wq, beta, y, ldy);
+        break;
+    case RECUR_ISA_AVX2: qgemm_avx2(wt, M, N, xr, Wq, beta, y, ldy); break;
+#endif
+    default: qgemm_c(wt, M, N, xr, Wq, beta, y, ldy); break;
+    }
+}
+
+void recur__quant_gemm(int M, int N, int K, const float *x, int ldx, const void *Wq, recur_wtype wt, float beta,
+                       float *y, int ldy)
+{
+    if (M <= 0) return;
+    const int nb = (K + QB - 1) / QB;
+    const size_t row_bytes = (size_t)nb * (QB + sizeof(float) + sizeof(int32_t));
+    _Alignas(64) unsigned char stack[XSCRATCH];
+    unsigned char *buf = stack, *heap = NULL;
+    int chunk = (int)(XSCRATCH / row_bytes);
+    if (chunk < M) {
+        heap = malloc(row_bytes * (size_t)M);
+        if (heap) { buf = heap; chunk = M; }
+        else if (chunk < 1) abort(); /* one row of K > 100k on the stack: out of memory (CONVENTIONS) */
+    }
+    for (int m0 = 0; m0 < M; m0 += chunk) {
+        const int rows = M - m0 < chunk ? M - m0 : chunk;
+        qrows xr;
+        int8_t *xq = (int8_t *)buf;
+        float *dx = (float *)(buf + (size_t)rows * nb * QB);
+        int32_t *xs = (int32_t *)(dx + (size_t)rows * nb);
+        recur__quantize_rows_q8(rows, K, x + (size_t)m0 * ldx, ldx, xq, dx, xs);
+        xr.xq = xq;
+        xr.dx = dx;
+        xr.xsum = xs;
+        xr.nb = nb;
+        run(wt, rows, N, &xr, Wq, beta, y + (size_t)m0 * ldy, ldy);
+    }
+    free(heap);
+}
