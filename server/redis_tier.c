@@ -66,6 +66,11 @@ static const char COMMIT_LUA[] =
     "end\n"
     "return {0, tostring(v)}\n";
 
+/* Give a lease back (SIGTERM): only when this node holds it. ARGV: node. -> 1 or 0. */
+static const char RELEASE_LUA[] =
+    "if redis.call('GET', KEYS[3]) == ARGV[1] then redis.call('DEL', KEYS[3]) return 1 end\n"
+    "return 0\n";
+
 /* Renew a lease held (or free). ARGV: node, lease_ms. -> 1, or the other holder's name. */
 static const char RENEW_LUA[] =
     "local h = redis.call('GET', KEYS[3])\n"
@@ -829,11 +834,24 @@ static void tick_closed(uv_handle_t *h) {}
 
 static void redis_closed(void *ctx) {}
 
+static void ignore_reply(srv_redis *r, redisReply *rep, void *arg) {}
+
+/* SIGTERM: commit what Redis does not have yet, then give the lease back (after the commit on
+ * the same connection), so another node — or this one restarted — takes the session at once
+ * instead of after redis_lease_ms. */
 static void shutdown_one(srv_session *s, void *arg)
 {
     srv_tier *t = arg;
-    if (s->rv_dirty && !s->rv_inflight && !s->rv_fenced && now_up(t))
+    if (!now_up(t) || s->rv_fenced)
+        return;
+    if (s->rv_dirty && !s->rv_inflight)
         send_commit(t, s, NULL);
+    if (s->rv_version || s->rv_inflight) {
+        keyset ks;
+        keys_of(t, s->id, &ks);
+        const char *argv[1] = {t->node};
+        eval(t, RELEASE_LUA, &ks, 1, argv, NULL, ignore_reply, NULL);
+    }
 }
 
 /* Close once every commit is answered (or redis_timeout_ms resets the connection). */

@@ -298,11 +298,25 @@ def test_resume_from_redis_latency_and_bytes():
             sess.get(b.url("/v1/sessions/%s" % sid), timeout=TIMEOUT)
             resident.append(time.perf_counter() - t0)
         resident.sort()
-        print("\nresident on B: p50 %.2f ms p99 %.2f ms" % (resident[n // 2] * 1e3,
-                                                        resident[int(n * 0.99) - 1] * 1e3))
         state = redis.command("STRLEN", [k for k in redis.command("KEYS", "recurd:*:state")][0])
-        print("\nresume from Redis (models/default): p50 %.2f ms p99 %.2f ms, %d bytes per session"
-              % (p50 * 1e3, p99 * 1e3, state))
+        print("\nresume from Redis (models/default), client side: p50 %.2f ms p99 %.2f ms "
+              "(resident: p50 %.2f ms p99 %.2f ms), %d bytes per session"
+              % (p50 * 1e3, p99 * 1e3, resident[n // 2] * 1e3, resident[int(n * 0.99) - 1] * 1e3,
+                 state))
+        # server side (B's access log, first byte to last byte): each id's first GET resumed it
+        # from Redis, its second found it resident
+        deadline = time.time() + 5
+        while True:  # the access log is written in batches
+            gets = [json.loads(l)["duration_s"] for l in b.logs() if '"event":"access"' in l
+                    and '"route":"/v1/sessions/{id}"' in l and '"status":200' in l]
+            if len(gets) >= 2 * n or time.time() > deadline:
+                break
+            time.sleep(0.1)
+        assert len(gets) == 2 * n, len(gets)
+        srv_resume, srv_resident = sorted(gets[:n]), sorted(gets[n:])
+        print("server side: resume p50 %.3f ms p99 %.3f ms; resident p50 %.3f ms p99 %.3f ms"
+              % (srv_resume[n // 2] * 1e3, srv_resume[int(n * 0.99) - 1] * 1e3,
+                 srv_resident[n // 2] * 1e3, srv_resident[int(n * 0.99) - 1] * 1e3))
         assert p99 < 0.25, p99  # loose: a loaded 2-core machine; the figure is reported
         assert metric(b, "recurd_redis_hits_total") == n
 
@@ -383,3 +397,23 @@ def test_idempotent_retry_on_another_node_folds_once(reference):
         # folded once: B's session is exactly A's, and goes on like the reference
         assert info(b, sid)["tokens_seen"] == len(PROMPT) + len(STEPS[0]) + len(STEPS[1]) + 5
         assert redis.command("HLEN", [k for k in redis.command("KEYS", "recurd:*:idem")][0]) == 2
+
+
+def test_sigterm_gives_leases_back():
+    """A node stopped gracefully commits and releases its leases: another node serves its
+    sessions at once (no 409 until redis_lease_ms)."""
+    with RedisServer() as redis:
+        a = node(redis, name="a", sync=False).start()
+        b = node(redis, name="b", sync=False).start()
+        try:
+            wait_redis_up(a)
+            wait_redis_up(b)
+            sid = create(a, PROMPT)
+            fold_ok(a, sid, STEPS[0])
+            assert a.terminate() == 0
+            st, ls = fold(b, sid, STEPS[1])
+            assert st == 200, ls
+            assert ls[-1]["tokens_seen"] == len(PROMPT) + len(STEPS[0]) + len(STEPS[1])
+        finally:
+            a.stop()
+            b.stop()
