@@ -260,13 +260,18 @@ static void commit_done(srv_redis *r, redisReply *rep, void *arg)
     }
     if (!s)
         return;
-    if (s->rv_fenced && idle(s)) {
+    if (s->rv_fenced && idle(s) && !s->rv_waiter) {
         drop_copy(t, s);
         return;
     }
     /* changed again while this commit was in flight: the next one, now if nothing computes */
-    if (rc == SRV_TIER_OK && s->rv_dirty && (idle(s) || s->rv_waiter)) {
-        srv_op *w = s->rv_waiter;
+    srv_op *w = s->rv_waiter;
+    if (w && rc != SRV_TIER_OK) { /* its change cannot be committed either */
+        s->rv_waiter = NULL;
+        srv_ops_committed(w, rc);
+        return;
+    }
+    if (rc == SRV_TIER_OK && s->rv_dirty && (idle(s) || w)) {
         s->rv_waiter = NULL;
         send_commit(t, s, w);
     }
