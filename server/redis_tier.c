@@ -39,7 +39,7 @@ static const char ACQUIRE_LUA[] =
     "return {1, v, redis.call('GET', KEYS[1])}\n";
 
 /* Commit: compare-and-set on the version. ARGV: node, expected version, state, ttl_ms,
- * lease_ms, the records kept at most, then (Idempotency-Key, record) pairs: added to the idem
+ * lease_ms (0: the lease is not taken — a new session's first commit), the records kept at most, then (Idempotency-Key, record) pairs: added to the idem
  * hash, their keys queued in idemq, the oldest past the bound forgotten.
  * -> {0, ver} committed; {-1, holder} leased by another node; {-2, ver} the version moved on */
 static const char COMMIT_LUA[] =
@@ -54,7 +54,7 @@ static const char COMMIT_LUA[] =
     "else\n"
     "  redis.call('SET', KEYS[1], ARGV[3]) redis.call('SET', KEYS[2], v)\n"
     "end\n"
-    "redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[5])\n"
+    "if tonumber(ARGV[5]) > 0 then redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[5]) end\n"
     "if #ARGV >= 7 then\n"
     "  for i = 7, #ARGV, 2 do\n"
     "    redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1]) redis.call('RPUSH', KEYS[5], ARGV[i])\n"
@@ -195,6 +195,7 @@ typedef struct {
     uint64_t sent_ms;  /* uv_now when sent: a lease it takes runs from here */
     srv_op *waiter;    /* commit: the op whose response waits for it (redis_sync) */
     size_t len;        /* commit: bytes of the state */
+    int took_lease;    /* commit: it takes (renews) the lease */
 } job;
 
 static job *job_new(srv_tier *t, const char *id)
@@ -227,7 +228,8 @@ static void commit_done(srv_redis *r, redisReply *rep, void *arg)
             t->bytes_written += j->len;
             if (s) {
                 s->rv_version = strtoull(v, NULL, 10);
-                lease_taken(t, s, j->sent_ms);
+                if (j->took_lease)
+                    lease_taken(t, s, j->sent_ms);
                 srv_idem_mark(s, 1, 2); /* its Idempotency-Key records are in Redis */
             }
         } else {
@@ -310,7 +312,12 @@ static void send_commit(srv_tier *t, srv_session *s, srv_op *waiter)
     char ver[24], ttl[24], lease[24], maxk[24];
     snprintf(ver, sizeof ver, "%llu", (unsigned long long)s->rv_version);
     snprintf(ttl, sizeof ttl, "%llu", (unsigned long long)t->ttl_ms);
-    snprintf(lease, sizeof lease, "%llu", (unsigned long long)t->lease_ms);
+    /* A new session's first commit (create, fork) takes no lease: the node that made it is
+     * rarely the one its later requests are routed to (nginx: creates go to any node, a
+     * session's requests to its ring owner), which then takes the lease with its first
+     * request instead of waiting out this node's. */
+    int take = s->rv_version != 0;
+    snprintf(lease, sizeof lease, "%llu", take ? (unsigned long long)t->lease_ms : 0ull);
     snprintf(maxk, sizeof maxk, "%d", app->cfg.max_idempotency_keys_per_session);
     size_t n_rec = 0;
     for (int i = 0; i < s->n_idem; i++)
@@ -325,6 +332,7 @@ static void send_commit(srv_tier *t, srv_session *s, srv_op *waiter)
     job *j = job_new(t, s->id);
     j->waiter = waiter;
     j->len = len;
+    j->took_lease = take;
     int sent = now_up(t) && eval(t, COMMIT_LUA, &ks, c.n, c.argv, c.lens, commit_done, j) == 0;
     free(buf);
     free(c.argv);

@@ -263,7 +263,7 @@ def test_delete_removes_keys_and_unknown_is_404():
         with node(redis) as a:
             wait_redis_up(a)
             sid = create(a, PROMPT)
-            assert len(redis.command("KEYS", "recurd:*")) == 3
+            assert len(redis.command("KEYS", "recurd:*")) == 2  # state, ver: a create takes no lease
             r = requests.delete(a.url("/v1/sessions/%s" % sid), timeout=TIMEOUT)
             assert r.status_code == 204
             assert redis.command("KEYS", "recurd:*") == []
@@ -417,3 +417,15 @@ def test_sigterm_gives_leases_back():
         finally:
             a.stop()
             b.stop()
+
+
+def test_create_takes_no_lease(reference):
+    """nginx sends a create to any node and the session's requests to its ring owner: the
+    creating node keeps no lease, so the owner serves the next request at once (no 409)."""
+    with RedisServer() as redis, two_nodes(redis) as (a, b):
+        sid = create(a, PROMPT)
+        assert fold_ok(b, sid, STEPS[0]) == reference[0]  # at once, bit-identical
+        fork = requests.post(b.url("/v1/sessions/%s/fork" % sid), timeout=TIMEOUT).json()["id"]
+        assert fold_ok(a, fork, STEPS[1]) == reference[1]  # the fork's maker holds no lease either
+        st, body = fold(a, sid, STEPS[1])  # but b holds sid's, taken by its fold
+        assert st == 409 and "node-b" in body["error"]["message"], body
