@@ -15,7 +15,7 @@ import time
 import pytest
 import requests
 
-from cluster import Nginx, stop_all
+from cluster import Nginx, stop_all, wait_logged
 from daemon import Daemon
 from redis_server import RedisServer
 
@@ -98,11 +98,17 @@ def base_of(x):
     return "http://127.0.0.1:%d" % x.port
 
 
-def owner_of(ngx, nodes, sid):
-    """The node nginx sent sid's last logged request to."""
-    hits = [l for l in ngx.access_lines() if l["uri"].startswith("/v1/sessions/%s" % sid[:8])]
-    assert hits, "no request for %s… logged" % sid[:8]
-    return [n.port for n in nodes].index(hits[-1]["upstreams"][-1])
+def owner_of(c, sid):
+    """The index of the node that served sid last: the holder of its lease in Redis."""
+    alive = [n for n in c.nodes if n.proc.poll() is None]
+    fp = requests.get(alive[0].url("/v1/model"), timeout=TIMEOUT).json()["fingerprint"]
+    holder = c.redis.command("GET", "recurd:{%s:%s}:lease" % (fp, sid))
+    if holder:
+        return int(holder.decode().rsplit("-", 1)[1])  # node-<i>
+    # the lease ran out already (a slow machine): the node nginx sent the last request to
+    hits = wait_logged(c.ngx, lambda l: l["uri"].startswith("/v1/sessions/%s" % sid[:8]))
+    assert hits, "no lease and no logged request for %s…" % sid[:8]
+    return [n.port for n in c.nodes].index(hits[-1]["upstreams"][-1])
 
 
 STEPS = [{"tokens": [11, 12, 13], "top_k": 4},
@@ -146,7 +152,7 @@ def test_kill9_owner_between_requests_continues_on_another_node(tmp_path, refere
         got = []
         for k, s in enumerate(steps):
             if k == 2:
-                owner = owner_of(c.ngx, c.nodes, sid)
+                owner = owner_of(c, sid)
                 c.nodes[owner].proc.kill()
                 c.nodes[owner].proc.wait(10)
             path, body = (("/generate", s[1]) if isinstance(s, tuple) else ("/tokens", s))
@@ -154,7 +160,7 @@ def test_kill9_owner_between_requests_continues_on_another_node(tmp_path, refere
             assert r.status_code == 200, r.text
             got.append(lines_of(r))
         assert got == want
-        new_owner = owner_of(c.ngx, c.nodes, sid)
+        new_owner = owner_of(c, sid)
         assert new_owner != owner
         r = requests.get(base + "/v1/sessions/" + sid, timeout=TIMEOUT)
         assert r.json()["tokens_seen"] == want[-1][-1]["tokens_seen"]
@@ -170,7 +176,7 @@ def test_kill9_owner_mid_stream_loses_only_the_unacknowledged_stream(tmp_path, r
         sid = requests.post(base + "/v1/sessions", json={"text": "abc"}, timeout=TIMEOUT).json()["id"]
         r = post(base, "/v1/sessions/%s/tokens" % sid, STEPS[0], leased_ok=True)
         assert r.status_code == 200
-        owner = owner_of(c.ngx, c.nodes, sid)
+        owner = owner_of(c, sid)
         long_gen = {"max_tokens": 8000, "temperature": 1.0, "seed": 1}
         seen_lines = 0
         with requests.post(base + "/v1/sessions/%s/generate" % sid, json=long_gen, stream=True,
@@ -195,7 +201,7 @@ def test_kill9_owner_mid_stream_loses_only_the_unacknowledged_stream(tmp_path, r
         r = post(base, "/v1/sessions/%s/tokens" % sid, STEPS[1], leased_ok=True)
         assert r.status_code == 200, r.text
         assert lines_of(r) == want[1]
-        assert owner_of(c.ngx, c.nodes, sid) != owner
+        assert owner_of(c, sid) != owner
 
 
 def metric(d, name):
@@ -216,7 +222,7 @@ def test_sigstop_past_lease_takeover_and_fencing(tmp_path, reference):
         base = base_of(c.ngx)
         sid = requests.post(base + "/v1/sessions", json={"text": "abc"}, timeout=TIMEOUT).json()["id"]
         assert post(base, "/v1/sessions/%s/tokens" % sid, STEPS[0], leased_ok=True).status_code == 200
-        owner = c.nodes[owner_of(c.ngx, c.nodes, sid)]
+        owner = c.nodes[owner_of(c, sid)]
         fenced_before = metric(owner, "recurd_redis_fenced_commits_total")
         try:
             with requests.post(base + "/v1/sessions/%s/generate" % sid, stream=True,
@@ -313,6 +319,57 @@ def test_same_session_through_two_nodes_at_once(tmp_path, reference):
         want = lines_of(requests.post(reference.url("/v1/sessions/%s/tokens" % ref),
                                       json={"tokens": [65], "top_k": 5}, timeout=TIMEOUT))
         assert final == want
+
+
+def test_retried_idempotency_key_folds_once(tmp_path, reference):
+    """A fold with an Idempotency-Key sent to a stopped owner gets 504 through nginx (not
+    replayed); the client retries with the same key: another node folds it once the lease ran
+    out; retried again, and again after that node is killed -9, it is answered from the record
+    (Idempotency-Replayed) on whichever node serves it, never folded twice (whatever the resumed
+    node does with the copy it received). The session equals a single node that folded it once."""
+    with RedisCluster(str(tmp_path), {"proxy_read_timeout": "2s"}) as c:
+        base = base_of(c.ngx)
+        sid = requests.post(base + "/v1/sessions", json={"text": "abc"}, timeout=TIMEOUT).json()["id"]
+        assert post(base, "/v1/sessions/%s/tokens" % sid, STEPS[0], leased_ok=True).status_code == 200
+        first = c.nodes[owner_of(c, sid)]
+        path = "/v1/sessions/%s/tokens" % sid
+        key = {"Idempotency-Key": "fold-1-of-client-7"}
+
+        def send(leased_ok=True):
+            deadline = time.monotonic() + 15
+            while True:
+                r = requests.post(base + path, json=STEPS[1], headers=key, timeout=TIMEOUT)
+                if not (leased_ok and r.status_code == 409
+                        and r.json()["error"]["code"] == "session_leased"):
+                    return r
+                assert time.monotonic() < deadline, r.text
+                time.sleep(0.05)
+
+        os.kill(first.pid, signal.SIGSTOP)
+        try:
+            r = send(leased_ok=False)
+            assert r.status_code == 504, r.text  # the stopped owner has it; nginx does not resend
+            r = send()
+            assert r.status_code == 200 and "Idempotency-Replayed" not in r.headers, r.text
+            folded = lines_of(r)
+            again = send()
+        finally:
+            os.kill(first.pid, signal.SIGCONT)
+        want = ref_session(reference, [STEPS[0], STEPS[1], STEPS[2]])
+        assert folded == want[1]
+        done = folded[-1]
+        assert again.status_code == 200 and again.headers.get("Idempotency-Replayed") == "true"
+        assert lines_of(again) == [done]
+        second = c.nodes[owner_of(c, sid)]
+        assert second is not first
+        second.proc.kill()
+        second.proc.wait(10)
+        r = send()  # a third node (or the resumed first one) answers from the record in Redis
+        assert r.status_code == 200 and r.headers.get("Idempotency-Replayed") == "true", r.text
+        assert lines_of(r) == [done]
+        r = post(base, path, STEPS[2], leased_ok=True)
+        assert r.status_code == 200, r.text
+        assert lines_of(r) == want[2]  # folded exactly once
 
 
 # ------------------------------------------------------------------------- redis failures
