@@ -138,6 +138,33 @@ def ref_session(reference, steps):
     return out
 
 
+def test_new_sessions_are_served_at_once_by_their_ring_owner(tmp_path, reference):
+    """Creates and forks through nginx land on any node (least_conn), their next requests on the
+    ring owner: served at once (no 409 session_leased, the new session's commit takes no lease),
+    bit-identical to a single node; the creates reached every node and so did the follow-ups."""
+    with RedisCluster(str(tmp_path)) as c:
+        base = base_of(c.ngx)
+        want = ref_session(reference, [STEPS[0], STEPS[1]])
+        for _ in range(12):
+            r = requests.post(base + "/v1/sessions", json={"text": "abc"}, timeout=TIMEOUT)
+            assert r.status_code == 201, r.text
+            sid = r.json()["id"]
+            r = requests.post(base + "/v1/sessions/%s/tokens" % sid, json=STEPS[0], timeout=TIMEOUT)
+            assert r.status_code == 200, r.text  # no 409: nobody holds the new session's lease
+            assert lines_of(r) == want[0]
+            r = requests.post(base + "/v1/sessions/%s/fork" % sid, timeout=TIMEOUT)
+            assert r.status_code == 201, r.text
+            fork = r.json()["id"]
+            r = requests.post(base + "/v1/sessions/%s/tokens" % fork, json=STEPS[1], timeout=TIMEOUT)
+            assert r.status_code == 200, r.text
+            assert lines_of(r) == want[1]
+        lines = c.ngx.access_lines()
+        creates = {l["upstreams"][-1] for l in lines if l["uri"] == "/v1/sessions"}
+        folds = {l["upstreams"][-1] for l in lines if l["uri"].endswith("/tokens")}
+        assert creates == folds == {n.port for n in c.nodes}, (creates, folds)
+        assert all(l["status"] < 400 for l in lines), [l["raw"] for l in lines if l["status"] >= 400]
+
+
 # ------------------------------------------------------------------------- node failures
 
 def test_kill9_owner_between_requests_continues_on_another_node(tmp_path, reference):
