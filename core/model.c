@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include "block_rwkv7.h"
 #include "model_internal.h"
 #include "packed_gemm.h"
 #include "short_conv.h"
@@ -44,6 +45,17 @@ static const char *const suffixes[T_N_LAYER_TENSORS] = {
     [T_CONV_BIAS] = "mixer.conv1d.bias",
     [T_D] = "mixer.D",
     [T_O_BIAS] = "mixer.out_proj.bias",
+    /* RWKV-7: RWKV-LM's names (the .pth), for messages (family_rwkv7.c names FLA's) */
+    [T_RW_LN0_W] = "ln0.weight", [T_RW_LN0_B] = "ln0.bias", [T_RW_LN1_W] = "ln1.weight",
+    [T_RW_LN1_B] = "ln1.bias", [T_RW_X_R] = "att.x_r", [T_RW_X_W] = "att.x_w", [T_RW_X_K] = "att.x_k",
+    [T_RW_X_V] = "att.x_v", [T_RW_X_A] = "att.x_a", [T_RW_X_G] = "att.x_g", [T_RW_K_K] = "att.k_k",
+    [T_RW_K_A] = "att.k_a", [T_RW_R_K] = "att.r_k", [T_RW_WR] = "att.receptance.weight",
+    [T_RW_WK] = "att.key.weight", [T_RW_WV] = "att.value.weight", [T_RW_WO] = "att.output.weight",
+    [T_RW_W1] = "att.w1", [T_RW_W2] = "att.w2", [T_RW_W0] = "att.w0", [T_RW_V1] = "att.v1",
+    [T_RW_V2] = "att.v2", [T_RW_V0] = "att.v0", [T_RW_A1] = "att.a1", [T_RW_A2] = "att.a2",
+    [T_RW_A0] = "att.a0", [T_RW_G1] = "att.g1", [T_RW_G2] = "att.g2", [T_RW_GN_W] = "att.ln_x.weight",
+    [T_RW_GN_B] = "att.ln_x.bias", [T_RW_LN2_W] = "ln2.weight", [T_RW_LN2_B] = "ln2.bias",
+    [T_RW_FFN_X_K] = "ffn.x_k", [T_RW_FFN_KEY] = "ffn.key.weight", [T_RW_FFN_VALUE] = "ffn.value.weight",
 };
 
 /* Width of a Mamba-2 layer's xBC (block_mamba2.h): d_ssm + 2 * groups * state_size. */
@@ -75,9 +87,10 @@ static int mamba2_shape(const recur_config *c, int l, recur_layer_tensor t, int6
 /* Shape of a tensor role of layer l; returns 0 when the layer has no such tensor. */
 static int tensor_shape(const recur_config *c, int l, recur_layer_tensor t, int64_t shape[2], int *ndim)
 {
-    if (c->mixers[l] == RECUR_MIXER_MAMBA2) {
+    if (c->mixers[l] == RECUR_MIXER_MAMBA2 || c->mixers[l] == RECUR_MIXER_RWKV7) {
         int64_t r = 0, k = 0;
-        if (!mamba2_shape(c, l, t, &r, &k)) return 0;
+        if (!(c->mixers[l] == RECUR_MIXER_MAMBA2 ? mamba2_shape(c, l, t, &r, &k) : recur__rwkv7_shape(c, l, t, &r, &k)))
+            return 0;
         shape[0] = r;
         shape[1] = k;
         *ndim = k ? 2 : 1;
@@ -128,6 +141,7 @@ static void *elem_at(void *p, size_t i, recur_wtype wt) { return (char *)p + i *
  * channels of conv_w / conv_b). */
 static void *layer_place(const recur_config *c, int l, recur_layer *L, recur_layer_tensor t, recur_wtype wt)
 {
+    if (t >= T_RW_LN0_W) return L->rw[t - T_RW_LN0_W];
     const size_t W = (size_t)c->block[l].conv_size;
     const size_t ck = (size_t)(L->off_k - L->conv_in), cv = (size_t)(L->off_v - L->conv_in);
     switch (t) {
@@ -179,6 +193,9 @@ int recur__weight_meta(const recur_config *c, int layer, int t, recur_weight_ref
         case 2: if (c->tied_embeddings) return 0;
             shape[0] = c->vocab_size; shape[1] = c->d_model; ndim = 2;
             snprintf(ref->name, sizeof ref->name, "lm_head.weight"); break;
+        case 3: if (!c->norm_bias) return 0;
+            shape[0] = c->d_model;
+            snprintf(ref->name, sizeof ref->name, "norm_f.bias"); break;
         default: return 0;
         }
     } else {
@@ -196,7 +213,8 @@ int recur__weight_meta(const recur_config *c, int layer, int t, recur_weight_ref
     /* every 2-D layer tensor is (part of) a GEMM matrix; of the globals lm_head, and embed when
      * the LM head is its packed copy */
     ref->is_matrix = ndim == 2 && (layer >= 0 || t == 2 || c->tied_embeddings) &&
-                     !(layer >= 0 && ((t >= T_CONV_Q && t <= T_CONV_V) || t == T_CONV)); /* conv taps stay fp32 */
+                     !(layer >= 0 && ((t >= T_CONV_Q && t <= T_CONV_V) || t == T_CONV)) && /* conv taps stay fp32 */
+                     !(layer >= 0 && t >= T_RW_LN0_W && !recur__rwkv7_is_matrix(t)); /* and RWKV-7's r_k */
     return 1;
 }
 
@@ -207,7 +225,7 @@ int recur__weight(recur_model *m, int layer, int t, recur_weight_ref *ref)
     int half = m->wtype != RECUR_WT_F32;
     void *place;
     if (layer < 0) {
-        place = t == 0 ? (void *)m->embed : t == 1 ? (void *)m->norm_f : m->lm_head;
+        place = t == 0 ? (void *)m->embed : t == 1 ? (void *)m->norm_f : t == 3 ? (void *)m->norm_f_bias : m->lm_head;
         if (t == 0) { /* embed: fp32 for the lookup; a tied half model also stages it in lm_head */
             ref->ptr = m->embed;
             if (half && c->tied_embeddings) ref->half = m->lm_head;
@@ -261,6 +279,7 @@ int recur__model_alloc(const recur_config *c, recur_wtype wt, recur_model **out)
 #define TAKE_MATRIX(ptr, N, K) TAKE(ptr, (recur__packed_bytes((int)(N), (int)(K), wt) + 3) / 4)
         TAKE(m->embed, vocab * d);
         TAKE(m->norm_f, d);
+        if (c->norm_bias) TAKE(m->norm_f_bias, d);
         TAKE_MATRIX(m->lm_head, vocab, d); /* tied: filled from embed when packed */
         for (int l = 0; l < c->n_layers; l++) {
             recur_layer *L = &m->layers[l];
@@ -289,6 +308,22 @@ int recur__model_alloc(const recur_config *c, recur_wtype wt, recur_model **out)
                 TAKE(L->o_norm, HV);
                 TAKE_MATRIX(L->wo, d, HV);
                 if (B->proj_bias) TAKE(L->out_bias, d);
+                continue;
+            }
+            if (kind == RECUR_MIXER_RWKV7) { /* block_rwkv7.h: every role in L->rw; n_in: its scratch row */
+                if (pass) {
+                    L->kind = kind;
+                    L->n_in = recur__rwkv7_scratch(c, l);
+                    L->off_k = L->off_v = L->off_g = L->off_gk = L->off_b = L->off_a = -1;
+                }
+                for (int t = T_RW_LN0_W; t < T_N_LAYER_TENSORS; t++) {
+                    int64_t r, k;
+                    float *p = NULL;
+                    if (!recur__rwkv7_shape(c, l, t, &r, &k)) continue;
+                    if (recur__rwkv7_is_matrix(t)) TAKE_MATRIX(p, r, k);
+                    else TAKE(p, (size_t)r * (size_t)(k ? k : 1));
+                    if (pass) L->rw[t - T_RW_LN0_W] = p;
+                }
                 continue;
             }
             size_t QK = (size_t)B->qk_heads * K, gk = gla ? (B->gate_rank ? (size_t)B->gate_rank : HK) : 0;
@@ -342,7 +377,7 @@ int recur__model_alloc(const recur_config *c, recur_wtype wt, recur_model **out)
         }
     }
     for (int l = 0; l < c->n_layers; l++)
-        if (!c->block[l].o_norm_weight)
+        if (!c->block[l].o_norm_weight && m->layers[l].o_norm)
             for (size_t i = 0; i < V; i++) m->layers[l].o_norm[i] = 1.0f;
 
     /* state layout: recurrent layers share one block, softmax layers get their own KV caches */
@@ -357,6 +392,7 @@ int recur__model_alloc(const recur_config *c, recur_wtype wt, recur_model **out)
         L->conv_state_off = HK * V + (L->kind == RECUR_MIXER_LINEAR ? HK : 0);
         size_t W = (size_t)c->block[l].conv_size;
         L->state_floats = L->conv_state_off + (W ? (W - 1) * (size_t)L->conv_ch : 0);
+        if (L->kind == RECUR_MIXER_RWKV7) L->state_floats = recur__rwkv7_state_floats(c); /* S, two shifts */
         if (W && (int)(W * (size_t)L->conv_ch) > m->max_conv) m->max_conv = (int)(W * (size_t)L->conv_ch);
         rec += L->state_floats;
     }
@@ -391,6 +427,14 @@ static int pack_weights(recur_model *m)
     for (int l = 0; l < c->n_layers; l++) {
         recur_layer *L = &m->layers[l];
         const recur_block *B = &c->block[l];
+        if (L->kind == RECUR_MIXER_RWKV7) {
+            for (int t = T_RW_LN0_W; t < T_N_LAYER_TENSORS; t++) {
+                int64_t r, k;
+                if (recur__rwkv7_is_matrix(t) && recur__rwkv7_shape(c, l, t, &r, &k))
+                    pack_in_place(L->rw[t - T_RW_LN0_W], (int)r, (int)k, wt, tmp);
+            }
+            continue;
+        }
         pack_in_place(L->w_in, L->n_in, d, wt, tmp);
         pack_in_place(L->wo, d, HV, wt, tmp);
         if (B->mlp) {

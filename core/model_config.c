@@ -15,6 +15,7 @@ static const char *const mixer_names[] = {
     [RECUR_MIXER_GATED_DELTANET] = "gated_deltanet",
     [RECUR_MIXER_SOFTMAX] = "softmax",
     [RECUR_MIXER_MAMBA2] = "mamba2", /* named in info; Hugging Face folders only (family_mamba2.c) */
+    [RECUR_MIXER_RWKV7] = "rwkv7",   /* likewise (family_rwkv7.c) */
 };
 #define N_MIXERS ((int)(sizeof mixer_names / sizeof mixer_names[0]))
 
@@ -69,6 +70,12 @@ int recur__config_check(const recur_config *c)
         if (c->mixers[l] == RECUR_MIXER_MAMBA2 &&
             (b->ssm_groups < 1 || c->n_heads % b->ssm_groups || b->conv_size < 2 || b->mlp ||
              !(b->dt_min >= 0.0f && b->dt_max >= b->dt_min)))
+            return RECUR_ESHAPE;
+        if (c->mixers[l] == RECUR_MIXER_RWKV7 &&
+            (c->head_k != c->head_v || (int64_t)c->n_heads * c->head_k != c->d_model || b->mlp || b->conv_size ||
+             c->d_ff < 1 || b->rw_ranks[0] < 1 || b->rw_ranks[1] < 1 || b->rw_ranks[2] < 1 || b->rw_ranks[3] < 1 ||
+             b->rw_ranks[0] > MAX_D_MODEL || b->rw_ranks[1] > MAX_D_MODEL || b->rw_ranks[2] > MAX_D_MODEL ||
+             b->rw_ranks[3] > MAX_D_MODEL || !(b->rw_gn_eps > 0 && b->rw_gn_eps <= 1)))
             return RECUR_ESHAPE;
         if (b->conv_size && (b->conv_size < 2 || b->conv_size > RECUR_MAX_CONV)) return RECUR_ESHAPE;
         if (b->gate_rank < 0 || b->gate_rank > MAX_D_MODEL) return RECUR_ESHAPE;
@@ -133,7 +140,7 @@ static int parse_root(const cJSON *root, recur_config *c)
         if (!cJSON_IsString(it)) return RECUR_EFORMAT;
         int k = 0;
         while (k < N_MIXERS && strcmp(it->valuestring, mixer_names[k]) != 0) k++;
-        if (k == N_MIXERS || k == RECUR_MIXER_MAMBA2) return RECUR_EFORMAT;
+        if (k == N_MIXERS || k == RECUR_MIXER_MAMBA2 || k == RECUR_MIXER_RWKV7) return RECUR_EFORMAT;
         c->mixers[l++] = (recur_mixer_kind)k;
     }
     if (seen[9]) {
@@ -196,6 +203,9 @@ int recur__config_canonical(const recur_config *c, char *buf, size_t cap)
         if (c->mixers[l] == RECUR_MIXER_MAMBA2 && n >= 0 && (size_t)n < cap)
             n += snprintf(buf + n, cap - (size_t)n, ",m2:%d,%d,%d,%d,%.9g,%.9g", b->ssm_groups, b->norm_before_gate,
                           b->D_per_channel, b->proj_bias, (double)b->dt_min, (double)b->dt_max);
+        if (c->mixers[l] == RECUR_MIXER_RWKV7 && n >= 0 && (size_t)n < cap)
+            n += snprintf(buf + n, cap - (size_t)n, ",rw7:%d,%d,%d,%d,%d,%.17g,%d", b->rw_ranks[0], b->rw_ranks[1],
+                          b->rw_ranks[2], b->rw_ranks[3], b->rw_ln0, b->rw_gn_eps, c->norm_bias);
     }
     if (n < 0 || (size_t)n >= cap) return RECUR_ESHAPE;
     return n;

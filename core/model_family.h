@@ -23,7 +23,8 @@
  *     file, key or tensor (recur_model_load_ex hands it out; recurd prints it).
  *
  * Families: the native stack (family_native.c, docs/MODEL.md); FLA's gated_deltanet, gla and
- * delta_net (family_fla.c, docs/MODELS.md); Mamba-2, model_type mamba2 (family_mamba2.c, block_mamba2.c).
+ * delta_net (family_fla.c, docs/MODELS.md); Mamba-2, model_type mamba2 (family_mamba2.c, block_mamba2.c);
+ * RWKV-7, model_type rwkv7 (family_rwkv7.c, block_rwkv7.c).
  */
 #ifndef RECUR_MODEL_FAMILY_H
 #define RECUR_MODEL_FAMILY_H
@@ -45,6 +46,10 @@ int recur__family_fla(const char *config, size_t config_len, const recur__ckpt *
 /* Hugging Face Mamba-2 checkpoints: model_type mamba2 (family_mamba2.c, block_mamba2.h). */
 int recur__family_mamba2(const char *config, size_t config_len, const recur__ckpt *ckpt, int keep_half,
                          recur_model **out, char *err, size_t errlen);
+
+/* RWKV-7 folders in FLA's layout: model_type rwkv7 (family_rwkv7.c, block_rwkv7.h). */
+int recur__family_rwkv7(const char *config, size_t config_len, const recur__ckpt *ckpt, int keep_half,
+                        recur_model **out, char *err, size_t errlen);
 
 /* Name of role (layer, t) (recur__weight's enumeration; layer -1: globals) in the checkpoint:
  * writes name (NUL-terminated, < cap) and, when the file stores it in another shape of the same

@@ -17,6 +17,7 @@
 #include "exp_nonpos.h"
 #include "mixer.h"
 #include "block_mamba2.h"
+#include "block_rwkv7.h"
 #include "model_internal.h"
 #include "model_math.h"
 #include "packed_gemm.h"
@@ -136,7 +137,8 @@ static int mixer_rows(const recur_model *m, const recur_layer *L, recur_workspac
     case RECUR_MIXER_GATED_DELTANET:
         return recur_delta_rule(&dims, q, k, v, beta, ws->gs + (size_t)r * H, 0.0f, form,
                                 PREFILL_CHUNK, S, o);
-    case RECUR_MIXER_MAMBA2: /* not a mixer of this block: block_mamba2.c runs the layer */
+    case RECUR_MIXER_MAMBA2: /* not mixers of this block: block_mamba2.c, block_rwkv7.c run the layer */
+    case RECUR_MIXER_RWKV7:
         return RECUR_EINVAL;
     case RECUR_MIXER_SOFTMAX: {
         const int l = (int)(L - m->layers);
@@ -272,6 +274,13 @@ static int forward_rows(const recur_model *m, recur_workspace *ws, recur_state *
             if (rc) return rc;
             continue;
         }
+        if (L->kind == RECUR_MIXER_RWKV7) { /* its own block (block_rwkv7.h), channel mix included */
+            const recur__rwkv7_rows_ws rws = {.h = ws->h, .scr = ws->proj, .r = ws->q, .k = ws->k, .v = ws->v,
+                                              .wlog = ws->gk, .o = ws->o, .ff = ws->ff};
+            int rc = recur__rwkv7_rows(m, L, &rws, ws->x, R, states, prefill);
+            if (rc) return rc;
+            continue;
+        }
         // h = RMSNorm_attn(x) ; proj = [q|k|v|g|gk|b|a] = W_in h
         for (int r = 0; r < R; r++)
             rmsnorm(ws->h + (size_t)r * d, ws->x + (size_t)r * d, L->attn_norm, d, eps);
@@ -311,9 +320,13 @@ static int forward_rows(const recur_model *m, recur_workspace *ws, recur_state *
     }
 
     if (logits) {
-        // logits = lm_head RMSNorm_f(x)
-        for (int r = 0; r < R; r++)
-            rmsnorm(ws->h + (size_t)r * d, ws->x + (size_t)r * d, m->norm_f, d, (float)c->norm_eps);
+        // logits = lm_head RMSNorm_f(x)   (a LayerNorm with bias: rwkv7)
+        for (int r = 0; r < R; r++) {
+            if (m->norm_f_bias)
+                layernorm(ws->h + (size_t)r * d, ws->x + (size_t)r * d, m->norm_f, m->norm_f_bias, d, (float)c->norm_eps);
+            else
+                rmsnorm(ws->h + (size_t)r * d, ws->x + (size_t)r * d, m->norm_f, d, (float)c->norm_eps);
+        }
         linear_rows(m, R, c->vocab_size, d, ws->h, d, m->lm_head, 0.0f, logits, c->vocab_size);
     }
     return RECUR_OK;

@@ -72,6 +72,10 @@ typedef struct {
     int D_per_channel;    /* D [H * head_v] instead of [H] */
     int proj_bias;        /* in_proj.bias and out_proj.bias */
     float dt_min, dt_max; /* time-step limits after softplus ([0, inf]: none) */
+    /* RWKV-7 layers (kind RECUR_MIXER_RWKV7, block_rwkv7.h; eps above is the LayerNorms'): */
+    int rw_ranks[4];      /* LoRA ranks of the decay, a (in-context rate), value residual, gate */
+    int rw_ln0;           /* layer 0 normalises the embedding first (ln0 / pre_norm) */
+    double rw_gn_eps;     /* the output GroupNorm's eps (head_dim * norm_eps) */
 } recur_block;
 
 typedef struct {
@@ -80,6 +84,7 @@ typedef struct {
     int family_variant; /* the family's own detail that changes no math (e.g. a tensor's name) */
     int vocab_size, d_model, n_layers, n_heads, head_k, head_v, d_ff;
     int tied_embeddings;
+    int norm_bias;      /* norm_f is a LayerNorm with a bias (rwkv7), else an RMSNorm */
     int64_t max_context;
     double norm_eps;    /* the final norm (norm_f); each block has its own (recur_block.eps) */
     recur_mixer_kind mixers[RECUR_MAX_LAYERS];
@@ -110,6 +115,15 @@ typedef enum {
     /* Mamba-2 (block_mamba2.h): in_proj [n_in][d] as one matrix (w_in) and its bias, the conv over
      * xBC [conv_ch][W] and its bias, D, out_proj's bias */
     T_IN_PROJ, T_IN_BIAS, T_CONV, T_CONV_BIAS, T_D, T_O_BIAS,
+    /* RWKV-7 (block_rwkv7.h), held in recur_layer.rw[t - T_RW_LN0_W]: LayerNorms ln0 (layer 0),
+     * ln1, ln2 with biases; the six token-shift mixes; k_k, k_a, r_k; receptance / key / value /
+     * output; the LoRAs (down [rank][d], up [d][rank], bias [d]) of decay w, value residual v, in-context
+     * rate a, gate g (no bias); the GroupNorm ln_x; the channel mix's shift mix and key / value */
+    T_RW_LN0_W, T_RW_LN0_B, T_RW_LN1_W, T_RW_LN1_B,
+    T_RW_X_R, T_RW_X_W, T_RW_X_K, T_RW_X_V, T_RW_X_A, T_RW_X_G, T_RW_K_K, T_RW_K_A, T_RW_R_K,
+    T_RW_WR, T_RW_WK, T_RW_WV, T_RW_WO,
+    T_RW_W1, T_RW_W2, T_RW_W0, T_RW_V1, T_RW_V2, T_RW_V0, T_RW_A1, T_RW_A2, T_RW_A0, T_RW_G1, T_RW_G2,
+    T_RW_GN_W, T_RW_GN_B, T_RW_LN2_W, T_RW_LN2_B, T_RW_FFN_X_K, T_RW_FFN_KEY, T_RW_FFN_VALUE,
     T_N_LAYER_TENSORS
 } recur_layer_tensor;
 
@@ -142,6 +156,8 @@ typedef struct {
     size_t state_off;           /* recurrent layers: float offset in the state block */
     size_t state_floats;        /* recurrent layers: floats of this layer's state (core + conv) */
     size_t conv_state_off;      /* conv: float offset of its state [W-1][C] inside the layer's state */
+    void *rw[T_N_LAYER_TENSORS - T_RW_LN0_W]; /* rwkv7: role t at rw[t - T_RW_LN0_W] (float *, or a
+                                                 packed matrix of the model's wtype), NULL if absent */
 } recur_layer;
 
 struct recur_model {
@@ -152,6 +168,7 @@ struct recur_model {
     size_t arena_floats;
     float *embed;               /* [vocab][d] fp32 */
     float *norm_f;              /* [d] */
+    float *norm_f_bias;         /* [d] when cfg.norm_bias, else NULL */
     void *lm_head;              /* [vocab][d] packed; tied: a packed copy of embed made at finish */
     recur_layer layers[RECUR_MAX_LAYERS];
     size_t rec_floats;          /* floats of every recurrent layer's state (one block) */

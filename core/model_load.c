@@ -141,6 +141,7 @@ static const struct {
     {"gla", recur__family_fla},
     {"delta_net", recur__family_fla},
     {"mamba2", recur__family_mamba2},
+    {"rwkv7", recur__family_rwkv7},
 };
 
 /* The family of config text (Python's JSON: a Hugging Face config.json may hold Infinity). */
@@ -158,7 +159,7 @@ static int pick_family(const char *text, size_t len, recur__family_fn *out, char
         i++;
     if (!rc && i == n)
         rc = recur__errf(err, errlen, "config.json: \"model_type\": \"%.64s\" is not a model family recurd "
-                         "implements (gated_deltanet, gla, delta_net, mamba2, or no model_type for the native stack)",
+                         "implements (gated_deltanet, gla, delta_net, mamba2, rwkv7, or no model_type for the native stack)",
                          mt->valuestring);
     if (!rc) *out = families[i].load;
     cJSON_Delete(root);

@@ -1,5 +1,5 @@
 /*
- * model_math.h — the small per-row functions of the blocks (model_forward.c, block_mamba2.c):
+ * model_math.h — the small per-row functions of the blocks (model_forward.c, block_mamba2.c, block_rwkv7.c):
  * activations and norms, one home (not public). silu is recur__silu (exp_nonpos.h).
  */
 #ifndef RECUR_MODEL_MATH_H
@@ -36,6 +36,18 @@ static inline void l2norm(float *x, int n)
 {
     float r = (float)(1.0 / sqrt(sumsq(x, n) + 1e-6));
     for (int i = 0; i < n; i++) x[i] *= r;
+}
+
+/* y = (x - mean) / sqrt(var + eps) * w + b (biased variance; mean and variance in double, two
+ * passes): nn.LayerNorm, and nn.GroupNorm on one group */
+static inline void layernorm(float *y, const float *x, const float *w, const float *b, int n, float eps)
+{
+    double s = 0.0, v = 0.0;
+    for (int i = 0; i < n; i++) s += x[i];
+    const double mean = s / n;
+    for (int i = 0; i < n; i++) v += (x[i] - mean) * (x[i] - mean);
+    const float r = (float)(1.0 / sqrt(v / n + eps)), mu = (float)mean;
+    for (int i = 0; i < n; i++) y[i] = (x[i] - mu) * r * w[i] + b[i];
 }
 
 #endif /* RECUR_MODEL_MATH_H */

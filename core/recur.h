@@ -155,7 +155,8 @@ typedef enum {
     RECUR_MIXER_DELTANET = 3, /* "deltanet"     delta rule */
     RECUR_MIXER_GATED_DELTANET = 4, /* "gated_deltanet" */
     RECUR_MIXER_SOFTMAX = 5,  /* "softmax"      causal softmax with a KV cache, max_context */
-    RECUR_MIXER_MAMBA2 = 6    /* "mamba2"       Mamba-2 block (Hugging Face folders only, docs/MODELS.md) */
+    RECUR_MIXER_MAMBA2 = 6,   /* "mamba2"       Mamba-2 block (Hugging Face folders only, docs/MODELS.md) */
+    RECUR_MIXER_RWKV7 = 7     /* "rwkv7"        RWKV-7 block (Hugging Face folders only, docs/MODELS.md) */
 } recur_mixer_kind;
 
 #define RECUR_MAX_LAYERS 64

@@ -24,7 +24,7 @@ LIBRARY_PATH = os.environ.get("RECUR_LIB") or os.path.join(
     os.environ.get("RECUR_BUILD") or os.path.join(_ROOT, "build"), "librecur.so")
 _lib = ctypes.CDLL(LIBRARY_PATH)
 
-MIXERS = ["linear", "retention", "gla", "deltanet", "gated_deltanet", "softmax", "mamba2"]
+MIXERS = ["linear", "retention", "gla", "deltanet", "gated_deltanet", "softmax", "mamba2", "rwkv7"]
 MAX_LAYERS = 64
 
 # error codes (recur.h)
