@@ -3,11 +3,14 @@
  * Every projection (receptance, key, value, output, the LoRA downs and ups, the channel mix) is a
  * packed GEMM over the rows (packed_gemm.h), so a row's result does not depend on the other rows;
  * token shift, norms, gates and the state update are per-row code in a fixed order. A session
- * stepped in a batch therefore gets the bits it gets alone. The state update runs token by token
- * (a prefill piece: its rows in order) through the per-head step below. Nothing here allocates. */
+ * stepped in a batch therefore gets the bits it gets alone. The state update is the generalized
+ * delta rule's per-head step (generalized_delta.h: one home for the recurrence) with g = wlog,
+ * a = -kk, b = kk * a_gate, q = r, scale 1; it runs token by token (a prefill piece: its rows in
+ * order). Nothing here allocates. */
 #include <math.h>
 #include <string.h>
 #include "block_rwkv7.h"
+#include "generalized_delta.h"
 #include "model_math.h"
 #include "packed_gemm.h"
 
@@ -16,6 +19,7 @@
 
 /* scratch columns of a row (block_rwkv7.h: ld = 11 d + ranks) */
 enum { S_MIX = 0, S_A = 6, S_G = 7, S_KK = 8, S_VFIRST = 9, S_VGATE = 10, S_LORA = 11 };
+/* after gates_row: S_A holds the step's b = kk * a, S_KK its a = -kk */
 
 int recur__rwkv7_shape(const recur_config *c, int l, int t, int64_t *r, int64_t *k)
 {
@@ -68,27 +72,6 @@ size_t recur__rwkv7_state_floats(const recur_config *c)
     return (size_t)c->n_heads * c->head_k * c->head_k + 2 * (size_t)c->d_model;
 }
 
-/* One token of one head, S [N key][N value]:
- *   sa = kk^T S ;  S_ij = e^wlog_i S_ij - kk_i a_i sa_j + k_i v_j ;  o_j = sum_i r_i S_ij
- * sa[N] is scratch. */
-static void head_step(int N, float *S, const float *r, const float *wlog, const float *k, const float *v,
-                      const float *kk, const float *a, float *o, float *sa)
-{
-    for (int j = 0; j < N; j++) sa[j] = 0.0f;
-    for (int i = 0; i < N; i++)
-        for (int j = 0; j < N; j++) sa[j] += kk[i] * S[(size_t)i * N + j];
-    for (int j = 0; j < N; j++) o[j] = 0.0f;
-    for (int i = 0; i < N; i++) {
-        const float w = expf(wlog[i]), b = kk[i] * a[i], ki = k[i], ri = r[i];
-        float *Si = S + (size_t)i * N;
-        for (int j = 0; j < N; j++) {
-            const float s = Si[j] * w - b * sa[j] + ki * v[j];
-            Si[j] = s;
-            o[j] += ri * s;
-        }
-    }
-}
-
 /* x_m = xa + (prev - xa) * mix_m for the n mixes starting at role t0, into out (stride d) */
 static void shift_mix(const recur_layer *L, int t0, int n, int d, const float *xa, const float *prev, float *out)
 {
@@ -99,7 +82,8 @@ static void shift_mix(const recur_layer *L, int t0, int n, int d, const float *x
     }
 }
 
-/* Row r after the projections: decay, value residual, a, kk, k (block_rwkv7.h). */
+/* Row r after the projections: decay, value residual, a, kk, k (block_rwkv7.h); then the step's
+ * erase vectors in place: S_KK <- -kk, S_A <- kk * a. */
 static void gates_row(const recur_model *m, const recur_layer *L, const recur__rwkv7_rows_ws *ws, int r, int first)
 {
     const int d = m->cfg.d_model, H = m->cfg.n_heads, N = m->cfg.head_k;
@@ -123,6 +107,10 @@ static void gates_row(const recur_model *m, const recur_layer *L, const recur__r
         for (int i = 0; i < N; i++) kh[i] *= inv;
     }
     for (int i = 0; i < d; i++) k[i] *= 1.0f + (a[i] - 1.0f) * k_a[i];
+    for (int i = 0; i < d; i++) {
+        a[i] *= kk[i];
+        kk[i] = -kk[i];
+    }
 }
 
 /* Row r: o = GroupNorm(o) + bonus, times g, in place in ws->o. */
@@ -199,15 +187,14 @@ int recur__rwkv7_rows(const recur_model *m, const recur_layer *L, const recur__r
     for (int r = 0; r < R; r++) gates_row(m, L, ws, r, l == 0);
 
     // the state update, token by token: prefill rows in order through states[0], decode row r
-    // through states[r]
+    // through states[r]:  S = Diag(e^wlog) S - (kk a)(kk^T S) + k v^T ;  o = S^T r   per head
     for (int r = 0; r < R; r++) {
         float *S = states[prefill ? 0 : r]->rec + L->state_off;
         const float *s = ws->scr + (size_t)r * ld;
-        float *sa = mix + (size_t)r * ld; /* the mixes of row r are consumed: scratch */
         for (int h = 0; h < H; h++) {
-            const size_t off = (size_t)r * d + (size_t)h * N;
-            head_step(N, S + (size_t)h * N * N, ws->r + off, ws->wlog + off, ws->k + off, ws->v + off,
-                      s + (size_t)S_KK * d + (size_t)h * N, s + (size_t)S_A * d + (size_t)h * N, ws->o + off, sa);
+            const size_t off = (size_t)r * d + (size_t)h * N, hn = (size_t)h * N;
+            recur__gdr_step(S + hn * N, ws->r + off, ws->k + off, ws->v + off, ws->wlog + off,
+                            s + (size_t)S_KK * d + hn, s + (size_t)S_A * d + hn, 1.0f, N, N, ws->o + off);
         }
     }
 

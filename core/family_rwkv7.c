@@ -74,6 +74,12 @@ static int parse(const recur__hfc *h, recur_config *c)
 {
     int rc;
     TRY(recur__hfc_check_keys(h, keys, (int)(sizeof keys / sizeof keys[0])));
+    /* null LoRA ranks: FLA's layer derives them from hidden_size and head_dim; not implemented */
+    static const char *const ranks[] = {"decay_low_rank_dim", "a_low_rank_dim", "v_low_rank_dim", "gate_low_rank_dim"};
+    for (int i = 0; i < 4; i++) {
+        const cJSON *it = cJSON_GetObjectItemCaseSensitive(h->root, ranks[i]);
+        if (it && cJSON_IsNull(it)) return recur__hfc_refuse(h, ranks[i], "null (a derived rank) is not implemented: give the rank");
+    }
     int64_t vocab, d, L, N, ff, rk[4];
     double ratio, eps;
     int tied, ln0, bias;

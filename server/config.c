@@ -79,7 +79,7 @@ static const opt OPTS[] = {
      "tokens folded or generated per request -> 422"},
     {"chat_template", OPT_STR, F(chat_template), 0, 0,
      "the OpenAI chat route's template: a built-in (chatml, llama2, llama3, rwkv, plain) or a "
-     "Jinja file; \"\" = the model folder's tokenizer_config.json, else plain"},
+     "Jinja file; \"\" = the model folder's tokenizer_config.json, else rwkv for an RWKV World vocabulary, else plain"},
     {"max_choices_per_request", OPT_INT, F(max_choices_per_request), 1, 1024,
      "OpenAI routes: prompts x n choices of one request -> 400"},
     {"max_sessions", OPT_INT, F(max_sessions), 1, 1e8,

@@ -36,7 +36,9 @@ static int load_file(const char *path, recur_chat_template **out, char *err, siz
     return rc;
 }
 
-/* The template chat_template names, or the model folder's, or "plain". *source says which. */
+/* The template chat_template names, or the model folder's, or "rwkv" for a folder with the RWKV
+ * World vocabulary (RWKV models are trained on its User: / Assistant: form), or "plain". *source
+ * says which. */
 static int choose(srv_app *app, const char **source, char *err, size_t errlen)
 {
     const char *name = app->cfg.chat_template;
@@ -54,9 +56,9 @@ static int choose(srv_app *app, const char **source, char *err, size_t errlen)
         *source = "tokenizer_config.json";
         rc = recur_chat_template_load_dir(dir, &app->chat, err, errlen);
     }
-    if (rc == RECUR_ENOENT) { /* no template in the folder (the byte model): the plain one */
-        *source = "plain";
-        rc = recur_chat_template_builtin("plain", &app->chat, err, errlen);
+    if (rc == RECUR_ENOENT) { /* no template in the folder: RWKV World's, else (the byte model) plain */
+        *source = app->tok && recur_tokenizer_kind(app->tok) == RECUR_TOKENIZER_RWKV ? "rwkv" : "plain";
+        rc = recur_chat_template_builtin(*source, &app->chat, err, errlen);
     }
     return rc;
 }

@@ -57,7 +57,11 @@ def resolve_config(raw):
     """config.json (a dict) -> the resolved dimensions. Raises ValueError on what the twin does
     not compute (recurd refuses the same, by name)."""
     c = dict(DEFAULTS)
-    c.update({k: v for k, v in raw.items() if v is not None or k in ("intermediate_size", "value_dim")})
+    c.update(raw)  # null stays None: FLA's meaning (head_dim null: from num_heads)
+    for k in ("decay_low_rank_dim", "a_low_rank_dim", "v_low_rank_dim", "gate_low_rank_dim", "hidden_size",
+              "num_hidden_layers", "vocab_size", "norm_eps"):
+        if c[k] is None:
+            raise ValueError("config: %s null is not supported" % k)
     if raw.get("model_type", "rwkv7") != "rwkv7":
         raise ValueError("config: model_type %r is not rwkv7" % raw.get("model_type"))
     if c["attn"] is not None:
