@@ -40,13 +40,10 @@ static const recur__hfc_key common_keys[] = {
     {"intermediate_size", HFC_READ}, {"hidden_act", HFC_READ}, {"norm_eps", HFC_READ},
     {"tie_word_embeddings", HFC_READ}, {"attn", HFC_READ}, {"attnres_block_size", HFC_READ},
     {"use_short_conv", HFC_READ}, {"conv_size", HFC_READ}, {"expand_v", HFC_READ},
-    {"max_position_embeddings", HFC_IGNORE}, {"attn_mode", HFC_IGNORE}, {"use_cache", HFC_IGNORE},
-    {"pad_token_id", HFC_IGNORE}, {"bos_token_id", HFC_IGNORE}, {"eos_token_id", HFC_IGNORE},
-    {"initializer_range", HFC_IGNORE}, {"fuse_norm", HFC_READ}, {"fuse_swiglu", HFC_IGNORE},
-    {"fuse_cross_entropy", HFC_IGNORE}, {"fuse_linear_cross_entropy", HFC_IGNORE}, {"use_l2warp", HFC_IGNORE},
+    {"max_position_embeddings", HFC_IGNORE}, {"attn_mode", HFC_IGNORE},
+    {"fuse_norm", HFC_READ}, {"fuse_swiglu", HFC_IGNORE},
     {"conv_bias", HFC_IGNORE}, /* the models never pass it to their layers */
-    {"architectures", HFC_IGNORE}, {"torch_dtype", HFC_IGNORE}, {"dtype", HFC_IGNORE},
-    {"transformers_version", HFC_IGNORE}, {"_name_or_path", HFC_IGNORE}, {"auto_map", HFC_IGNORE},
+    {"auto_map", HFC_IGNORE},
     {"return_dict", HFC_IGNORE}, {"output_hidden_states", HFC_IGNORE}, {"output_attentions", HFC_IGNORE},
     {"torchscript", HFC_IGNORE}, {"use_bfloat16", HFC_IGNORE}, {"is_encoder_decoder", HFC_IGNORE},
     {"is_decoder", HFC_IGNORE}, {"add_cross_attention", HFC_IGNORE}, {"tie_encoder_decoder", HFC_IGNORE},
@@ -227,9 +224,6 @@ static int parse(const recur__hfc *h, int fam, recur_config *c)
         c->mixers[l] = kind;
         c->block[l] = b;
     }
-    if ((rc = recur__config_check(c)))
-        return recur__errf(h->err, h->errlen, "%s: sizes out of range (heads x head dims at most %d, ...)", h->file,
-                           65536), rc;
     return RECUR_OK;
 }
 
@@ -285,19 +279,16 @@ static void fla_name(const recur_config *c, int layer, int t, char *name, size_t
     }
 }
 
+/* parse for whichever of the three model_type says */
+static int parse_any(const recur__hfc *h, recur_config *c)
+{
+    const char *mt = "";
+    recur__hfc_string(h, "model_type", "", 0, &mt);
+    return parse(h, !strcmp(mt, "gated_deltanet") ? FLA_GDN : !strcmp(mt, "gla") ? FLA_GLA : FLA_DELTA, c);
+}
+
 int recur__family_fla(const char *config, size_t config_len, const recur__ckpt *ckpt, int keep_half,
                       recur_model **out, char *err, size_t errlen)
 {
-    cJSON *root;
-    int rc = recur__hf_json_parse(config, config_len, "config.json", &root, err, errlen);
-    if (rc) return rc;
-    recur__hfc h = {.root = root, .file = "config.json", .err = err, .errlen = errlen};
-    const char *mt = "";
-    recur__hfc_string(&h, "model_type", "", 0, &mt);
-    int fam = !strcmp(mt, "gated_deltanet") ? FLA_GDN : !strcmp(mt, "gla") ? FLA_GLA : FLA_DELTA;
-    recur_config c;
-    rc = parse(&h, fam, &c);
-    cJSON_Delete(root);
-    if (rc) return rc;
-    return recur__load_roles(&c, ckpt, fla_name, keep_half, out, err, errlen);
+    return recur__family_hf_load(config, config_len, ckpt, keep_half, parse_any, fla_name, out, err, errlen);
 }

@@ -21,16 +21,12 @@ static const recur__hfc_key keys[] = {
     {"norm_before_gate", HFC_READ}, {"D_has_hdim", HFC_READ}, {"pad_vocab_size_multiple", HFC_READ},
     {"layer_types", HFC_READ},
     /* initialisation, training, kernels and generation: no effect on the function computed */
-    {"initializer_range", HFC_IGNORE}, {"residual_in_fp32", HFC_IGNORE}, {"time_step_rank", HFC_IGNORE},
+    {"residual_in_fp32", HFC_IGNORE}, {"time_step_rank", HFC_IGNORE},
     {"time_step_min", HFC_IGNORE}, {"time_step_max", HFC_IGNORE}, {"time_step_floor", HFC_IGNORE},
-    {"rescale_prenorm_residual", HFC_IGNORE}, {"use_cache", HFC_IGNORE}, {"rms_norm", HFC_IGNORE},
+    {"rescale_prenorm_residual", HFC_IGNORE}, {"rms_norm", HFC_IGNORE},
     {"chunk_size", HFC_IGNORE}, {"conv_init", HFC_IGNORE}, {"A_init_range", HFC_IGNORE},
     {"dt_min", HFC_IGNORE}, {"dt_max", HFC_IGNORE}, {"dt_init_floor", HFC_IGNORE},
-    {"fuse_norm", HFC_IGNORE}, {"fuse_cross_entropy", HFC_IGNORE},
-    {"fuse_linear_cross_entropy", HFC_IGNORE}, {"use_l2warp", HFC_IGNORE},
-    {"architectures", HFC_IGNORE}, {"torch_dtype", HFC_IGNORE}, {"dtype", HFC_IGNORE},
-    {"transformers_version", HFC_IGNORE}, {"bos_token_id", HFC_IGNORE}, {"eos_token_id", HFC_IGNORE},
-    {"pad_token_id", HFC_IGNORE}, {"_name_or_path", HFC_IGNORE},
+    {"fuse_norm", HFC_IGNORE},
 };
 
 /* A key present under both spellings must say the same thing. */
@@ -140,9 +136,6 @@ static int parse(const recur__hfc *h, recur_config *c)
         b->dt_min = (float)lim[0];
         b->dt_max = (float)lim[1]; /* Infinity stays +inf: fminf(dt, inf) = dt */
     }
-    if (recur__config_check(c))
-        return recur__errf(h->err, h->errlen, "%s: the model's sizes are out of recurd's range (RECUR_MAX_DIM %d)",
-                           h->file, RECUR_MAX_DIM);
     return RECUR_OK;
 }
 
@@ -155,25 +148,18 @@ static void role_name(const recur_config *c, int layer, int t, char *name, size_
         snprintf(name, cap, "%s", t == 0 ? "backbone.embeddings.weight" : t == 1 ? "backbone.norm_f.weight" : "lm_head.weight");
         return;
     }
-    const char *s = "?";
-    switch (t) {
-    case T_ATTN_NORM: s = "norm.weight"; break;
-    case T_IN_PROJ: s = "mixer.in_proj.weight"; break;
-    case T_IN_BIAS: s = "mixer.in_proj.bias"; break;
-    case T_CONV: s = "mixer.conv1d.weight";
+    static const char *const names[T_N_LAYER_TENSORS] = {
+        [T_ATTN_NORM] = "norm.weight", [T_IN_PROJ] = "mixer.in_proj.weight", [T_IN_BIAS] = "mixer.in_proj.bias",
+        [T_CONV] = "mixer.conv1d.weight", [T_CONV_BIAS] = "mixer.conv1d.bias", [T_DT_BIAS] = "mixer.dt_bias",
+        [T_A_LOG] = "mixer.A_log", [T_D] = "mixer.D", [T_O_NORM] = "mixer.norm.weight",
+        [T_O] = "mixer.out_proj.weight", [T_O_BIAS] = "mixer.out_proj.bias",
+    };
+    const char *s = t >= 0 && t < T_N_LAYER_TENSORS && names[t] ? names[t] : "?";
+    if (t == T_CONV) {
         file_shape[0] = (int64_t)c->n_heads * c->head_v + 2 * (int64_t)c->block[layer].ssm_groups * c->head_k;
         file_shape[1] = 1;
         file_shape[2] = c->block[layer].conv_size;
         *file_ndim = 3;
-        break;
-    case T_CONV_BIAS: s = "mixer.conv1d.bias"; break;
-    case T_DT_BIAS: s = "mixer.dt_bias"; break;
-    case T_A_LOG: s = "mixer.A_log"; break;
-    case T_D: s = "mixer.D"; break;
-    case T_O_NORM: s = "mixer.norm.weight"; break;
-    case T_O: s = "mixer.out_proj.weight"; break;
-    case T_O_BIAS: s = "mixer.out_proj.bias"; break;
-    default: break;
     }
     snprintf(name, cap, "backbone.layers.%d.%s", layer, s);
 }
@@ -181,13 +167,5 @@ static void role_name(const recur_config *c, int layer, int t, char *name, size_
 int recur__family_mamba2(const char *config, size_t config_len, const recur__ckpt *ckpt, int keep_half,
                          recur_model **out, char *err, size_t errlen)
 {
-    cJSON *root;
-    int rc = recur__hf_json_parse(config, config_len, "config.json", &root, err, errlen);
-    if (rc) return rc;
-    recur__hfc h = {.root = root, .file = "config.json", .err = err, .errlen = errlen};
-    recur_config c;
-    rc = parse(&h, &c);
-    cJSON_Delete(root);
-    if (rc) return rc;
-    return recur__load_roles(&c, ckpt, role_name, keep_half, out, err, errlen);
+    return recur__family_hf_load(config, config_len, ckpt, keep_half, parse, role_name, out, err, errlen);
 }

@@ -23,12 +23,9 @@ static const recur__hfc_key keys[] = {
     {"attn", HFC_READ}, {"tie_word_embeddings", HFC_READ}, {"value_dim", HFC_READ},
     /* kernels (fuse_norm: FLA's fused kernels; recurd normalises kk as RWKV-LM does, x / max(|x|, 1e-12)),
      * training, generation and bookkeeping: no effect on the function computed */
-    {"attn_mode", HFC_IGNORE}, {"fuse_norm", HFC_IGNORE}, {"fuse_cross_entropy", HFC_IGNORE},
-    {"fuse_linear_cross_entropy", HFC_IGNORE}, {"use_l2warp", HFC_IGNORE}, {"initializer_range", HFC_IGNORE},
-    {"max_position_embeddings", HFC_IGNORE}, {"use_cache", HFC_IGNORE}, {"pad_token_id", HFC_IGNORE},
-    {"bos_token_id", HFC_IGNORE}, {"eos_token_id", HFC_IGNORE}, {"architectures", HFC_IGNORE},
-    {"torch_dtype", HFC_IGNORE}, {"dtype", HFC_IGNORE}, {"transformers_version", HFC_IGNORE},
-    {"_name_or_path", HFC_IGNORE}, {"auto_map", HFC_IGNORE}, {"tokenizer_class", HFC_IGNORE},
+    {"attn_mode", HFC_IGNORE}, {"fuse_norm", HFC_IGNORE},
+    {"max_position_embeddings", HFC_IGNORE},
+    {"auto_map", HFC_IGNORE}, {"tokenizer_class", HFC_IGNORE},
 };
 
 #define TRY(expr) do { if ((rc = (expr))) return rc; } while (0)
@@ -135,9 +132,6 @@ static int parse(const recur__hfc *h, recur_config *c)
         b->rw_ln0 = ln0;
         b->rw_gn_eps = eps * (double)N;
     }
-    if (recur__config_check(c))
-        return recur__errf(h->err, h->errlen, "%s: the model's sizes are out of recurd's range (RECUR_MAX_DIM %d)",
-                           h->file, RECUR_MAX_DIM);
     return RECUR_OK;
 }
 
@@ -184,13 +178,5 @@ static void role_name(const recur_config *c, int layer, int t, char *name, size_
 int recur__family_rwkv7(const char *config, size_t config_len, const recur__ckpt *ckpt, int keep_half,
                         recur_model **out, char *err, size_t errlen)
 {
-    cJSON *root;
-    int rc = recur__hf_json_parse(config, config_len, "config.json", &root, err, errlen);
-    if (rc) return rc;
-    recur__hfc h = {.root = root, .file = "config.json", .err = err, .errlen = errlen};
-    recur_config c;
-    rc = parse(&h, &c);
-    cJSON_Delete(root);
-    if (rc) return rc;
-    return recur__load_roles(&c, ckpt, role_name, keep_half, out, err, errlen);
+    return recur__family_hf_load(config, config_len, ckpt, keep_half, parse, role_name, out, err, errlen);
 }

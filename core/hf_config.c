@@ -288,13 +288,22 @@ int recur__hf_json_parse(const char *text, size_t len, const char *what, cJSON *
 
 /* ---------------------------------------------------------------- typed config reads */
 
+/* Keys any Hugging Face config may carry that never change the function computed (HFC_IGNORE for
+ * every family): transformers' bookkeeping, token ids read elsewhere, training-only switches. */
+static const char *const bookkeeping[] = {
+    "architectures", "torch_dtype", "dtype", "transformers_version", "_name_or_path", "bos_token_id",
+    "eos_token_id", "pad_token_id", "use_cache", "initializer_range", "fuse_cross_entropy",
+    "fuse_linear_cross_entropy", "use_l2warp",
+};
+
 int recur__hfc_check_keys(const recur__hfc *c, const recur__hfc_key *keys, int n)
 {
     if (!cJSON_IsObject(c->root)) return recur__errf(c->err, c->errlen, "%s: not a JSON object", c->file);
     for (const cJSON *it = c->root->child; it; it = it->next) {
-        int k = 0;
+        int k = 0, b = 0;
         while (k < n && strcmp(keys[k].key, it->string) != 0) k++;
-        if (k == n)
+        while (k == n && b < (int)(sizeof bookkeeping / sizeof bookkeeping[0]) && strcmp(bookkeeping[b], it->string)) b++;
+        if (k == n && b == (int)(sizeof bookkeeping / sizeof bookkeeping[0]))
             return recur__errf(c->err, c->errlen, "%s: key \"%.64s\" is not known to recurd for this model type "
                                "(it may change the model; refused)", c->file, it->string);
     }

@@ -56,7 +56,10 @@ typedef struct {
     size_t errlen;
 } recur__hfc;
 
-/* Every key of the root is in keys[n]: else RECUR_EFORMAT naming the first one that is not. */
+/* Every key of the root is in keys[n] or is one of the bookkeeping keys every family ignores
+ * (architectures, torch_dtype, dtype, transformers_version, _name_or_path, bos / eos / pad_token_id,
+ * use_cache, initializer_range, fuse_cross_entropy, fuse_linear_cross_entropy, use_l2warp): else
+ * RECUR_EFORMAT naming the first one that is not. */
 int recur__hfc_check_keys(const recur__hfc *c, const recur__hfc_key *keys, int n);
 /* The key's item, or NULL when absent (or JSON null). */
 const cJSON *recur__hfc_get(const recur__hfc *c, const char *key);

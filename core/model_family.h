@@ -30,6 +30,7 @@
 #define RECUR_MODEL_FAMILY_H
 
 #include "checkpoint.h"
+#include "hf_config.h"
 #include "model_internal.h"
 #include "safetensors.h"
 
@@ -63,6 +64,15 @@ typedef void (*recur__role_name_fn)(const recur_config *c, int layer, int t, cha
  * and filled: *out is ready for recur__model_finish. Errors name the tensor. */
 int recur__load_roles(const recur_config *c, const recur__ckpt *ck, recur__role_name_fn name, int keep_half,
                       recur_model **out, char *err, size_t errlen);
+
+/* A Hugging Face family's load (model_load.c), every such family's recur__family_fn body:
+ * config.json parsed as Python's JSON, parse fills the recur_config from it (hf_config.h's typed
+ * reads; errors name the key), recur__config_check's bounds, then recur__load_roles with the
+ * family's names. */
+typedef int (*recur__hf_parse_fn)(const recur__hfc *h, recur_config *c);
+int recur__family_hf_load(const char *config, size_t config_len, const recur__ckpt *ckpt, int keep_half,
+                          recur__hf_parse_fn parse, recur__role_name_fn name, recur_model **out, char *err,
+                          size_t errlen);
 
 /* A shared piece for every family (model_load.c): copy tensor src into its place(s) dst in a model
  * whose matrices are of type mwt: fp32 (widened exactly from a half file) and / or the model's half

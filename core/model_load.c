@@ -128,6 +128,24 @@ int recur__load_roles(const recur_config *c, const recur__ckpt *ck, recur__role_
     return rc;
 }
 
+int recur__family_hf_load(const char *config, size_t config_len, const recur__ckpt *ckpt, int keep_half,
+                          recur__hf_parse_fn parse, recur__role_name_fn name, recur_model **out, char *err,
+                          size_t errlen)
+{
+    cJSON *root;
+    int rc = recur__hf_json_parse(config, config_len, "config.json", &root, err, errlen);
+    if (rc) return rc;
+    recur__hfc h = {.root = root, .file = "config.json", .err = err, .errlen = errlen};
+    recur_config c;
+    rc = parse(&h, &c);
+    cJSON_Delete(root);
+    if (rc) return rc;
+    if ((rc = recur__config_check(&c)))
+        return recur__errf(err, errlen, "config.json: the model's sizes are out of recurd's range (heads x head dims "
+                           "at most 65536, head dims at most RECUR_MAX_DIM %d, ...)", RECUR_MAX_DIM), rc;
+    return recur__load_roles(&c, ckpt, name, keep_half, out, err, errlen);
+}
+
 /* ---------------------------------------------------------------- the family table */
 
 /* config.json's "model_type" -> family; NULL: no model_type (the native stack). A family's

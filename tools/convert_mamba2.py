@@ -25,7 +25,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
+from export import checkpoint_tensors_f32  # noqa: E402
 from export_mamba2 import raw_config, write_folder  # noqa: E402
 from mamba2_model import resolve_config, tensor_shapes  # noqa: E402
 
@@ -41,7 +41,6 @@ SSM_DEFAULTS = {"d_state": 128, "d_conv": 4, "expand": 2, "headdim": 64, "d_ssm"
 SSM_IGNORED = {"layer", "conv_init", "A_init_range", "dt_min", "dt_max", "dt_init_floor",
                "chunk_size", "use_mem_eff_path", "process_group", "sequence_parallel"}
 TOP_IGNORED = {"residual_in_fp32", "fused_add_norm", "attn_cfg"}
-DTYPE_NAMES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"}
 
 
 def hf_config(src):
@@ -105,12 +104,7 @@ def convert(src_dir, out_dir, dtype=None, tokenizer=None, shards=1):
     # weights_only: tensors and plain containers, never arbitrary pickled code from a download
     sd = torch.load(os.path.join(src_dir, "pytorch_model.bin"), map_location="cpu", weights_only=True)
     tensors = hf_tensors(sd, cfg)
-    if dtype is None:
-        kinds = {DTYPE_NAMES.get(t.dtype) for t in tensors.values()}
-        if len(kinds) != 1 or None in kinds:
-            raise ValueError("checkpoint mixes dtypes %s: pass --dtype" % sorted(map(str, kinds)))
-        dtype = kinds.pop()
-    params = {n: t.to(torch.float32) for n, t in tensors.items()}  # exact widening; written as dtype
+    params, dtype = checkpoint_tensors_f32(tensors, dtype)  # exact widening; written as dtype
     return write_folder(out_dir, raw, params, dtype, shards, tokenizer)
 
 

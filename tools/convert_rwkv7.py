@@ -26,10 +26,10 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from export import checkpoint_tensors_f32  # noqa: E402
 from export_rwkv7 import raw_config, write_folder  # noqa: E402
 from rwkv7_model import blinkdl_names, resolve_config, tensor_shapes  # noqa: E402
 
-DTYPE_NAMES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"}
 UNUSED = ("blocks.0.att.v0", "blocks.0.att.v1", "blocks.0.att.v2")
 
 
@@ -88,12 +88,7 @@ def convert(pth, out_dir, dtype=None, tokenizer=None):
     raw = hf_config(sd)
     cfg = resolve_config(raw)
     tensors = fla_tensors(sd, cfg)
-    if dtype is None:
-        kinds = {DTYPE_NAMES.get(t.dtype) for t in tensors.values()}
-        if len(kinds) != 1 or None in kinds:
-            raise ValueError("checkpoint mixes dtypes %s: pass --dtype" % sorted(map(str, kinds)))
-        dtype = kinds.pop()
-    params = {n: t.to(torch.float32) for n, t in tensors.items()}  # exact widening; written as dtype
+    params, dtype = checkpoint_tensors_f32(tensors, dtype)  # exact widening; written as dtype
     return write_folder(out_dir, raw, params, dtype, tokenizer)
 
 

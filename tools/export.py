@@ -28,6 +28,19 @@ from model import RecurModel, validate_config  # noqa: E402
 DTYPES = {"F32": (torch.float32, 4), "F16": (torch.float16, 2), "BF16": (torch.bfloat16, 2)}
 
 
+def checkpoint_tensors_f32(tensors, dtype=None):
+    """A converter's tensors {name: torch tensor} -> ({name: float32 tensor} (exact widening), the
+    safetensors dtype to write: dtype, or when None the tensors' own when it is one of F32, F16,
+    BF16 throughout; else ValueError)."""
+    if dtype is None:
+        names = {v[0]: k for k, v in DTYPES.items()}
+        kinds = {names.get(t.dtype) for t in tensors.values()}
+        if len(kinds) != 1 or None in kinds:
+            raise ValueError("checkpoint mixes dtypes %s: pass --dtype" % sorted(map(str, kinds)))
+        dtype = kinds.pop()
+    return {n: t.to(torch.float32) for n, t in tensors.items()}, dtype
+
+
 def tensor_names(config):
     """Tensor names in the order of the table in docs/MODEL.md."""
     cfg = validate_config(config)
@@ -81,6 +94,38 @@ def write_safetensors(path, tensors, dtype="F32"):
         for b in blobs:
             f.write(b)
     os.replace(tmp, path)
+
+
+def write_hf_folder(out, raw, params, names, dtype="F32", shards=1, tokenizer=None, tokenizer_name=None):
+    """A Hugging Face folder: config.json (the dict raw, its torch_dtype set to dtype's; Infinity as
+    Python writes it), the tensors params[name] for names in that order in model.safetensors or in
+    shards model-0000i-of-0000n.safetensors with model.safetensors.index.json, and an optional copy of
+    the file tokenizer (named tokenizer_name, default its own name). names must be params' keys."""
+    if set(names) != set(params):
+        raise ValueError("parameters differ from the config's tensors: %s" % sorted(set(names) ^ set(params)))
+    os.makedirs(out, exist_ok=True)
+    raw = dict(raw, torch_dtype={"F32": "float32", "F16": "float16", "BF16": "bfloat16"}[dtype])
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(raw, f, indent=2)
+        f.write("\n")
+    if shards <= 1:
+        write_safetensors(os.path.join(out, "model.safetensors"), [(n, params[n]) for n in names], dtype)
+    else:
+        per = (len(names) + shards - 1) // shards
+        weight_map, total = {}, 0
+        for i in range(shards):
+            part = names[i * per:(i + 1) * per]
+            fname = "model-%05d-of-%05d.safetensors" % (i + 1, shards)
+            write_safetensors(os.path.join(out, fname), [(n, params[n]) for n in part], dtype)
+            for n in part:
+                weight_map[n] = fname
+                total += params[n].numel() * DTYPES[dtype][1]
+        with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+    if tokenizer:
+        import shutil
+        shutil.copy(tokenizer, os.path.join(out, tokenizer_name or os.path.basename(tokenizer)))
+    return out
 
 
 def read_safetensors(path):

@@ -14,16 +14,14 @@ optionally a tokenizer.json copied beside them.
 Also a library: write_folder(out, raw_config, params, dtype, shards, tokenizer).
 """
 import argparse
-import json
 import math
 import os
-import shutil
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from export import write_safetensors  # noqa: E402
+from export import write_hf_folder  # noqa: E402
 from mamba2_model import resolve_config, tensor_shapes  # noqa: E402
 
 
@@ -88,35 +86,8 @@ def random_params(cfg, seed, std=0.02):
 
 def write_folder(out, raw, params, dtype="F32", shards=1, tokenizer=None):
     """config.json + the tensors (in tensor_shapes order) + an optional tokenizer.json copy."""
-    cfg = resolve_config(raw)
-    os.makedirs(out, exist_ok=True)
-    names = list(tensor_shapes(cfg))
-    if set(names) != set(params):
-        raise ValueError("parameters differ from the config's tensors: %s"
-                         % sorted(set(names) ^ set(params)))
-    raw = dict(raw, torch_dtype={"F32": "float32", "F16": "float16", "BF16": "bfloat16"}[dtype])
-    with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump(raw, f, indent=2)  # Infinity as Python writes it
-        f.write("\n")
-    if shards <= 1:
-        write_safetensors(os.path.join(out, "model.safetensors"), [(n, params[n]) for n in names],
-                          dtype)
-    else:
-        per = (len(names) + shards - 1) // shards
-        weight_map, total = {}, 0
-        width = {"F32": 4, "F16": 2, "BF16": 2}[dtype]
-        for i in range(shards):
-            part = names[i * per:(i + 1) * per]
-            fname = "model-%05d-of-%05d.safetensors" % (i + 1, shards)
-            write_safetensors(os.path.join(out, fname), [(n, params[n]) for n in part], dtype)
-            for n in part:
-                weight_map[n] = fname
-                total += params[n].numel() * width
-        with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
-            json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
-    if tokenizer:
-        shutil.copy(tokenizer, os.path.join(out, "tokenizer.json"))
-    return out
+    return write_hf_folder(out, raw, params, list(tensor_shapes(resolve_config(raw))), dtype, shards,
+                           tokenizer, "tokenizer.json")
 
 
 def main(argv=None):

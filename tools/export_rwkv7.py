@@ -12,13 +12,11 @@ The RWKV-7 0.1B size (RWKV-LM's rwkv7-g1 0.1B): --hidden-size 768 --layers 12 --
 --vocab 65536 --ff 3072 --ranks 64 64 32 128.
 """
 import argparse
-import json
 import os
-import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from export import write_safetensors  # noqa: E402
+from export import write_hf_folder  # noqa: E402
 from rwkv7_model import random_params, resolve_config, tensor_shapes  # noqa: E402
 
 
@@ -43,30 +41,15 @@ def raw_config(hidden_size=64, layers=2, head_dim=16, vocab=300, ff=None, ranks=
 
 def write_folder(out, raw, params, dtype="F32", tokenizer=None):
     """config.json + model.safetensors (tensor_shapes order) + an optional tokenizer copy (kept
-    under its own file name)."""
-    cfg = resolve_config(raw)
-    names = list(tensor_shapes(cfg))
-    if set(names) != set(params):
-        raise ValueError("parameters differ from the config's tensors: %s" % sorted(set(names) ^ set(params)))
-    os.makedirs(out, exist_ok=True)
-    raw = dict(raw, torch_dtype={"F32": "float32", "F16": "float16", "BF16": "bfloat16"}[dtype])
-    with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump(raw, f, indent=2)
-        f.write("\n")
-    write_safetensors(os.path.join(out, "model.safetensors"), [(n, params[n]) for n in names], dtype)
-    if tokenizer:
-        shutil.copy(tokenizer, os.path.join(out, os.path.basename(tokenizer)))
-    return out
+    under its own file name: tokenizer.json or rwkv_vocab_v20230424.txt)."""
+    return write_hf_folder(out, raw, params, list(tensor_shapes(resolve_config(raw))), dtype, 1, tokenizer)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description="Write a seeded random RWKV-7 Hugging Face folder (FLA layout).")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--hidden-size", type=int, default=64)
-    ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--head-dim", type=int, default=16)
-    ap.add_argument("--vocab", type=int, default=300)
+    for flag, default in (("--seed", 0), ("--hidden-size", 64), ("--layers", 2), ("--head-dim", 16), ("--vocab", 300)):
+        ap.add_argument(flag, type=int, default=default)
     ap.add_argument("--ff", type=int, default=None, help="intermediate_size (default 4 * hidden)")
     ap.add_argument("--ranks", type=int, nargs=4, default=[16, 16, 8, 32],
                     metavar=("DECAY", "A", "V", "GATE"), help="the LoRA ranks")

@@ -39,7 +39,6 @@ import os
 import sys
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from export import read_safetensors  # noqa: E402

@@ -11,7 +11,6 @@ the converter) are checked bit for bit.
 import json
 import math
 import os
-import struct
 
 import numpy as np
 import pytest
@@ -20,19 +19,12 @@ import torch
 import convert_mamba2
 import export_mamba2 as ex
 import mamba2_model as mm
+import family_checks as fc
 import recur_model as rm
+from family_checks import edit_config, rel_rms, rewrite_tensors, tokens_for
 
 TOL = 1e-5
 T = 300
-
-
-def rel_rms(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.sqrt(np.mean((a - b) ** 2) / np.mean(b ** 2)))
-
-
-def tokens_for(vocab, n, seed=0):
-    return np.random.RandomState(seed).randint(0, vocab, n).astype(np.int32)
 
 
 def write(tmp, name, seed=1, dtype="F32", shards=1, **kw):
@@ -74,12 +66,7 @@ VARIANTS = {
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("mamba2")
-    out = {}
-    for name, kw in VARIANTS.items():
-        kw = dict(kw)
-        out[name] = write(tmp, name, dtype=kw.pop("dtype", "F32"), shards=kw.pop("shards", 1), **kw)
-    return out
+    return fc.write_variants(tmp_path_factory.mktemp("mamba2"), VARIANTS, write)
 
 
 def test_twin_forms_agree(folders):
@@ -96,16 +83,7 @@ def test_twin_forms_agree(folders):
 
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_prefill_and_decode_match_twin(folders, name):
-    folder = folders[name]
-    m = rm.Model.load(folder)
-    toks = tokens_for(m.vocab, T, seed=len(name))
-    ref = twin_logits(folder, toks)
-    s = m.state()
-    got = m.prefill(s, toks)
-    assert rel_rms(got, ref) <= TOL, name
-    s2 = m.state()
-    steps = np.stack([m.step(s2, t) for t in toks[:80]])
-    assert rel_rms(steps, ref[:80]) <= TOL, name
+    fc.prefill_and_decode_match_twin(folders[name], twin_logits, TOL, T, 80, len(name))
 
 
 def test_info_and_state_bytes(folders):
@@ -117,82 +95,10 @@ def test_info_and_state_bytes(folders):
         assert info["n_params"] == sum(t.numel() for t in params.values())
 
 
-def test_prefill_then_decode_equals_decode_only(folders):
-    m = rm.Model.load(folders["groups2"])
-    toks = tokens_for(m.vocab, 200, 5)
-    a = m.state()
-    m.prefill(a, toks[:150], want_logits=False)
-    la = np.stack([m.step(a, t) for t in toks[150:]])
-    b = m.state()
-    lb = np.stack([m.step(b, t) for t in toks])[150:]
-    assert rel_rms(la, lb) <= TOL
-
-
-def test_split_prefill_equals_one(folders):
-    m = rm.Model.load(folders["base"])
-    toks = tokens_for(m.vocab, T, 6)
-    a = m.state()
-    la = m.prefill(a, toks)
-    b = m.state()
-    lb = np.concatenate([m.prefill(b, toks[:1]), m.prefill(b, toks[1:3]), m.prefill(b, toks[3:131]),
-                         m.prefill(b, toks[131:])])
-    assert rel_rms(lb, la) <= TOL
-    # and the states continue alike
-    assert rel_rms(m.step(b, 5), m.step(a, 5)) <= TOL
-
-
-@pytest.mark.parametrize("name", ["base", "groups4_untied", "bf16_untied", "use_bias"])
-def test_batched_decode_is_bit_identical(folders, name):
-    m = rm.Model.load(folders[name])
-    rng = np.random.RandomState(2)
-    states = [m.state() for _ in range(5)]
-    singles = [m.state() for _ in range(5)]
-    for i, (s, s1) in enumerate(zip(states, singles)):
-        pre = tokens_for(m.vocab, 7 + 13 * i, i)
-        m.prefill(s, pre, want_logits=False)
-        m.prefill(s1, pre, want_logits=False)
-    for _ in range(6):
-        toks = rng.randint(0, m.vocab, 5)
-        batched = m.step_batch(states, toks)
-        for b in range(5):
-            assert np.array_equal(batched[b], m.step(singles[b], toks[b]))
-    for s, s1 in zip(states, singles):
-        assert s.snapshot() == s1.snapshot()
-
-
-def test_snapshot_restore_continue_bit_identical(folders):
-    m = rm.Model.load(folders["groups2"])
-    toks = tokens_for(m.vocab, 120, 8)
-    a = m.state()
-    m.prefill(a, toks[:100], want_logits=False)
-    m.step(a, toks[100])  # the conv window holds decode inputs too
-    blob = a.snapshot()
-    b = m.state()
-    b.restore(blob)
-    assert b.tokens_seen == a.tokens_seen == 101
-    # (without the conv window in the snapshot, the restored session's next steps would differ)
-    for t in toks[101:]:
-        assert np.array_equal(m.step(a, t), m.step(b, t))
-    assert b.snapshot() == a.snapshot()
-
-
-def test_snapshot_refused_by_another_model(folders):
-    a = rm.Model.load(folders["base"])
-    b = rm.Model.load(folders["no_conv_bias"])
-    s = a.state()
-    a.step(s, 1)
-    with pytest.raises(ValueError):
-        b.state().restore(s.snapshot())
-
-
-def test_fork_is_exact(folders):
-    m = rm.Model.load(folders["groups2"])
-    toks = tokens_for(m.vocab, 60, 9)
-    a = m.state()
-    m.prefill(a, toks[:40], want_logits=False)
-    f = a.copy()
-    for t in toks[40:]:
-        assert np.array_equal(m.step(a, t), m.step(f, t))
+class TestChecks(fc.FamilyChecks):
+    PREFILL_DECODE = SNAPSHOT = FORK = "groups2"
+    BATCHED = ("base", "groups4_untied", "bf16_untied", "use_bias")
+    OTHER = "no_conv_bias"
 
 
 # --------------------------------------------------------------------------- the converter
@@ -247,25 +153,6 @@ def test_converter_refuses_by_name(tmp_path):
 
 # --------------------------------------------------------------------------- hostile folders
 
-def edit_config(folder, **changes):
-    p = os.path.join(folder, "config.json")
-    c = json.load(open(p))
-    for k, v in changes.items():
-        if v is None:
-            c.pop(k, None)
-        else:
-            c[k] = v
-    json.dump(c, open(p, "w"))
-
-
-def rewrite_tensors(folder, fn):
-    from export import read_safetensors, write_safetensors
-    p = os.path.join(folder, "model.safetensors")
-    t = read_safetensors(p)
-    fn(t)
-    write_safetensors(p, list(t.items()))
-
-
 HOSTILE = [  # (what, spoil, words the error message must hold)
     ("unknown key", lambda f: edit_config(f, mystery_option=1), "mystery_option"),
     ("hidden_act", lambda f: edit_config(f, hidden_act="gelu"), "hidden_act"),
@@ -302,13 +189,7 @@ HOSTILE = [  # (what, spoil, words the error message must hold)
 
 @pytest.mark.parametrize("what,spoil,words", HOSTILE, ids=[h[0] for h in HOSTILE])
 def test_hostile_folder_refused(tmp_path, what, spoil, words):
-    folder = write(tmp_path, "h")
-    rm.Model.load(folder)  # fine before
-    spoil(folder)
-    with pytest.raises(ValueError) as e:
-        rm.Model.load(folder)
-    assert e.value.code in (rm.EFORMAT, rm.ESHAPE, rm.ETRUNCATED), (what, str(e.value))
-    assert words in str(e.value), (what, str(e.value))
+    fc.refused_by_name(write(tmp_path, "h"), spoil, words, what)
 
 
 def test_gated_mlp_beside_the_ssm_refused(tmp_path):
