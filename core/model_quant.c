@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include "block_rwkv7.h"
 #include "hf_config.h"
 #include "model_internal.h"
 #include "quant.h"
@@ -27,6 +28,14 @@ static void quantize_matrices(recur_model *m, const recur_model *src)
     for (int l = 0; l < c->n_layers; l++) {
         recur_layer *L = &m->layers[l];
         const recur_layer *S = &src->layers[l];
+        if (L->kind == RECUR_MIXER_RWKV7) { /* its matrices are roles in L->rw (block_rwkv7.h) */
+            for (int t = T_RW_LN0_W; t < T_N_LAYER_TENSORS; t++) {
+                int64_t r, k;
+                if (recur__rwkv7_is_matrix(t) && recur__rwkv7_shape(c, l, t, &r, &k))
+                    recur__pack_quant(L->rw[t - T_RW_LN0_W], qt, S->rw[t - T_RW_LN0_W], st, (int)r, (int)k);
+            }
+            continue;
+        }
         recur__pack_quant(L->w_in, qt, S->w_in, st, L->n_in, d);
         recur__pack_quant(L->wo, qt, S->wo, st, d, HV);
         if (c->block[l].mlp) {

@@ -272,3 +272,18 @@ HOSTILE = [  # (what, spoil, words the error message must hold)
 @pytest.mark.parametrize("what,spoil,words", HOSTILE, ids=[h[0] for h in HOSTILE])
 def test_hostile_folder_refused(tmp_path, what, spoil, words):
     fc.refused_by_name(write(tmp_path, "h"), spoil, words, what)
+
+
+@pytest.mark.parametrize("q,bound", [("q8_0", 0.15), ("q4_0", 1.0)])
+def test_quantized_at_load(folders, q, bound):
+    """--weights-dtype on an RWKV-7 folder: every RWKV-7 matrix quantized (no crash, no matrix left
+    behind: Q8_0 stays near the F32 logits); prefill = decode, batched = single bit for bit."""
+    f32 = rm.Model.load(folders["head64_untied"])
+    m = rm.Model.load(folders["head64_untied"], weights_dtype=q)
+    assert m.info["weights_dtype"] == q.upper() and m.info["weight_bytes"] < f32.info["weight_bytes"] / 2
+    toks = tokens_for(m.vocab, 80, 11)
+    got = m.prefill(m.state(), toks)
+    assert rel_rms(got, f32.prefill(f32.state(), toks)) < bound
+    s = m.state()
+    assert rel_rms(np.stack([m.step(s, t) for t in toks[:20]]), got[:20]) <= TOL
+    fc.batched_decode_is_bit_identical(m, B=3, steps=2)
