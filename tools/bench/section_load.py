@@ -104,7 +104,9 @@ class Server:
             for line in self.proc.stderr:
                 if len(self.log) < 200:
                     self.log.append(line)
-                if self.port is None:
+                # recurd's "listening" line (hello_server's bare {"port":N}), never another
+                # event's port (recurd logs the Redis port before it listens)
+                if self.port is None and ('"event"' not in line or '"listening"' in line):
                     m = re.search(r'"port"\s*:\s*(\d+)', line)
                     if m and int(m.group(1)) > 0:
                         self.port = int(m.group(1))
