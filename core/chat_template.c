@@ -86,6 +86,11 @@ int recur_chat_template_builtin(const char *name, recur_chat_template **out, cha
     return recur_chat_template_parse(src, strlen(src), bos, eos, out, err, errlen);
 }
 
+const char *recur_chat_template_eos_token(const recur_chat_template *t)
+{
+    return t->eos;
+}
+
 const char *recur_chat_template_builtin_source(const char *name, const char **bos_token, const char **eos_token)
 {
     const char *src, *bos, *eos;

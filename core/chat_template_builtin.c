@@ -49,10 +49,12 @@ static const builtin builtins[] = {
      "{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}",
      "", ""},
     /* recurd's own, for models without a template (the default byte model): one
-     * "role: content" line per message, then "assistant:" */
+     * "role: content" line per message, then "assistant: " (with the space a rendered assistant
+     * message has after its colon, so that prompt + reply is a prefix of the next turn's prompt
+     * and the prefix cache resumes at the reply's end) */
     {"plain",
      "{% for message in messages %}{{ message['role'] + ': ' + message['content'] + '\n' }}{% endfor %}"
-     "{% if add_generation_prompt %}{{ 'assistant:' }}{% endif %}",
+     "{% if add_generation_prompt %}{{ 'assistant: ' }}{% endif %}",
      "", ""},
 };
 

@@ -412,6 +412,9 @@ int recur_chat_template_parse(const char *src, size_t len, const char *bos_token
 /* A built-in: "chatml", "llama2", "llama3", "rwkv", "plain" (docs/API.md lists their text and
  * tokens). RECUR_EINVAL for another name. */
 int recur_chat_template_builtin(const char *name, recur_chat_template **out, char *err, size_t errlen);
+/* The eos_token the template was parsed with ("" when none): the end-of-turn token a server stops
+ * generating at. Valid while t lives. */
+const char *recur_chat_template_eos_token(const recur_chat_template *t);
 /* A built-in's Jinja source and its bos / eos tokens (static strings), or NULL for another name. */
 const char *recur_chat_template_builtin_source(const char *name, const char **bos_token, const char **eos_token);
 /* A model folder: tokenizer_config.json's chat_template (a string, or the list-of-{name,template}

@@ -70,6 +70,8 @@ typedef struct srv_app {
     recur_chat_template *chat; /* the OpenAI chat route's template, or NULL (openai.h) */
     char chat_source[64];      /* where it came from: a built-in, a file, tokenizer_config.json */
     char chat_error[320];      /* why there is none */
+    int32_t end_ids[1];        /* [n_end_ids] the OpenAI routes' end-of-turn token (openai_chat.c) */
+    int n_end_ids;
 } srv_app;
 
 /* The HTTP callbacks (routes.c). */

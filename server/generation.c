@@ -127,7 +127,13 @@ void srv_gen_token(srv_gen *g, uint64_t pos, int32_t token, float logprob, proto
     proto_buf *t = &g->token_text;
     proto_buf_clear(t);
     g->generated++;
-    if (srv_gen_text_push(&g->text, token, t))
+    int end = 0;
+    for (int i = 0; i < g->n_end_ids; i++)
+        end |= token == g->end_ids[i];
+    if (end) {
+        srv_gen_text_finish(&g->text, t); /* what was held back, without the end token's text */
+        g->stop_matched = 1;
+    } else if (srv_gen_text_push(&g->text, token, t))
         g->stop_matched = 1;
     else if (g->generated >= g->req->max_tokens || pos + 1 >= g->max_seen)
         g->stop_matched = srv_gen_text_finish(&g->text, t); /* the last token: nothing stays held */

@@ -57,6 +57,9 @@ typedef struct srv_gen {
     uint32_t *seen_counts;   /* [n_seen] */
     int32_t *seen_slot;      /* [vocab]: index into seen_ids, or -1; owned */
     size_t n_seen;
+    const int32_t *end_ids;  /* [n_end_ids] tokens that end the generation (the template's
+                              * end-of-turn token; borrowed); not part of its text */
+    int n_end_ids;
 
     /* Latency histograms (metrics.c), set by the loop after srv_gen_init; the worker's while
      * in flight: time to first token from t_request_ns, then the time between tokens. */
@@ -116,7 +119,8 @@ const float *srv_gen_sampling_logits(srv_gen *g, const float *logits, float *adj
 void srv_gen_keep_top(srv_gen *g, const float *logits, int vocab, const float c[2]);
 
 /* Token `token` at position `pos` was sampled (log-probability logprob) and folded: append its
- * line to out with the text that is final now (gen_text.h), check the stop strings, count it.
+ * line to out with the text that is final now (gen_text.h), check the stop strings and the end
+ * ids (an end id ends the generation as a stop string does; its own text is left out), count it.
  * When this token is the last one (a stop string, max_tokens, max_seen), its line also carries
  * the text held back until then, so the stream's text fields concatenate to the decoded text
  * (cut at the stop string). */

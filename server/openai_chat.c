@@ -63,6 +63,28 @@ static int choose(srv_app *app, const char **source, char *err, size_t errlen)
     return rc;
 }
 
+/* The template's eos_token as an added token of the served tokenizer: the OpenAI routes stop
+ * generating at it (as llama.cpp stops at end-of-generation tokens and vLLM at eos_token_id). An
+ * eos that is no added token (none for plain and rwkv; the byte tokenizer has no added tokens)
+ * gives none: then only max_tokens and stop strings end a generation. */
+static void resolve_end_id(srv_app *app)
+{
+    app->n_end_ids = 0;
+    const char *eos = recur_chat_template_eos_token(app->chat);
+    int32_t id;
+    const char *content;
+    int special;
+    for (size_t i = 0; eos[0] && recur_tokenizer_added_token(app->tok, i, &id, &content, &special) == 0; i++)
+        if (!strcmp(content, eos) && id < app->info->vocab_size) {
+            app->end_ids[0] = id;
+            app->n_end_ids = 1;
+            char e[256];
+            srv_log(SRV_LOG_INFO, "chat_end_of_turn", "\"token\":\"%s\",\"id\":%d",
+                    srv_log_str(eos, e, sizeof e), (int)id);
+            return;
+        }
+}
+
 int srv_chat_load(srv_app *app)
 {
     char err[256] = "", e[512], p[512];
@@ -78,6 +100,7 @@ int srv_chat_load(srv_app *app)
     }
     if (rc == 0) {
         snprintf(app->chat_source, sizeof app->chat_source, "%.63s", source);
+        resolve_end_id(app);
         srv_log(SRV_LOG_INFO, "chat_template", "\"source\":\"%s\"", srv_log_str(source, p, sizeof p));
         return 0;
     }

@@ -1032,10 +1032,13 @@ static void start_generate(srv_op *op)
     op->run.t_request_ns = op->t_request_ns;
     op_checkpoint(op);
     op->streaming = 1;
-    if (op->sink)
+    if (op->sink) {
         srv_gen_set_openai(&op->run, op->want_top, &op->adjust, app->info->vocab_size);
-    else
+        op->run.end_ids = app->end_ids;
+        op->run.n_end_ids = app->n_end_ids;
+    } else {
         srv_stream_begin(op->conn, 200, proto_frame_content_type(op->framing));
+    }
     if (app->stopping)
         op->stop_requested = 1;
     continue_op(op);

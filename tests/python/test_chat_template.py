@@ -265,7 +265,7 @@ def test_builtins_render_known_text():
                   "<|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|>"
                   "<|start_header_id|>assistant<|end_header_id|>\n\n",
         "rwkv": "System: You are terse.\n\nUser: What is 2+2?\n\nAssistant:",
-        "plain": "system: You are terse.\nuser: What is 2+2?\nassistant:",
+        "plain": "system: You are terse.\nuser: What is 2+2?\nassistant: ",
     }
     for name in BUILTINS:
         assert ChatTemplate.builtin(name).render(msgs, True) == want[name], name

@@ -126,3 +126,35 @@ def test_refused_folder_is_named_in_the_log(folder, tmp_path):
     with pytest.raises(RuntimeError) as e:
         d.start()
     assert "hidden_act" in str(e.value) and "model_load_failed" in str(e.value)
+
+
+def test_openai_routes_stop_at_the_templates_end_of_turn_token(folder):
+    """With the llama2 template (eos_token "</s>", id 2 of the Mistral vocabulary) the OpenAI
+    routes end a generation at that token: finish_reason "stop", its text left out, counted as a
+    completion token. logit_bias forces it (the seeded model would not pick it); the same request
+    on the plain template (no end-of-turn token) runs on to max_tokens."""
+    d_path, tok = folder
+    eos = 2
+    assert tok.decode([eos]) == "</s>"
+    msgs = [{"role": "user", "content": "Hi"}]
+    body = {"messages": msgs, "max_tokens": 5, "temperature": 0, "logit_bias": {str(eos): 100}}
+    with Daemon("--model", d_path, "--chat-template", "llama2", model_config=None) as d:
+        model = requests.get(d.url("/v1/models"), timeout=30).json()["data"][0]["id"]
+        r = requests.post(d.url("/v1/chat/completions"), json=dict(body, model=model), timeout=60).json()
+        c = r["choices"][0]
+        assert c["finish_reason"] == "stop" and c["message"]["content"] == "", r
+        assert r["usage"]["completion_tokens"] == 1
+        r = requests.post(d.url("/v1/completions"), json={"model": model, "prompt": "Hi", "max_tokens": 5,
+                                                          "temperature": 0, "logit_bias": {str(eos): 100}},
+                          timeout=60).json()
+        assert r["choices"][0]["finish_reason"] == "stop" and r["choices"][0]["text"] == ""
+        # another token forced: no stop, max_tokens of it
+        other = tok.encode("hello")[-1]
+        r = requests.post(d.url("/v1/chat/completions"), timeout=60,
+                          json=dict(body, model=model, logit_bias={str(other): 100})).json()
+        assert r["choices"][0]["finish_reason"] == "length" and r["usage"]["completion_tokens"] == 5
+        assert r["choices"][0]["message"]["content"] == tok.decode([other] * 5)
+    with Daemon("--model", d_path, "--chat-template", "plain", model_config=None) as d:
+        model = requests.get(d.url("/v1/models"), timeout=30).json()["data"][0]["id"]
+        r = requests.post(d.url("/v1/chat/completions"), json=dict(body, model=model), timeout=60).json()
+        assert r["choices"][0]["finish_reason"] == "length" and r["usage"]["completion_tokens"] == 5

@@ -307,8 +307,8 @@ def test_chat_plain_template_streamed_and_not(d):
     assert r["object"] == "chat.completion" and r["id"].startswith("chatcmpl-")
     c = r["choices"][0]
     assert c["message"]["role"] == "assistant" and c["finish_reason"] == "length"
-    # the plain built-in: "role: content\n" per message, then "assistant:"
-    prompt = "system: Be brief.\nuser: Hi there\nassistant:"
+    # the plain built-in: "role: content\n" per message, then "assistant: "
+    prompt = "system: Be brief.\nuser: Hi there\nassistant: "
     assert r["usage"]["prompt_tokens"] == len(prompt.encode())
     ref = reference(d, list(prompt.encode()), 1, 9, max_tokens=12)[0]
     assert c["message"]["content"] == ref[0].decode("utf-8", "replace")
@@ -327,6 +327,29 @@ def test_chat_plain_template_streamed_and_not(d):
         text = "".join(m["delta"].get("content", "") for m in mine)
         if i == 0:
             assert text == c["message"]["content"]
+
+
+def test_plain_template_second_turn_resumes_at_the_reply_end():
+    """The plain built-in renders an assistant message as the generation prompt plus the reply
+    ("assistant: " + reply), so a stateless client's next turn hits the state stored at the end of
+    the previous reply: cached_tokens = previous prompt + completion, only the rest is folded."""
+    with Daemon("--model", DEFAULT_MODEL, "--prefix-checkpoint-interval", "0", model_config=None) as dm:
+        model = requests.get(dm.url("/v1/models"), timeout=10).json()["data"][0]["id"]
+        msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}]
+        post = lambda m: requests.post(dm.url("/v1/chat/completions"), timeout=60, json={  # noqa: E731
+            "model": model, "messages": m, "max_tokens": 10, "temperature": 0}).json()
+        first = post(msgs)
+        u1 = first["usage"]
+        msgs += [{"role": "assistant", "content": first["choices"][0]["message"]["content"]},
+                 {"role": "user", "content": "And then?"}]
+        folded0 = metric(dm, "recurd_tokens_folded_total")
+        second = post(msgs)
+        u2 = second["usage"]
+        assert u2["prompt_tokens_details"]["cached_tokens"] == u1["prompt_tokens"] + u1["completion_tokens"]
+        assert u2["prompt_tokens"] == len("".join("%s: %s\n" % (m["role"], m["content"])
+                                                  for m in msgs).encode() + b"assistant: ")
+        assert metric(dm, "recurd_tokens_folded_total") - folded0 == \
+            u2["prompt_tokens"] - u2["prompt_tokens_details"]["cached_tokens"]  # only the new ones
 
 
 def run_turns(d, model, n_turns, **params):
