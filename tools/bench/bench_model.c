@@ -4,7 +4,7 @@
  *
  *   bench_model (--model DIR [--fp32-weights] | --config FILE [--seed N]) [--batches 1,8,64]
  *               [--reps R] [--tokens-per-rep N] [--prefill N] [--prefill-reps R] [--sgemm-m M]
- *               [--prefill-sgemm-m M]
+ *               [--prefill-sgemm-m M] [--gemm-shapes N:K,N:K,...]
  *
  * --model loads DIR as recurd does (an F16 / BF16 file keeps its matrices half in memory);
  * --fp32-weights widens them to fp32 at load instead (the same function, bit for bit: the
@@ -22,7 +22,9 @@
  *          see the same load on a shared machine (a rep runs the sequence as many times as the
  *          decode rep had steps). Each shape alone (cache-hot) is reported too,
  *          and the sequence at M = prefill-sgemm-m (default 256, the prefill's piece; 0 = off),
- *          the GEMM-only lower bound of prefill time.
+ *          the GEMM-only lower bound of prefill time. --gemm-shapes replaces that list by the
+ *          given matrices (N rows of K, one buffer each, in order): a Hugging Face family's own
+ *          projections, listed by tools/bench/section_families.py from its safetensors header.
  * packed:  the same sequence through librecur's own GEMM on weights packed once
  *          (core/packed_gemm.h, what the model runs, with the model's element type: F16 / BF16
  *          panels for a half model), timed after the sgemm reps with as many runs per rep;
@@ -106,16 +108,37 @@ static float frand(uint64_t *s)
     return (float)((*s >> 40) & 0xFFFFFF) / 16777216.0f * 0.04f - 0.02f;
 }
 
+/* --gemm-shapes: the matrices of the sequence when given (else the native layout below) */
+#define MAX_SHAPES 4096
+static int n_shapes, shape_n[MAX_SHAPES], shape_k[MAX_SHAPES];
+
+static int parse_shapes(const char *v)
+{
+    for (const char *p = v; *p;) {
+        char *e;
+        long n = strtol(p, &e, 10), k;
+        if (*e != ':' || n < 1 || n > (1L << 24) || n_shapes == MAX_SHAPES) return -1;
+        k = strtol(e + 1, &e, 10);
+        if ((*e && *e != ',') || k < 1 || k > (1L << 24)) return -1;
+        shape_n[n_shapes] = (int)n;
+        shape_k[n_shapes++] = (int)k;
+        p = *e ? e + 1 : e;
+    }
+    return n_shapes ? 0 : -1;
+}
+
 static void seq_build(gemm_seq *g, const recur_model_info *in, int M)
 {
     g->wt = !strcmp(in->weights_dtype, "F16") ? RECUR_WT_F16 : !strcmp(in->weights_dtype, "BF16") ? RECUR_WT_BF16
                                                                                                  : RECUR_WT_F32;
     int H = in->n_heads, K = in->head_k, V = in->head_v, d = in->d_model, ff = in->d_ff;
     g->M = M;
-    g->nops = 4 * in->n_layers + 1;
+    g->nops = n_shapes ? n_shapes : 4 * in->n_layers + 1;
     g->ops = calloc((size_t)g->nops, sizeof *g->ops);
     int maxn = 0, maxk = 0, o = 0;
-    for (int l = 0; l < in->n_layers; l++) {
+    for (int i = 0; i < n_shapes; i++)
+        g->ops[o++] = (gemm_op){shape_n[i], shape_k[i], NULL, NULL, 0.0f};
+    for (int l = 0; l < in->n_layers && !n_shapes; l++) {
         recur_mixer_kind kd = in->mixers[l];
         int n_in = 2 * H * K + 2 * H * V + (kd == RECUR_MIXER_GLA ? H * K : 0) +
                    (kd == RECUR_MIXER_DELTANET || kd == RECUR_MIXER_GATED_DELTANET ? H : 0) +
@@ -125,7 +148,8 @@ static void seq_build(gemm_seq *g, const recur_model_info *in, int M)
         g->ops[o++] = (gemm_op){2 * ff, d, NULL, NULL, 0.0f};
         g->ops[o++] = (gemm_op){d, ff, NULL, NULL, 1.0f};
     }
-    g->ops[o++] = (gemm_op){in->vocab_size, d, NULL, NULL, 0.0f};
+    if (!n_shapes)
+        g->ops[o++] = (gemm_op){in->vocab_size, d, NULL, NULL, 0.0f};
     uint64_t s = 12345;
     g->flops = 0;
     for (int i = 0; i < g->nops; i++) {
@@ -252,6 +276,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--prefill-reps")) prefill_reps = atoi(v);
         else if (!strcmp(a, "--sgemm-m")) sgemm_m = atoi(v);
         else if (!strcmp(a, "--prefill-sgemm-m")) prefill_m = atoi(v);
+        else if (!strcmp(a, "--gemm-shapes")) { if (parse_shapes(v)) goto usage; }
         else goto usage;
         i++;
     }
@@ -447,6 +472,6 @@ int main(int argc, char **argv)
 usage:
     fprintf(stderr, "usage: bench_model (--model DIR [--fp32-weights] | --config FILE [--seed N]) [--batches 1,8,64] [--reps R]\n"
                     "                   [--tokens-per-rep N] [--prefill N] [--prefill-reps R] [--sgemm-m M]\n"
-                    "                   [--prefill-sgemm-m M]\n");
+                    "                   [--prefill-sgemm-m M] [--gemm-shapes N:K,N:K,...]\n");
     return 2;
 }
