@@ -7,7 +7,8 @@ Sections are modules tools/bench/section_<name>.py, each with
     ORDER = 10               position in the document (lower first; default 100)
     def run(ctx) -> str      markdown body; ctx is a BenchContext (see below)
 or, instead of run(ctx), a plain `def section() -> str` returning markdown that starts with its
-own "## " heading.
+own "## " heading. A module with ON_REQUEST = True runs only when --sections names it (a one-off
+comparison, e.g. against an older build); otherwise its block is kept from the existing file.
 Adding a benchmark (model, daemon, ...) means adding one such module: nothing here changes.
 
 The document starts with the machine (lscpu model, cores, memory), the date, library versions
@@ -125,7 +126,8 @@ def main(argv=None):
     a = ap.parse_args(argv)
 
     sections = discover_sections()
-    wanted = set(a.sections.split(",")) if a.sections else {n for n, _ in sections}
+    wanted = (set(a.sections.split(",")) if a.sections else
+              {n for n, m in sections if not getattr(m, "ON_REQUEST", False)})
     unknown = wanted - {n for n, _ in sections}
     if unknown:
         ap.error(f"unknown section(s) {sorted(unknown)}; have {[n for n, _ in sections]}")
