@@ -15,20 +15,14 @@ import argparse
 import json
 import os
 import sys
-import time
 
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+from benchutil import timed  # noqa: E402
 import fla_model  # noqa: E402
 import mamba2_model  # noqa: E402
-
-
-def timed(fn):
-    w0, c0 = time.perf_counter(), time.process_time()
-    fn()
-    return time.perf_counter() - w0, time.process_time() - c0
 
 
 def main(argv=None):

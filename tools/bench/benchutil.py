@@ -7,6 +7,7 @@ script has its own folder there already (docs_examples.py imports it as bench.be
 import json
 import os
 import subprocess
+import time
 
 
 def make_target(root, build, exe):
@@ -29,3 +30,10 @@ def stop_process(proc, grace):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+
+
+def timed(fn):
+    """Run fn(); its (wall seconds, process CPU seconds)."""
+    w0, c0 = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - w0, time.process_time() - c0
