@@ -12,6 +12,8 @@ alternating order) on: bench_model on models/default and on the seeded d512
 prefill (tokens per CPU second, median of the reps, then median over the rounds), and
 bench_kernels at T = 4096 (tokens per wall second of each mixer's recurrent and chunkwise form).
 The figures recorded on 2026-11-29 (quiet machine) are shown beside them.
+RECUR_BENCH_AFTER_DIR, when set, names a folder holding an already built bench_model and
+bench_kernels to use as "after" (no make: e.g. while the tree is being rebuilt).
 ON_REQUEST: it builds another tree, so `make bench` keeps the last result; run it with
 /usr/bin/python3 tools/bench/run_all.py --sections refactor
 """
@@ -83,9 +85,12 @@ def fmt(x):
 
 def run(ctx):
     old = build_baseline(ctx)
-    new = {t: os.path.join(ctx.build, "bench", t) for t in ("bench_model", "bench_kernels")}
+    after_dir = os.environ.get("RECUR_BENCH_AFTER_DIR")
+    new = {t: os.path.join(after_dir or os.path.join(ctx.build, "bench"), t)
+           for t in ("bench_model", "bench_kernels")}
     for exe in new.values():
-        ctx.run(benchutil.make_target(ctx.root, ctx.build, exe))
+        if not after_dir:
+            ctx.run(benchutil.make_target(ctx.root, ctx.build, exe))
     res = {"before": {}, "after": {}}  # side -> (model, metric) -> [median per round]
     loads = [" ".join(open("/proc/loadavg").read().split()[:3])]
     for p in range(PAIRS):
