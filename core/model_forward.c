@@ -250,10 +250,10 @@ static void conv_rows(const recur_model *m, const recur_layer *L, recur_workspac
 /*
  * Run R rows through the model. mode_prefill == 0: row r belongs to states[r] (decode);
  * otherwise every row belongs to states[0], at positions tokens_seen + r. Everything has been
- * validated by the caller. logits [R][vocab] or NULL.
+ * validated by the caller. logits [R - first_logit][vocab] for rows first_logit.., or NULL.
  */
 static int forward_rows(const recur_model *m, recur_workspace *ws, recur_state *const *states,
-                        const int32_t *tokens, int R, int prefill, float *logits)
+                        const int32_t *tokens, int R, int prefill, int first_logit, float *logits)
 {
     const recur_config *c = &m->cfg;
     const int d = c->d_model, H = c->n_heads, V = c->head_v, ff = c->d_ff;
@@ -319,15 +319,18 @@ static int forward_rows(const recur_model *m, recur_workspace *ws, recur_state *
         linear_rows(m, R, d, ff, ws->ff, 2 * ff, L->w_down, 1.0f, ws->x, d);
     }
 
-    if (logits) {
-        // logits = lm_head RMSNorm_f(x)   (a LayerNorm with bias: rwkv7)
-        for (int r = 0; r < R; r++) {
+    if (logits && first_logit < R) {
+        // logits = lm_head RMSNorm_f(x)   (a LayerNorm with bias: rwkv7), rows first_logit..R-1
+        // (a row's result does not depend on the others: the same bits as over every row)
+        const int NL = R - first_logit;
+        const float *x0 = ws->x + (size_t)first_logit * d;
+        for (int r = 0; r < NL; r++) {
             if (m->norm_f_bias)
-                layernorm(ws->h + (size_t)r * d, ws->x + (size_t)r * d, m->norm_f, m->norm_f_bias, d, (float)c->norm_eps);
+                layernorm(ws->h + (size_t)r * d, x0 + (size_t)r * d, m->norm_f, m->norm_f_bias, d, (float)c->norm_eps);
             else
-                rmsnorm(ws->h + (size_t)r * d, ws->x + (size_t)r * d, m->norm_f, d, (float)c->norm_eps);
+                rmsnorm(ws->h + (size_t)r * d, x0 + (size_t)r * d, m->norm_f, d, (float)c->norm_eps);
         }
-        linear_rows(m, R, c->vocab_size, d, ws->h, d, m->lm_head, 0.0f, logits, c->vocab_size);
+        linear_rows(m, NL, c->vocab_size, d, ws->h, d, m->lm_head, 0.0f, logits, c->vocab_size);
     }
     return RECUR_OK;
 }
@@ -355,7 +358,7 @@ int recur_model_step_batch(const recur_model *m, recur_workspace *ws, recur_stat
         for (int a = 0; a < b; a++)
             if (states[a] == states[b]) return RECUR_EINVAL;
     }
-    int rc = forward_rows(m, ws, states, tokens, B, 0, logits);
+    int rc = forward_rows(m, ws, states, tokens, B, 0, 0, logits);
     if (rc) return rc;
     for (int b = 0; b < B; b++) states[b]->tokens_seen++;
     return RECUR_OK;
@@ -370,9 +373,16 @@ int recur_model_step(const recur_model *m, recur_workspace *ws, recur_state *s, 
 int recur_model_prefill(const recur_model *m, recur_workspace *ws, recur_state *s,
                         const int32_t *tokens, int64_t n, float *logits)
 {
+    return recur_model_prefill_tail(m, ws, s, tokens, n, logits ? n : 0, logits);
+}
+
+int recur_model_prefill_tail(const recur_model *m, recur_workspace *ws, recur_state *s,
+                             const int32_t *tokens, int64_t n, int64_t n_tail, float *logits)
+{
     int rc = check_common(m, ws, s);
     if (rc) return rc;
-    if (n < 0 || (n > 0 && !tokens)) return RECUR_EINVAL;
+    if (n < 0 || (n > 0 && !tokens) || n_tail < 0 || n_tail > n || (n_tail && !logits))
+        return RECUR_EINVAL;
     for (int64_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab_size) return RECUR_ETOKEN;
     if (m->n_softmax && s->tokens_seen + (uint64_t)n > (uint64_t)m->cfg.max_context) return RECUR_ECONTEXT;
@@ -383,8 +393,11 @@ int recur_model_prefill(const recur_model *m, recur_workspace *ws, recur_state *
     int piece_max = PREFILL_PIECE;
     for (int64_t off = 0; off < n; off += piece_max) {
         int T = (int)(n - off < piece_max ? n - off : piece_max);
-        rc = forward_rows(m, ws, &s, tokens + off, T, 1,
-                          logits ? logits + (size_t)off * m->cfg.vocab_size : NULL);
+        /* this piece's rows at or past n - n_tail get logits, at row (off + r) - (n - n_tail) */
+        int64_t first = n - n_tail - off; /* the piece's first row with logits */
+        if (first < 0) first = 0;
+        float *out = first < T ? logits + (size_t)(off + first - (n - n_tail)) * m->cfg.vocab_size : NULL;
+        rc = forward_rows(m, ws, &s, tokens + off, T, 1, (int)(first < T ? first : T), out);
         if (rc) {
             memcpy(s->rec, ws->backup, m->rec_floats * sizeof(float));
             s->tokens_seen = seen0;

@@ -236,6 +236,11 @@ int recur_model_step(const recur_model *m, recur_workspace *ws, recur_state *s, 
  * (then only the state advances). All tokens are validated before anything is folded. */
 int recur_model_prefill(const recur_model *m, recur_workspace *ws, recur_state *s,
                         const int32_t *tokens, int64_t n, float *logits);
+/* The same with logits for the last n_tail positions only, logits [n_tail][vocab] (0 <= n_tail
+ * <= n; 0 = none): a long prompt does not pay the LM head at every position. Each row is
+ * bit-identical to the same row of recur_model_prefill's. */
+int recur_model_prefill_tail(const recur_model *m, recur_workspace *ws, recur_state *s,
+                             const int32_t *tokens, int64_t n, int64_t n_tail, float *logits);
 
 /* One decode step for B sessions at once (B <= the workspace's max_batch): projections, MLP and
  * LM head as one GEMM over the batch, per-session state updates. states must be distinct.

@@ -118,6 +118,20 @@ static void put_checkpoint(proto_buf *b, const char *checkpoint)
         proto_buf_printf(b, ",\"checkpoint\":\"%s\"", checkpoint);
 }
 
+void proto_fold_progress(proto_buf *b, proto_framing f, uint64_t folded, uint64_t of,
+                         uint64_t tokens_seen)
+{
+    begin_id(b, f, NULL);
+    proto_buf_puts(b, "{\"progress\":true,\"folded\":");
+    put_u64(b, (unsigned long long)folded);
+    proto_buf_puts(b, ",\"of\":");
+    put_u64(b, (unsigned long long)of);
+    proto_buf_puts(b, ",\"tokens_seen\":");
+    put_u64(b, (unsigned long long)tokens_seen);
+    proto_buf_append(b, "}", 1);
+    end(b, f);
+}
+
 void proto_fold_done(proto_buf *b, proto_framing f, uint64_t tokens_seen, const char *checkpoint)
 {
     begin_id(b, f, NULL);

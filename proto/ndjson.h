@@ -30,6 +30,10 @@ void proto_fold_line(proto_buf *b, proto_framing f, uint64_t pos, int32_t token,
  * text this token makes final (server/gen_text.h; may be empty). */
 void proto_gen_line(proto_buf *b, proto_framing f, uint64_t pos, int32_t token, const char *text,
                     size_t text_len, float logprob);
+/* A long fold's progress line (its "progress" field): {"progress":true,"folded":F,"of":N,
+ * "tokens_seen":S} — F of the request's N tokens folded, the session now at S. */
+void proto_fold_progress(proto_buf *b, proto_framing f, uint64_t folded, uint64_t of,
+                         uint64_t tokens_seen);
 /* Last line of /tokens: {"done":true,"tokens_seen":N}, with ,"checkpoint":"<id>" when
  * checkpoint is not NULL (a checkpoint taken at the end, server/checkpoints.h). */
 void proto_fold_done(proto_buf *b, proto_framing f, uint64_t tokens_seen, const char *checkpoint);

@@ -285,6 +285,27 @@ static int decode_tokens_fields(const pj_doc *d, const proto_limits *lim, proto_
     return 0;
 }
 
+/* /tokens' "output" ("all" | "last") and "progress" (tokens between progress lines, 0 = none). */
+static int decode_fold_output(const pj_doc *d, proto_tokens_req *out, proto_error *err)
+{
+    const pj_span *o = member(d, "output");
+    if (o) {
+        if (pj_type_of(*o) == PJ_STRING && pj_string_eq(*o, "last"))
+            out->last_only = 1;
+        else if (!(pj_type_of(*o) == PJ_STRING && pj_string_eq(*o, "all")))
+            return fail(err, 422, "invalid_output", "\"output\" must be \"all\" or \"last\"");
+    }
+    const pj_span *p = member(d, "progress");
+    double v;
+    if (p && get_integer(p, 0, PROTO_MAX_PROGRESS, &v) != 0)
+        return fail(err, 422, "invalid_progress",
+                    "\"progress\" must be an integer in [0, %.0f] (tokens between progress lines)",
+                    (double)PROTO_MAX_PROGRESS);
+    if (p)
+        out->progress = (uint64_t)v;
+    return 0;
+}
+
 int proto_decode_tokens_req(const uint8_t *body, size_t len, const proto_limits *lim,
                             proto_tokens_req *out, proto_error *err)
 {
@@ -295,8 +316,11 @@ int proto_decode_tokens_req(const uint8_t *body, size_t len, const proto_limits 
     pj_doc d;
     if (parse_object(body, len, &d, err))
         return -1;
-    static const char *const allowed[] = {"tokens", "text", "top_k", "checkpoint", NULL};
+    static const char *const allowed[] = {"tokens", "text", "top_k", "checkpoint", "output",
+                                          "progress", NULL};
     int rc = check_fields(&d, allowed, err);
+    if (rc == 0)
+        rc = decode_fold_output(&d, out, err);
     if (rc == 0 && get_bool(&d, "checkpoint", &out->checkpoint) != 0)
         rc = fail_field(err, "checkpoint", "a boolean");
     if (rc == 0) {

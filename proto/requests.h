@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #define PROTO_MAX_TOP_K 64      /* candidates per position in /tokens ("top_k") */
+#define PROTO_MAX_PROGRESS 1e15 /* "progress": tokens between progress lines, at most */
 #define PROTO_DEFAULT_TOP_K 5
 #define PROTO_MAX_STOP 16       /* stop strings per generate request */
 #define PROTO_MAX_STOP_BYTES 64 /* bytes per stop string */
@@ -63,6 +64,8 @@ typedef struct {
     int top_k;        /* /tokens only: candidates per position, default 5 */
     int prefix_cache; /* create only: "prefix_cache": true (server/prefix_cache.h) */
     int checkpoint;   /* /tokens only: "checkpoint": true, one taken at the end */
+    int last_only;    /* /tokens only: "output": "last" answers the last position alone */
+    uint64_t progress; /* /tokens only: a progress line every this many tokens (0 = none) */
 } proto_tokens_req;
 
 typedef struct {

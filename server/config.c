@@ -143,7 +143,7 @@ static void defaults(srv_config *c)
     c->access_log_buffer_bytes = (size_t)1 << 20;
     snprintf(c->weights_dtype, sizeof c->weights_dtype, "auto");
     srv_http_limits_default(&c->http);
-    c->max_tokens_per_request = 8192;
+    c->max_tokens_per_request = 131072; /* a 128k prompt in one request (fits max_body as ids) */
     c->max_choices_per_request = 16;
     c->max_sessions = 10000;
     c->idle_ttl_ms = 3600000;

@@ -493,6 +493,7 @@ static void submit_fold_slice(srv_op *op)
     w->owner = op;
     if (op->kind == SRV_OP_FOLD) /* a create's prefill answers with no lines */
         w->on_fold = fold_line;
+    int final = 1; /* the op's last slice (a step is: it is the op's last token) */
     w->top_k = op->top_k;
     w->top_limit = srv_text_sample_limit(app);
     w->pos0 = s->tokens_seen;
@@ -506,6 +507,17 @@ static void submit_fold_slice(srv_op *op)
         size_t slice = (size_t)srv_sched_prefill_slice(app->sched);
         w->tokens = op->tokens + op->done;
         w->n = pc_slice_cap(op, (int64_t)(left < slice ? left : slice));
+        final = op->done + (size_t)w->n == op->n;
+    }
+    if (op->kind == SRV_OP_CREATE) /* no lines: the LM head on the last position alone */
+        w->logit_tail = 1;
+    if (op->last_only) {
+        /* "output": "last": the LM head only where it is needed — the last position of every
+         * slice (the session's next-token logits), the last two of the final one (its line's
+         * logprob) */
+        w->logit_tail = final ? 2 : 1;
+        if (!final)
+            w->on_fold = NULL;
     }
     op->in_flight = 1;
     srv_sched_submit(app->sched, w);
@@ -764,7 +776,11 @@ void srv_ops_work_done(srv_work *w, void *appv)
         stream_error_end(op, w->err);
         return;
     }
+    size_t done_before = op->done;
     op->done += w->kind == SRV_WORK_STEP ? 1 : (size_t)w->n;
+    if (op->progress && op->done < op->n && !op->cancelled &&
+        op->done / op->progress > done_before / op->progress)
+        proto_fold_progress(&op->out, op->framing, op->done, op->n, s->tokens_seen);
     pc_after_slice(op);
     write_out(op);
     continue_op(op);

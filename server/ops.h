@@ -74,6 +74,8 @@ struct srv_op {
     int pc_report;      /* CREATE: the response carries "cached_tokens" (asked for the cache) */
     /* FOLD / GENERATE: take a checkpoint at the end ("checkpoint": true), its id in the done line */
     int ckpt_at_end;
+    int last_only;          /* FOLD: "output": "last", one line for the last token */
+    uint64_t progress;      /* FOLD: a progress line every this many tokens (0 = none) */
     /* CKPT_DELETE / ROLLBACK: the checkpoint id as the client gave it (NUL-terminated) */
     char ckpt_id[65];
     /* GENERATE */

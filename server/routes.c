@@ -248,6 +248,8 @@ static void handle_tokens(srv_app *app, srv_conn *c, const srv_request *req, srv
     op->n = body->tr.n;
     op->top_k = body->tr.top_k;
     op->ckpt_at_end = body->tr.checkpoint;
+    op->last_only = body->tr.last_only;
+    op->progress = body->tr.progress;
     body->tr.tokens = NULL; /* taken */
     op->framing = proto_negotiate_framing(req->accept);
     srv_ops_enqueue(op);

@@ -237,25 +237,29 @@ static void run_prefill(worker *wk, srv_work *w)
 {
     srv_sched *s = wk->s;
     const int V = s->vocab;
-    w->err = recur_model_prefill(s->model, wk->ws, w->state, w->tokens, w->n, wk->logits);
+    /* logits for rows first.. (all, or the tail: wk->logits row r is position first + r) */
+    int64_t rows = w->logit_tail > 0 && w->logit_tail < w->n ? w->logit_tail : w->n;
+    int64_t first = w->n - rows;
+    w->err = recur_model_prefill_tail(s->model, wk->ws, w->state, w->tokens, w->n, rows, wk->logits);
     w->tokens_seen = recur_state_tokens_seen(w->state);
     if (!w->err) /* turned non-finite: the op puts the session back (ops.c checkpoint) */
-        w->err = recur_values_check(wk->logits, (size_t)w->n * V);
+        w->err = recur_values_check(wk->logits, (size_t)rows * V);
     if (w->err)
         return;
-    int have_prev = *w->has_logits;
+    int have_prev = first == 0 && *w->has_logits;
     float c[2];
     if (w->on_fold && have_prev)
         recur_log_softmax_consts(w->logits, V, wk->lsm, c);
-    for (int64_t i = 0; i < w->n && w->on_fold; i++) {
+    for (int64_t i = first; i < w->n && w->on_fold; i++) {
         /* lsm holds log p(. | tokens before i); read token i's logprob, then advance. */
         float lp = have_prev ? wk->lsm[w->tokens[i]] : 0.0f;
-        recur_log_softmax_consts(wk->logits + (size_t)i * V, V, wk->lsm, c);
-        fold_result(w, w->pos0 + (uint64_t)i, w->tokens[i], have_prev, lp, wk->lsm, V);
+        recur_log_softmax_consts(wk->logits + (size_t)(i - first) * V, V, wk->lsm, c);
+        if (!w->logit_tail || i == w->n - 1)
+            fold_result(w, w->pos0 + (uint64_t)i, w->tokens[i], have_prev, lp, wk->lsm, V);
         have_prev = 1;
     }
     if (w->n > 0) {
-        memcpy(w->logits, wk->logits + (size_t)(w->n - 1) * V, (size_t)V * sizeof(float));
+        memcpy(w->logits, wk->logits + (size_t)(rows - 1) * V, (size_t)V * sizeof(float));
         *w->has_logits = 1;
     }
 }

@@ -74,6 +74,9 @@ typedef struct srv_work {
     /* PREFILL */
     const int32_t *tokens;  /* [n] */
     int64_t n;
+    int logit_tail;         /* 0: logits (and on_fold) for every position; k > 0: the LM head
+                             * runs on the last k positions only, and on_fold is called for the
+                             * last one alone (a fold answering its last position) */
     /* fold results (STEP with sample == 0, and PREFILL): when on_fold is set, it is called on
      * the worker for every folded token, in order, with the top_k most likely next tokens */
     void (*on_fold)(struct srv_work *w, const srv_fold_result *r);

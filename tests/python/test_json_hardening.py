@@ -23,7 +23,8 @@ TINY = os.path.join(ROOT, "tests", "fixtures", "tiny_model.json")
 
 @pytest.fixture(scope="module")
 def d():
-    with Daemon(model_config=TINY, seed=1) as daemon:
+    # the 8192-token bodies below are ~1 MiB: the limit is pinned where they test it
+    with Daemon("--max-tokens-per-request", "8192", model_config=TINY, seed=1) as daemon:
         yield daemon
 
 

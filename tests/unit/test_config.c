@@ -33,7 +33,7 @@ Test(config, defaults_without_file)
     cr_assert_str_eq(c.host, "127.0.0.1");
     cr_assert_eq(c.port, 8080);
     cr_assert_str_eq(c.model, "models/default");
-    cr_assert_eq(c.max_tokens_per_request, 8192);
+    cr_assert_eq(c.max_tokens_per_request, 131072);
     cr_assert_eq(c.http.max_body, 1 << 20);
     cr_assert_eq(c.http.header_timeout, 10000);
     cr_assert_eq(c.drain_timeout_ms, 30000);

@@ -626,6 +626,47 @@ Test(forms, prefill_then_step_equals_steps)
     recur_model_free(m);
 }
 
+/* recur_model_prefill_tail: the LM head on the last n_tail positions only; those rows, the
+ * state (a following step's logits) the same bits as a full prefill's, across prefill pieces. */
+Test(forms, prefill_tail_rows_are_the_full_prefills_bits)
+{
+    recur_model *m;
+    recur_workspace *ws;
+    cr_assert_eq(recur_model_init_seed(TINY("\"gated_deltanet\",\"gla\",\"linear\"", 3), 3, &m), 0);
+    cr_assert_eq(recur_workspace_create(m, 1, &ws), 0);
+    const int vocab = m->cfg.vocab_size;
+    enum { N = 600 }; /* three prefill pieces: 256, 256, 88 */
+    int32_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = (i * 7 + 3) % vocab;
+    float *full = malloc(sizeof(float) * N * vocab), *tail = malloc(sizeof(float) * N * vocab);
+    float next_full[64], next_tail[64];
+    recur_state *a;
+    cr_assert_eq(recur_state_create(m, &a), 0);
+    cr_assert_eq(recur_model_prefill(m, ws, a, tok, N, full), 0);
+    cr_assert_eq(recur_model_step(m, ws, a, 1, next_full), 0);
+    const int64_t tails[] = {0, 1, 2, 88, 89, 300, N};
+    for (size_t t = 0; t < sizeof tails / sizeof *tails; t++) {
+        int64_t k = tails[t];
+        recur_state *b;
+        cr_assert_eq(recur_state_create(m, &b), 0);
+        cr_assert_eq(recur_model_prefill_tail(m, ws, b, tok, N, k, k ? tail : NULL), 0);
+        cr_assert_eq(memcmp(tail, full + (size_t)(N - k) * vocab, sizeof(float) * (size_t)k * vocab), 0,
+                     "tail %lld", (long long)k);
+        cr_assert_eq(recur_state_tokens_seen(b), N);
+        cr_assert_eq(recur_model_step(m, ws, b, 1, next_tail), 0);
+        cr_assert_eq(memcmp(next_tail, next_full, sizeof(float) * (size_t)vocab), 0, "tail %lld", (long long)k);
+        recur_state_destroy(b);
+    }
+    cr_assert_eq(recur_model_prefill_tail(m, ws, a, tok, 3, 4, tail), RECUR_EINVAL);
+    cr_assert_eq(recur_model_prefill_tail(m, ws, a, tok, 3, 1, NULL), RECUR_EINVAL);
+    cr_assert_eq(recur_state_tokens_seen(a), N + 1);
+    recur_state_destroy(a);
+    free(full);
+    free(tail);
+    recur_workspace_free(ws);
+    recur_model_free(m);
+}
+
 /* ---------------------------------------------------------------- snapshots */
 
 Test(snapshot, round_trip_and_corruption)
