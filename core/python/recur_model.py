@@ -2,6 +2,7 @@
 
     m = Model.load(dir)                         # or Model.load_files(cfg, weights)
     m = Model.init_seed(config_json_text, seed)
+    m = Model.load(dir, weights_dtype="q8_0")   # matrices quantized at load: "q8_0", "q4_0" (None: as the file)
     m.info                                      # dict: name, vocab_size, ..., state_bytes, fingerprint
     s = m.state()                               # zeroed session state
     logits = m.step(s, token)                   # [vocab] float32

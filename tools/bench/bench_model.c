@@ -2,11 +2,12 @@
  * bench_model.c — the C model's decode and prefill rates and the sgemm bound of batched decode
  * (issue 3, "Benchmarks"), for tools/bench/section_model.py. Prints one JSON object per line.
  *
- *   bench_model (--model DIR [--fp32-weights] | --config FILE [--seed N]) [--batches 1,8,64]
+ *   bench_model (--model DIR [--fp32-weights] | --config FILE [--seed N]) [--weights-dtype D] [--batches 1,8,64]
  *               [--reps R] [--tokens-per-rep N] [--prefill N] [--prefill-reps R] [--sgemm-m M]
  *               [--prefill-sgemm-m M] [--gemm-shapes N:K,N:K,...]
  *
  * --model loads DIR as recurd does (an F16 / BF16 file keeps its matrices half in memory);
+ * --weights-dtype q8_0|q4_0 then quantizes them (recur_model_quantize, as recurd --weights-dtype);
  * --fp32-weights widens them to fp32 at load instead (the same function, bit for bit: the
  * before/after of keeping half weights). The info line gives weight_bytes and weights_dtype.
  *
@@ -48,6 +49,7 @@
 #include "recur.h"
 #include "packed_gemm.h" /* librecur-internal: the model's own GEMM, timed beside sgemm */
 #include "model_internal.h" /* librecur-internal: recur__model_load_dir_opt (--fp32-weights) */
+#include "quant.h"          /* librecur-internal: quantized copies of the GEMM sequence */
 
 static double clk(clockid_t id)
 {
@@ -129,8 +131,9 @@ static int parse_shapes(const char *v)
 
 static void seq_build(gemm_seq *g, const recur_model_info *in, int M)
 {
-    g->wt = !strcmp(in->weights_dtype, "F16") ? RECUR_WT_F16 : !strcmp(in->weights_dtype, "BF16") ? RECUR_WT_BF16
-                                                                                                 : RECUR_WT_F32;
+    g->wt = RECUR_WT_F32;
+    for (int t = RECUR_WT_F16; t <= RECUR_WT_Q4_0; t++)
+        if (!strcmp(in->weights_dtype, recur__wtype_name((recur_wtype)t))) g->wt = (recur_wtype)t;
     int H = in->n_heads, K = in->head_k, V = in->head_v, d = in->d_model, ff = in->d_ff;
     g->M = M;
     g->nops = n_shapes ? n_shapes : 4 * in->n_layers + 1;
@@ -157,9 +160,14 @@ static void seq_build(gemm_seq *g, const recur_model_info *in, int M)
         op->w = malloc(sizeof(float) * (size_t)op->n * op->k);
         for (size_t j = 0; j < (size_t)op->n * op->k; j++) op->w[j] = frand(&s);
         size_t pn = recur__packed_floats(op->n, op->k);
-        op->wp = aligned_alloc(64, (pn * recur__wtype_size(g->wt) + 63) / 64 * 64);
+        op->wp = aligned_alloc(64, (recur__packed_bytes(op->n, op->k, g->wt) + 63) / 64 * 64);
         if (g->wt == RECUR_WT_F32) {
             recur__pack(op->wp, op->w, op->n, op->k);
+        } else if (recur__wtype_quant(g->wt)) {
+            float *f = aligned_alloc(64, (pn * sizeof(float) + 63) / 64 * 64);
+            recur__pack(f, op->w, op->n, op->k);
+            recur__pack_quant(op->wp, g->wt, f, RECUR_WT_F32, op->n, op->k);
+            free(f);
         } else {
             uint16_t *h = malloc(sizeof(uint16_t) * (size_t)op->n * op->k);
             for (size_t j = 0; j < (size_t)op->n * op->k; j++) h[j] = recur__float_to_half(op->w[j], g->wt);
@@ -206,7 +214,7 @@ static void time_packed(const gemm_seq *g, long runs, int reps)
     }
     printf("{\"kind\": \"packed_seq\", \"M\": %d, \"ops\": %d, \"flops\": %.6g, \"runs_per_rep\": %ld, "
            "\"wtype\": \"%s\"", g->M, g->nops, g->flops, runs,
-           g->wt == RECUR_WT_F16 ? "F16" : g->wt == RECUR_WT_BF16 ? "BF16" : "F32");
+           recur__wtype_name(g->wt));
     print_list("wall_s", w, n);
     print_list("cpu_s", c, n);
     printf("}\n");
@@ -258,7 +266,7 @@ static void dec_run(decoder *D, const recur_model *m, long steps, int single)
 
 int main(int argc, char **argv)
 {
-    const char *config = NULL, *dir = NULL, *batches = "1,8,64";
+    const char *config = NULL, *dir = NULL, *batches = "1,8,64", *wdtype = NULL;
     uint64_t seed = 1;
     int reps = 5, prefill_reps = 3, sgemm_m = 0, prefill_m = 256, fp32_weights = 0;
     long tokens_per_rep = 512, prefill = 4096;
@@ -268,6 +276,7 @@ int main(int argc, char **argv)
         if (!v) goto usage;
         if (!strcmp(a, "--model")) dir = v;
         else if (!strcmp(a, "--config")) config = v;
+        else if (!strcmp(a, "--weights-dtype")) wdtype = v;
         else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--batches")) batches = v;
         else if (!strcmp(a, "--reps")) reps = atoi(v);
@@ -296,6 +305,15 @@ int main(int argc, char **argv)
         free(text);
     }
     if (rc) die("model", rc);
+    if (wdtype) {
+        recur_model *q;
+        char err[256] = "";
+        rc = recur_model_quantize(m, wdtype, &q, err, sizeof err);
+        if (rc) fprintf(stderr, "bench_model: %s\n", err);
+        if (rc) die("quantize", rc);
+        recur_model_free(m);
+        m = q;
+    }
     const recur_model_info *in = recur_model_get_info(m);
     printf("{\"kind\": \"info\", \"name\": \"%s\", \"params\": %lld, \"d_model\": %d, \"n_layers\": %d, "
            "\"n_heads\": %d, \"head_k\": %d, \"head_v\": %d, \"d_ff\": %d, \"vocab\": %d, "
@@ -470,7 +488,8 @@ int main(int argc, char **argv)
     recur_model_free(m);
     return 0;
 usage:
-    fprintf(stderr, "usage: bench_model (--model DIR [--fp32-weights] | --config FILE [--seed N]) [--batches 1,8,64] [--reps R]\n"
+    fprintf(stderr, "usage: bench_model (--model DIR [--fp32-weights] | --config FILE [--seed N]) [--weights-dtype q8_0|q4_0]\n"
+                    "                   [--batches 1,8,64] [--reps R]\n"
                     "                   [--tokens-per-rep N] [--prefill N] [--prefill-reps R] [--sgemm-m M]\n"
                     "                   [--prefill-sgemm-m M] [--gemm-shapes N:K,N:K,...]\n");
     return 2;
