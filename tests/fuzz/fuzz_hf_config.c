@@ -1,7 +1,8 @@
 /*
  * fuzz_hf_config.c — libFuzzer target: Hugging Face JSON as Python writes it (core/hf_config.c),
- * model.safetensors.index.json (core/checkpoint.c) and the FLA and Mamba-2 families' config reading
- * (core/family_fla.c, core/family_mamba2.c) on a checkpoint without tensors.
+ * model.safetensors.index.json (core/checkpoint.c) and the FLA, Mamba-2 and RWKV-7 families' config
+ * reading (core/family_fla.c, core/family_mamba2.c, core/family_rwkv7.c) on a checkpoint without
+ * tensors.
  *
  * Input byte 0 selects (mod 4), the rest is the file:
  *   0  recur__hf_json_parse: accepted -> a tree (freed); refused -> a message
@@ -9,7 +10,7 @@
  *      "." or ".."); refused -> a message
  *   2  recur__family_fla with an empty checkpoint: never succeeds (a tensor is missing or the
  *      config is refused), always with a message, never allocating the model's arena
- *   3  recur__family_mamba2, the same way
+ *   3  recur__family_mamba2 (byte 0 < 128) or recur__family_rwkv7 (>= 128), the same way
  */
 #include <assert.h>
 #include <stdint.h>
@@ -57,8 +58,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         recur__ckpt empty;
         memset(&empty, 0, sizeof empty);
         recur_model *m = NULL;
-        int rc = (data[0] % 4 == 3 ? recur__family_mamba2 : recur__family_fla)(text, len, &empty, 1, &m, err,
-                                                                               sizeof err);
+        recur__family_fn family = data[0] % 4 != 3 ? recur__family_fla
+                                : data[0] < 128   ? recur__family_mamba2
+                                                  : recur__family_rwkv7;
+        int rc = family(text, len, &empty, 1, &m, err, sizeof err);
         assert(rc != 0 && m == NULL && err[0]);
         break;
     }
