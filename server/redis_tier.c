@@ -316,7 +316,7 @@ static void send_commit(srv_tier *t, srv_session *s, srv_op *waiter)
      * rarely the one its later requests are routed to (nginx: creates go to any node, a
      * session's requests to its ring owner), which then takes the lease with its first
      * request instead of waiting out this node's. */
-    int take = s->rv_version != 0;
+    int take = s->rv_version != 0 && !t->shutting_down; /* SIGTERM: its lease is given back */
     snprintf(lease, sizeof lease, "%llu", take ? (unsigned long long)t->lease_ms : 0ull);
     snprintf(maxk, sizeof maxk, "%d", app->cfg.max_idempotency_keys_per_session);
     size_t n_rec = 0;
