@@ -138,8 +138,9 @@ class Nginx:
             return ""
 
     def access_lines(self):
-        """The access log as dicts: method, uri (ids cut to 8 hex digits), status, upstreams
-        (the node ports tried, in order), ustatus."""
+        """The access log as dicts: id (the X-Request-Id sent to the node), method, uri
+        (session ids cut to 8 hex digits), status, upstreams (the node ports tried, in order),
+        ustatus."""
         out = []
         try:
             with open(self.access_log) as f:
@@ -147,12 +148,14 @@ class Nginx:
         except OSError:
             return out
         for line in lines:
-            m = re.search(r'"(\S+) (\S+)" (\d+) \d+ upstream="([^"]*)" ustatus="([^"]*)"', line)
+            m = re.search(r'id=(\S+) "(\S+) (\S+)" (\d+) \d+ upstream="([^"]*)" ustatus="([^"]*)"',
+                          line)
             if not m:
                 continue
-            ups = [int(p) for p in re.findall(r"127\.0\.0\.1:(\d+)", m.group(4))]
-            out.append({"method": m.group(1), "uri": m.group(2), "status": int(m.group(3)),
-                        "upstreams": ups, "ustatus": m.group(5), "raw": line.rstrip("\n")})
+            ups = [int(p) for p in re.findall(r"127\.0\.0\.1:(\d+)", m.group(5))]
+            out.append({"id": m.group(1), "method": m.group(2), "uri": m.group(3),
+                        "status": int(m.group(4)), "upstreams": ups, "ustatus": m.group(6),
+                        "raw": line.rstrip("\n")})
         return out
 
     def stop(self):

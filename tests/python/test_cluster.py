@@ -10,6 +10,7 @@ the ring routes its id to; these tests create sessions on each node and keep the
 sends back to their node (cluster.routed_to_creator)."""
 import json
 import os
+import re
 import signal
 import socket
 import threading
@@ -187,6 +188,34 @@ def test_creates_and_openai_routes_are_spread(cluster, reference):
     openai = [l["upstreams"][0] for l in lines if l["uri"] == "/v1/completions"]
     assert len(creates) == 9 and set(creates) == {n.port for n in nodes}, creates
     assert len(set(openai)) >= 2, openai
+
+
+def test_one_request_id_in_nginx_and_node_logs(cluster):
+    """nginx passes the client's X-Request-Id (or its own id) to the node: the same id is in
+    nginx's access line and in the node's access line for that request."""
+    ngx, nodes = cluster
+    r = requests.get(ngx.url("/v1/model"), headers={"X-Request-Id": "trace-7.a:b_c"}, timeout=10)
+    assert r.status_code == 200
+    requests.get(ngx.url("/v1/models"), timeout=10)  # no id from the client: nginx's own
+    requests.get(ngx.url("/v1/model"), headers={"X-Request-Id": "bad id!"}, timeout=10)
+    deadline = time.monotonic() + 5
+    while True:  # nginx writes a line when its request ends: wait for all three
+        lines = [l for l in ngx.access_lines() if l["uri"] in ("/v1/model", "/v1/models")]
+        if len(lines) >= 3 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert len(lines) == 3, lines
+    assert lines[0]["id"] == "trace-7.a:b_c"
+    assert re.fullmatch(r"[0-9a-f]{32}", lines[1]["id"]) and re.fullmatch(r"[0-9a-f]{32}", lines[2]["id"])
+    deadline = time.monotonic() + 5
+    for line in lines:
+        while True:  # the node writes its access line in batches (up to 200 ms later)
+            logged = [json.loads(x) for n in nodes for x in n.logs() if '"event":"access"' in x]
+            hit = [a for a in logged if a.get("request_id") == line["id"]]
+            if hit or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert len(hit) == 1 and hit[0]["route"] == line["uri"], (line, hit)
 
 
 def test_metrics_are_per_node(cluster):
