@@ -17,15 +17,11 @@ import time
 
 import requests
 
+from daemon import free_port
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SHIPPED_CONF = os.path.join(ROOT, "deploy", "nginx", "recurd.conf")
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def render_site_conf(text, node_ports, listen_port, access_log, overrides=None):

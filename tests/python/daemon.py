@@ -4,6 +4,7 @@ killed at teardown. Not a test module itself."""
 import json
 import os
 import signal
+import socket
 import subprocess
 import threading
 
@@ -11,6 +12,13 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("RECUR_BUILD", os.path.join(ROOT, "build"))
 RECURD = os.path.join(BUILD, "recurd")
 TINY_MODEL = os.path.join(ROOT, "tests", "fixtures", "tiny_model.json")
+
+
+def free_port():
+    """A loopback port free at the time of the call, for a server that cannot take --port 0."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 class Daemon:

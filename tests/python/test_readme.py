@@ -16,12 +16,11 @@ What the runner changes, and only this (each stated where it happens below):
 import os
 import re
 import signal
-import socket
 import subprocess
 
 import pytest
 
-from daemon import BUILD, ROOT
+from daemon import BUILD, ROOT, free_port
 
 README = os.path.join(ROOT, "README.md")
 
@@ -40,14 +39,6 @@ def blocks():
         elif lang is not None:
             buf.append(line)
     return out
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def adapt(text, port):
