@@ -37,3 +37,14 @@ def timed(fn):
     w0, c0 = time.perf_counter(), time.process_time()
     fn()
     return time.perf_counter() - w0, time.process_time() - c0
+
+
+def load_remark(loads):
+    """How to read figures given the 1-minute load averages seen during a section ("1.2 0.8 0.3"
+    strings): the bench itself keeps about one of the two cores busy, so above 3 other work shared
+    the machine."""
+    peak = max(float(s.split()[0]) for s in loads)
+    if peak > 3:
+        return (f"other work shared the 2 cores (1-minute load up to {peak:.1f}): absolute figures are "
+                "below quiet-machine ones; the same-run ratios are the comparison")
+    return f"quiet machine (1-minute load at most {peak:.1f})"

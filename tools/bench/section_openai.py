@@ -29,6 +29,7 @@ import os
 import random
 import statistics
 import time
+import benchutil
 
 from section_load import BenchError, Server
 
@@ -307,5 +308,5 @@ def run(ctx):
         md += [f"**Failed**: {type(e).__name__}: {e}"]
     loads.append(" ".join(open("/proc/loadavg").read().split()[:3]))
     md += ["", "Load average (1/5/15 min) at the start and after each part: " + "; ".join(loads)
-           + " — other agents' work shared the 2 cores."]
+           + f" ({benchutil.load_remark(loads)})."]
     return "\n".join(md)

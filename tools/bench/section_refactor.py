@@ -123,6 +123,5 @@ def run(ctx):
     md += ["", f"Geometric mean of after ÷ before over the {len(ratios)} figures: **{gm:.3f}×**; "
            f"smallest {min(ratios):.2f}×, largest {max(ratios):.2f}×." if gm else "",
            "", "Load average (1/5/15 min) at the start and after each round: " + "; ".join(loads)
-           + " (other agents' work shared the 2 cores: the absolute figures are below the recorded "
-           "quiet-machine ones; the same-run ratio is the comparison)."]
+           + f" ({benchutil.load_remark(loads)})."]
     return "\n".join(md)

