@@ -41,6 +41,7 @@ typedef struct {
     const char *pos[4];
     int npos;
     const char *weights_dtype; /* NULL / "auto": as the file; "q8_0" / "q4_0" */
+    recur_state_dtype state_dtype; /* --state-dtype f32 (default) | bf16 | f16 */
 } opts;
 
 static const char *prog = "recur";
@@ -56,7 +57,8 @@ static void usage(FILE *f)
             "MODEL: a directory with config.json + model.safetensors (default %s),\n"
             "       or --config CFG.json --init-seed N for seeded random weights\n"
             "       (outside generate, --seed N is the init seed).\n"
-            "       --weights-dtype auto|q8_0|q4_0 quantizes its matrices at load (default auto: as the file).\n",
+            "       --weights-dtype auto|q8_0|q4_0 quantizes its matrices at load (default auto: as the file).\n"
+            "       --state-dtype f32|bf16|f16 stores session states in that type (default f32).\n",
             prog, prog, prog, prog, prog, DEFAULT_MODEL);
 }
 
@@ -108,6 +110,13 @@ static int parse_args(int argc, char **argv, opts *o)
             if (strcasecmp(o->weights_dtype, "auto") && strcasecmp(o->weights_dtype, "q8_0") &&
                 strcasecmp(o->weights_dtype, "q4_0")) {
                 fprintf(stderr, "%s: bad value for --weights-dtype: %s (auto, q8_0 or q4_0)\n", prog, o->weights_dtype);
+                return -1;
+            }
+        }
+        else if (!strcmp(a, "--state-dtype")) {
+            NEED_VALUE();
+            if (recur_state_dtype_parse(argv[++i], &o->state_dtype)) {
+                fprintf(stderr, "%s: bad value for --state-dtype: %s (f32, bf16 or f16)\n", prog, argv[i]);
                 return -1;
             }
         }
@@ -185,6 +194,7 @@ static recur_model *open_model(const opts *o, const char *dir)
         }
         m = q;
     }
+    recur_model_set_state_dtype(m, o->state_dtype); /* before any state or workspace */
     return m;
 }
 
@@ -267,6 +277,7 @@ static int cmd_info(const opts *o)
     printf("parameters      %lld (%.2f M)\n", (long long)i->n_params, i->n_params / 1e6);
     printf("state_bytes     %zu per session (%.1f KiB)%s\n", i->state_bytes, i->state_bytes / 1024.0,
            soft ? ", softmax KV cache at max_context" : ", fixed for any context length");
+    printf("state_dtype     %s (recurrent state as stored; --state-dtype)\n", i->state_dtype);
     printf("weights         %s in memory, %.2f MiB\n", i->weights_dtype, i->weight_bytes / 1048576.0);
     printf("fingerprint     %016llx\n", (unsigned long long)i->fingerprint);
     printf("isa             %s (kernel path; RECUR_ISA forces one)\n", recur_isa_name());

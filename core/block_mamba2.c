@@ -81,7 +81,7 @@ int recur__mamba2_rows(const recur_model *m, const recur_layer *L, const recur__
 
     // xBC = silu(conv(xBC) + conv_b), in place, with each session's window
     for (int r = 0; r < (prefill ? 1 : R); r++) {
-        float *S = states[r]->rec + L->state_off;
+        float *S = recur__lstate(states[r], L);
         recur__short_conv_rows(prefill ? R : 1, L->conv_ch, Bk->conv_size, ws->proj + (size_t)r * n_in + L->conv_in,
                                (size_t)n_in, L->conv_w, L->conv_b, 1, S + L->conv_state_off, ws->conv_tmp);
     }
@@ -92,7 +92,7 @@ int recur__mamba2_rows(const recur_model *m, const recur_layer *L, const recur__
         const recur_dims dims = {.T = prefill ? R : 1, .H = H, .K = N, .V = P};
         int rc = recur_gla(&dims, ws->q + r * HN, ws->k + r * HN, ws->v + r * HP, ws->g + (size_t)r * H, 0,
                            1.0f, prefill ? RECUR_FORM_CHUNKWISE : RECUR_FORM_RECURRENT, chunk,
-                           states[r]->rec + L->state_off, ws->o + r * HP);
+                           recur__lstate(states[r], L), ws->o + r * HP);
         if (rc) return rc;
     }
 

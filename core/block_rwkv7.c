@@ -155,12 +155,12 @@ int recur__rwkv7_rows(const recur_model *m, const recur_layer *L, const recur__r
     for (int r = 0; r < R; r++) {
         float *xa = ws->h + (size_t)r * d;
         layernorm(xa, x + (size_t)r * d, RW(T_RW_LN1_W), RW(T_RW_LN1_B), d, eps);
-        const float *prev = prefill ? (r ? xa - d : states[0]->rec + L->state_off + S_floats)
-                                    : states[r]->rec + L->state_off + S_floats;
+        const float *prev = prefill ? (r ? xa - d : recur__lstate(states[0], L) + S_floats)
+                                    : recur__lstate(states[r], L) + S_floats;
         shift_mix(L, T_RW_X_R, 6, d, xa, prev, mix + (size_t)r * ld);
     }
     for (int r = 0; r < (prefill ? 1 : R); r++) /* the new shift: this row's (prefill: the last row's) xa */
-        memcpy(states[r]->rec + L->state_off + S_floats, ws->h + (size_t)(prefill ? R - 1 : r) * d,
+        memcpy(recur__lstate(states[r], L) + S_floats, ws->h + (size_t)(prefill ? R - 1 : r) * d,
                (size_t)d * sizeof(float));
 
     // r, k, v ; the LoRA downs and ups
@@ -189,7 +189,7 @@ int recur__rwkv7_rows(const recur_model *m, const recur_layer *L, const recur__r
     // the state update, token by token: prefill rows in order through states[0], decode row r
     // through states[r]:  S = Diag(e^wlog) S - (kk a)(kk^T S) + k v^T ;  o = S^T r   per head
     for (int r = 0; r < R; r++) {
-        float *S = states[prefill ? 0 : r]->rec + L->state_off;
+        float *S = recur__lstate(states[prefill ? 0 : r], L);
         const float *s = ws->scr + (size_t)r * ld;
         for (int h = 0; h < H; h++) {
             const size_t off = (size_t)r * d + (size_t)h * N, hn = (size_t)h * N;
@@ -206,12 +206,12 @@ int recur__rwkv7_rows(const recur_model *m, const recur_layer *L, const recur__r
     for (int r = 0; r < R; r++) {
         float *xf = ws->h + (size_t)r * d;
         layernorm(xf, x + (size_t)r * d, RW(T_RW_LN2_W), RW(T_RW_LN2_B), d, eps);
-        const float *prev = prefill ? (r ? xf - d : states[0]->rec + L->state_off + S_floats + d)
-                                    : states[r]->rec + L->state_off + S_floats + d;
+        const float *prev = prefill ? (r ? xf - d : recur__lstate(states[0], L) + S_floats + d)
+                                    : recur__lstate(states[r], L) + S_floats + d;
         shift_mix(L, T_RW_FFN_X_K, 1, d, xf, prev, mix + (size_t)r * ld);
     }
     for (int r = 0; r < (prefill ? 1 : R); r++)
-        memcpy(states[r]->rec + L->state_off + S_floats + d, ws->h + (size_t)(prefill ? R - 1 : r) * d,
+        memcpy(recur__lstate(states[r], L) + S_floats + d, ws->h + (size_t)(prefill ? R - 1 : r) * d,
                (size_t)d * sizeof(float));
     recur__packed_gemm_t(R, ff, d, mix, ld, L->rw[T_RW_FFN_KEY - T_RW_LN0_W], wt, 0.0f, ws->ff, ff);
     for (size_t i = 0; i < (size_t)R * ff; i++) {

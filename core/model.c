@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include "block_rwkv7.h"
 #include "model_internal.h"
@@ -395,6 +396,7 @@ int recur__model_alloc(const recur_config *c, recur_wtype wt, recur_model **out)
         if (L->kind == RECUR_MIXER_RWKV7) L->state_floats = recur__rwkv7_state_floats(c); /* S, two shifts */
         if (W && (int)(W * (size_t)L->conv_ch) > m->max_conv) m->max_conv = (int)(W * (size_t)L->conv_ch);
         rec += L->state_floats;
+        if (L->state_floats > m->max_layer_floats) m->max_layer_floats = L->state_floats;
     }
     m->rec_floats = rec;
     *out = m;
@@ -451,6 +453,43 @@ static int pack_weights(recur_model *m)
     return RECUR_OK;
 }
 
+/* info's state_bytes and state_dtype for m's state dtype (softmax KV rows are fp32 whatever it is) */
+static void set_state_info(recur_model *m)
+{
+    const recur_config *c = &m->cfg;
+    size_t HK = (size_t)c->n_heads * c->head_k, HV = (size_t)c->n_heads * c->head_v;
+    m->info.state_bytes = recur__rec_bytes(m) + (size_t)m->n_softmax * (size_t)c->max_context * (HK + HV) * sizeof(float);
+    snprintf(m->info.state_dtype, sizeof m->info.state_dtype, "%s", recur_state_dtype_name(m->sdtype));
+}
+
+const char *recur_state_dtype_name(recur_state_dtype t)
+{
+    return t == RECUR_STATE_BF16 ? "BF16" : t == RECUR_STATE_F16 ? "F16" : "F32";
+}
+
+int recur_state_dtype_parse(const char *name, recur_state_dtype *out)
+{
+    if (!name || !out) return RECUR_EINVAL;
+    if (!strcasecmp(name, "f32")) *out = RECUR_STATE_F32;
+    else if (!strcasecmp(name, "bf16")) *out = RECUR_STATE_BF16;
+    else if (!strcasecmp(name, "f16")) *out = RECUR_STATE_F16;
+    else return RECUR_EINVAL;
+    return RECUR_OK;
+}
+
+int recur_model_set_state_dtype(recur_model *m, recur_state_dtype t)
+{
+    if (!m || (t != RECUR_STATE_F32 && t != RECUR_STATE_BF16 && t != RECUR_STATE_F16)) return RECUR_EINVAL;
+    m->sdtype = t;
+    set_state_info(m);
+    return RECUR_OK;
+}
+
+recur_state_dtype recur_model_state_dtype(const recur_model *m)
+{
+    return m ? m->sdtype : RECUR_STATE_F32;
+}
+
 int recur__model_finish(recur_model *m)
 {
     const recur_config *c = &m->cfg;
@@ -492,10 +531,7 @@ int recur__model_finish(recur_model *m)
     info->fingerprint = h;
     info->n_params = params;
 
-    size_t sb = m->rec_floats * sizeof(float);
-    size_t HK = (size_t)c->n_heads * c->head_k, HV = (size_t)c->n_heads * c->head_v;
-    sb += (size_t)m->n_softmax * (size_t)c->max_context * (HK + HV) * sizeof(float);
-    info->state_bytes = sb;
+    set_state_info(m);
     info->weight_bytes = m->arena_floats * sizeof(float);
     snprintf(info->weights_dtype, sizeof info->weights_dtype, "%s",
              m->wtype == RECUR_WT_F16 ? "F16" : m->wtype == RECUR_WT_BF16 ? "BF16" : "F32");

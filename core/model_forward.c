@@ -22,6 +22,7 @@
 #include "model_math.h"
 #include "packed_gemm.h"
 #include "short_conv.h"
+#include "state_dtype.h"
 
 #define PREFILL_PIECE 256 /* tokens per prefill piece (a multiple of the chunk) */
 #define PREFILL_CHUNK 64
@@ -44,6 +45,8 @@ struct recur_workspace {
     float *scores;  /* [RECUR__SOFTMAX_QBLOCK][max_context] softmax layers only (prefill) */
     float *backup;  /* [rec_floats] a session's recurrent state before a prefill (rollback) */
     float *conv_tmp;/* [max_conv]  short convolution scratch (short_conv.h) */
+    float *lwork;   /* [max_batch][max_layer_floats] half states: a layer's state widened to fp32 */
+    recur_state_dtype sdtype; /* the model's state dtype when the workspace was made */
     void *block;    /* every buffer above (recur__big_alloc) */
     size_t block_bytes;
 };
@@ -62,6 +65,7 @@ int recur_workspace_create(const recur_model *m, int max_batch, recur_workspace 
         R * H * V, R * 2 * (size_t)c->d_ff,
         m->n_softmax ? (size_t)RECUR__SOFTMAX_QBLOCK * (size_t)c->max_context : 0,
         m->rec_floats, (size_t)m->max_conv,
+        m->sdtype != RECUR_STATE_F32 ? (size_t)max_batch * m->max_layer_floats : 0,
     };
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += (sizes[i] + 15) / 16 * 16;
@@ -70,7 +74,7 @@ int recur_workspace_create(const recur_model *m, int max_batch, recur_workspace 
     if (!ws || !b) { free(ws); recur__big_free(b, total * sizeof(float)); return RECUR_ENOMEM; }
     memset(b, 0, total * sizeof(float)); /* touch once, here, never on the hot path */
     float **slots[] = {&ws->x, &ws->h, &ws->proj, &ws->q, &ws->k, &ws->v, &ws->gk, &ws->gs,
-                       &ws->beta, &ws->o, &ws->ff, &ws->scores, &ws->backup, &ws->conv_tmp};
+                       &ws->beta, &ws->o, &ws->ff, &ws->scores, &ws->backup, &ws->conv_tmp, &ws->lwork};
     size_t off = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         *slots[i] = b + off;
@@ -81,6 +85,7 @@ int recur_workspace_create(const recur_model *m, int max_batch, recur_workspace 
     ws->m = m;
     ws->max_batch = max_batch;
     ws->rows = (int)R;
+    ws->sdtype = m->sdtype;
     *out = ws;
     return RECUR_OK;
 }
@@ -123,7 +128,7 @@ static int mixer_rows(const recur_model *m, const recur_layer *L, recur_workspac
     const recur_dims dims = {.T = T, .H = H, .K = K, .V = V};
     const float *q = ws->q + r * HK, *k = ws->k + r * HK, *v = ws->v + r * HV;
     const float *beta = ws->beta + (size_t)r * H;
-    float *o = ws->o + r * HV, *S = s->rec + L->state_off;
+    float *o = ws->o + r * HV, *S = recur__lstate(s, L);
     switch (L->kind) {
     case RECUR_MIXER_LINEAR:
         return recur_linear_attention(&dims, q, k, v, 1, RECUR_FMAP_ELU1, 0.0f, form, PREFILL_CHUNK,
@@ -241,10 +246,70 @@ static void conv_rows(const recur_model *m, const recur_layer *L, recur_workspac
 {
     const recur_block *B = &m->cfg.block[L - m->layers];
     for (int r = 0; r < (prefill ? 1 : R); r++) {
-        float *st = states[r]->rec + L->state_off + L->conv_state_off;
+        float *st = recur__lstate(states[r], L) + L->conv_state_off;
         recur__short_conv_rows(prefill ? R : 1, L->conv_ch, B->conv_size, ws->proj + (size_t)r * L->n_in + L->conv_in,
                                (size_t)L->n_in, L->conv_w, L->conv_b, 0, st, ws->conv_tmp);
     }
+}
+
+/* Layer l over the R rows (forward_rows): its mixer or block, its MLP; the rows' state of layer
+ * l through recur__lstate. */
+static int layer_rows(const recur_model *m, recur_workspace *ws, recur_state *const *states, int R, int prefill,
+                      int l)
+{
+    const recur_config *c = &m->cfg;
+    const int d = c->d_model, H = c->n_heads, V = c->head_v, ff = c->d_ff;
+    const size_t HV = (size_t)H * V;
+    const recur_layer *L = &m->layers[l];
+    const recur_block *B = &c->block[l];
+    const float eps = (float)B->eps;
+    if (L->kind == RECUR_MIXER_MAMBA2) { /* its own block (block_mamba2.h), no MLP */
+        const recur__mamba2_rows_ws mws = {.h = ws->h, .proj = ws->proj, .q = ws->q, .k = ws->k, .v = ws->v,
+                                           .g = ws->gs, .o = ws->o, .conv_tmp = ws->conv_tmp};
+        return recur__mamba2_rows(m, L, &mws, ws->x, R, states, prefill, PREFILL_CHUNK);
+    }
+    if (L->kind == RECUR_MIXER_RWKV7) { /* its own block (block_rwkv7.h), channel mix included */
+        const recur__rwkv7_rows_ws rws = {.h = ws->h, .scr = ws->proj, .r = ws->q, .k = ws->k, .v = ws->v,
+                                          .wlog = ws->gk, .o = ws->o, .ff = ws->ff};
+        return recur__rwkv7_rows(m, L, &rws, ws->x, R, states, prefill);
+    }
+    // h = RMSNorm_attn(x) ; proj = [q|k|v|g|gk|b|a] = W_in h
+    for (int r = 0; r < R; r++)
+        rmsnorm(ws->h + (size_t)r * d, ws->x + (size_t)r * d, L->attn_norm, d, eps);
+    linear_rows(m, R, L->n_in, d, ws->h, d, L->w_in, 0.0f, ws->proj, L->n_in);
+    // q|k|v = shortconv(q|k|v) ; then activations, norms, gates
+    if (L->conv_ch) conv_rows(m, L, ws, states, R, prefill);
+    preprocess_rows(m, L, ws, R);
+
+    // o = core(q, k, v, gates; state)
+    for (int r = 0; r < (prefill ? 1 : R); r++) {
+        int rc = prefill ? mixer_rows(m, L, ws, states[0], 0, R, RECUR_FORM_CHUNKWISE)
+                         : mixer_rows(m, L, ws, states[r], r, 1, RECUR_FORM_RECURRENT);
+        if (rc) return rc;
+    }
+
+    // o_i = RMSNorm_o(o_i) per head ; o = o * silu(g_proj h) ; x += o_proj o
+    for (int r = 0; r < R; r++) {
+        float *o = ws->o + r * HV;
+        for (int hd = 0; hd < H; hd++) rmsnorm(o + (size_t)hd * V, o + (size_t)hd * V, L->o_norm, V, eps);
+        if (L->off_g >= 0) {
+            const float *g = ws->proj + (size_t)r * L->n_in + L->off_g;
+            for (size_t i = 0; i < HV; i++) o[i] *= silu_v(g[i]);
+        }
+    }
+    linear_rows(m, R, d, (int)HV, ws->o, (int)HV, L->wo, 1.0f, ws->x, d);
+    if (!B->mlp) return RECUR_OK;
+
+    // h = RMSNorm_mlp(x) ; x += down( silu(gate h) * (up h) )
+    for (int r = 0; r < R; r++)
+        rmsnorm(ws->h + (size_t)r * d, ws->x + (size_t)r * d, L->mlp_norm, d, eps);
+    linear_rows(m, R, 2 * ff, d, ws->h, d, L->w_gate_up, 0.0f, ws->ff, 2 * ff);
+    for (int r = 0; r < R; r++) {
+        float *f = ws->ff + (size_t)r * 2 * ff;
+        for (int j = 0; j < ff; j++) f[j] = silu_v(f[j]) * f[ff + j];
+    }
+    linear_rows(m, R, d, ff, ws->ff, 2 * ff, L->w_down, 1.0f, ws->x, d);
+    return RECUR_OK;
 }
 
 /*
@@ -256,8 +321,9 @@ static int forward_rows(const recur_model *m, recur_workspace *ws, recur_state *
                         const int32_t *tokens, int R, int prefill, int first_logit, float *logits)
 {
     const recur_config *c = &m->cfg;
-    const int d = c->d_model, H = c->n_heads, V = c->head_v, ff = c->d_ff;
-    const size_t HV = (size_t)H * V;
+    const int d = c->d_model;
+    const int ns = prefill ? 1 : R; /* sessions in the rows */
+    const int half = m->sdtype != RECUR_STATE_F32;
 
     // x = embed[token]
     for (int r = 0; r < R; r++)
@@ -265,58 +331,20 @@ static int forward_rows(const recur_model *m, recur_workspace *ws, recur_state *
 
     for (int l = 0; l < c->n_layers; l++) {
         const recur_layer *L = &m->layers[l];
-        const recur_block *B = &c->block[l];
-        const float eps = (float)B->eps;
-        if (L->kind == RECUR_MIXER_MAMBA2) { /* its own block (block_mamba2.h), no MLP */
-            const recur__mamba2_rows_ws mws = {.h = ws->h, .proj = ws->proj, .q = ws->q, .k = ws->k, .v = ws->v,
-                                               .g = ws->gs, .o = ws->o, .conv_tmp = ws->conv_tmp};
-            int rc = recur__mamba2_rows(m, L, &mws, ws->x, R, states, prefill, PREFILL_CHUNK);
-            if (rc) return rc;
-            continue;
+        const int widen = half && L->state_floats;
+        // half states: S_l -> fp32 in the workspace, the layer computes as for an fp32 state,
+        // then S_l <- round(S_l) once (state_dtype.h); each session on its own, so a batched step
+        // stays bit-identical to single steps
+        for (int r = 0; widen && r < ns; r++) {
+            states[r]->work = ws->lwork + (size_t)r * m->max_layer_floats;
+            recur__state_widen(states[r]->work, states[r]->hrec + L->state_off, L->state_floats, m->sdtype);
         }
-        if (L->kind == RECUR_MIXER_RWKV7) { /* its own block (block_rwkv7.h), channel mix included */
-            const recur__rwkv7_rows_ws rws = {.h = ws->h, .scr = ws->proj, .r = ws->q, .k = ws->k, .v = ws->v,
-                                              .wlog = ws->gk, .o = ws->o, .ff = ws->ff};
-            int rc = recur__rwkv7_rows(m, L, &rws, ws->x, R, states, prefill);
-            if (rc) return rc;
-            continue;
+        int rc = layer_rows(m, ws, states, R, prefill, l);
+        for (int r = 0; widen && r < ns; r++) {
+            if (!rc) recur__state_narrow(states[r]->hrec + L->state_off, states[r]->work, L->state_floats, m->sdtype);
+            states[r]->work = NULL;
         }
-        // h = RMSNorm_attn(x) ; proj = [q|k|v|g|gk|b|a] = W_in h
-        for (int r = 0; r < R; r++)
-            rmsnorm(ws->h + (size_t)r * d, ws->x + (size_t)r * d, L->attn_norm, d, eps);
-        linear_rows(m, R, L->n_in, d, ws->h, d, L->w_in, 0.0f, ws->proj, L->n_in);
-        // q|k|v = shortconv(q|k|v) ; then activations, norms, gates
-        if (L->conv_ch) conv_rows(m, L, ws, states, R, prefill);
-        preprocess_rows(m, L, ws, R);
-
-        // o = core(q, k, v, gates; state)
-        for (int r = 0; r < (prefill ? 1 : R); r++) {
-            int rc = prefill ? mixer_rows(m, L, ws, states[0], 0, R, RECUR_FORM_CHUNKWISE)
-                             : mixer_rows(m, L, ws, states[r], r, 1, RECUR_FORM_RECURRENT);
-            if (rc) return rc;
-        }
-
-        // o_i = RMSNorm_o(o_i) per head ; o = o * silu(g_proj h) ; x += o_proj o
-        for (int r = 0; r < R; r++) {
-            float *o = ws->o + r * HV;
-            for (int hd = 0; hd < H; hd++) rmsnorm(o + (size_t)hd * V, o + (size_t)hd * V, L->o_norm, V, eps);
-            if (L->off_g >= 0) {
-                const float *g = ws->proj + (size_t)r * L->n_in + L->off_g;
-                for (size_t i = 0; i < HV; i++) o[i] *= silu_v(g[i]);
-            }
-        }
-        linear_rows(m, R, d, (int)HV, ws->o, (int)HV, L->wo, 1.0f, ws->x, d);
-        if (!B->mlp) continue;
-
-        // h = RMSNorm_mlp(x) ; x += down( silu(gate h) * (up h) )
-        for (int r = 0; r < R; r++)
-            rmsnorm(ws->h + (size_t)r * d, ws->x + (size_t)r * d, L->mlp_norm, d, eps);
-        linear_rows(m, R, 2 * ff, d, ws->h, d, L->w_gate_up, 0.0f, ws->ff, 2 * ff);
-        for (int r = 0; r < R; r++) {
-            float *f = ws->ff + (size_t)r * 2 * ff;
-            for (int j = 0; j < ff; j++) f[j] = silu_v(f[j]) * f[ff + j];
-        }
-        linear_rows(m, R, d, ff, ws->ff, 2 * ff, L->w_down, 1.0f, ws->x, d);
+        if (rc) return rc;
     }
 
     if (logits && first_logit < R) {
@@ -340,7 +368,7 @@ static int forward_rows(const recur_model *m, recur_workspace *ws, recur_state *
 static int check_common(const recur_model *m, const recur_workspace *ws, const recur_state *s)
 {
     if (!m || !ws || !s) return RECUR_EINVAL;
-    if (ws->m != m || s->m != m) return RECUR_EMISMATCH;
+    if (ws->m != m || s->m != m || s->dtype != m->sdtype || ws->sdtype != m->sdtype) return RECUR_EMISMATCH;
     return RECUR_OK;
 }
 
@@ -389,7 +417,7 @@ int recur_model_prefill_tail(const recur_model *m, recur_workspace *ws, recur_st
     /* a kernel can still fail (out of memory): then the state is rolled back to where it was
      * (KV rows past the old tokens_seen are dead by definition) */
     uint64_t seen0 = s->tokens_seen;
-    if (n > 0) memcpy(ws->backup, s->rec, m->rec_floats * sizeof(float));
+    if (n > 0) memcpy(ws->backup, recur__state_rec(s), recur__state_rec_bytes(s));
     int piece_max = PREFILL_PIECE;
     for (int64_t off = 0; off < n; off += piece_max) {
         int T = (int)(n - off < piece_max ? n - off : piece_max);
@@ -399,7 +427,7 @@ int recur_model_prefill_tail(const recur_model *m, recur_workspace *ws, recur_st
         float *out = first < T ? logits + (size_t)(off + first - (n - n_tail)) * m->cfg.vocab_size : NULL;
         rc = forward_rows(m, ws, &s, tokens + off, T, 1, (int)(first < T ? first : T), out);
         if (rc) {
-            memcpy(s->rec, ws->backup, m->rec_floats * sizeof(float));
+            memcpy(recur__state_rec(s), ws->backup, recur__state_rec_bytes(s));
             s->tokens_seen = seen0;
             return rc;
         }

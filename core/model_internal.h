@@ -171,7 +171,9 @@ struct recur_model {
     float *norm_f_bias;         /* [d] when cfg.norm_bias, else NULL */
     void *lm_head;              /* [vocab][d] packed; tied: a packed copy of embed made at finish */
     recur_layer layers[RECUR_MAX_LAYERS];
-    size_t rec_floats;          /* floats of every recurrent layer's state (one block) */
+    size_t rec_floats;          /* values of every recurrent layer's state (one block) */
+    size_t max_layer_floats;    /* max state_floats over layers */
+    recur_state_dtype sdtype;   /* how states store those values (recur_model_set_state_dtype) */
     int n_softmax;              /* layers with a KV cache */
     int max_in;                 /* max n_in over layers */
     int max_conv;               /* max conv_ch * conv_size over layers (0: no conv) */
@@ -231,10 +233,39 @@ void recur__big_free(void *p, size_t bytes);
 struct recur_state {
     const recur_model *m;
     uint64_t tokens_seen;
-    float *rec;                          /* [rec_floats]: recurrent layers' S (and z), in layer order */
+    recur_state_dtype dtype;             /* the model's sdtype when the state was created */
+    float *rec;                          /* [rec_floats]: recurrent layers' S (and z), in layer order
+                                          * (fp32 states; NULL for a half state) */
+    uint16_t *hrec;                      /* [rec_floats] the same as halves (half states; else NULL) */
+    float *work;                         /* half states, inside a forward: the current layer's state
+                                          * widened to fp32 in the workspace (recur__lstate); else NULL */
     float *kcache[RECUR_MAX_LAYERS];     /* softmax layers: [max_context][H][K], calloc'd lazily-touched */
     float *vcache[RECUR_MAX_LAYERS];     /* softmax layers: [max_context][H][V] */
     size_t kbytes, vbytes;               /* mapping size of each cache (destroy needs no model) */
 };
+
+/* The fp32 state of layer L of s that a step reads and writes: the stored one (fp32 states), or
+ * the workspace's widened copy the forward set up (half states, model_forward.c). */
+static inline float *recur__lstate(const recur_state *s, const recur_layer *L)
+{
+    return s->work ? s->work : s->rec + L->state_off;
+}
+
+/* Bytes of the stored recurrent block of a state of m (of m's state dtype). */
+static inline size_t recur__rec_bytes(const recur_model *m)
+{
+    return m->rec_floats * (m->sdtype == RECUR_STATE_F32 ? 4 : 2);
+}
+
+/* s's stored recurrent block (rec or hrec) and its bytes (s's own dtype). */
+static inline void *recur__state_rec(const recur_state *s)
+{
+    return s->dtype == RECUR_STATE_F32 ? (void *)s->rec : (void *)s->hrec;
+}
+
+static inline size_t recur__state_rec_bytes(const recur_state *s)
+{
+    return s->m->rec_floats * (s->dtype == RECUR_STATE_F32 ? 4 : 2);
+}
 
 #endif /* RECUR_MODEL_INTERNAL_H */

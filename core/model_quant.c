@@ -71,6 +71,7 @@ int recur_model_quantize(const recur_model *src, const char *weights_dtype, recu
         }
     quantize_matrices(m, src);
     m->info = src->info;
+    m->sdtype = src->sdtype; /* info says it already */
     snprintf(m->info.weights_dtype, sizeof m->info.weights_dtype, "%s", recur__wtype_name(qt));
     m->info.weight_bytes = m->arena_floats * sizeof(float);
     /* other weights, other states: a snapshot of the source model must not load into this one */

@@ -177,7 +177,15 @@ typedef struct {
                                            * "Q8_0" or "Q4_0" (recur_model_quantize) */
     int softmax_layers;                   /* layers with a KV cache; when > 0, max_context bounds
                                            * a session (RECUR_ECONTEXT) and its state grows with it */
+    char state_dtype[8];                  /* how sessions' recurrent state is stored: "F32", "BF16"
+                                           * or "F16" (recur_model_set_state_dtype; state_bytes
+                                           * counts it) */
 } recur_model_info;
+
+/* How a session's recurrent state is stored (docs/MODEL.md "State dtype"): fp32, or a half
+ * (bf16 / f16) widened to fp32 for each step's arithmetic and rounded once, to nearest even,
+ * when the step stores it. Softmax layers' KV rows stay fp32. */
+typedef enum { RECUR_STATE_F32 = 0, RECUR_STATE_F16 = 1, RECUR_STATE_BF16 = 2 } recur_state_dtype;
 
 typedef struct recur_model recur_model;         /* immutable after load; shareable across threads */
 typedef struct recur_state recur_state;         /* one session's recurrent state; one thread at a time */
@@ -212,6 +220,16 @@ const recur_model_info *recur_model_get_info(const recur_model *m);
  * for another dtype or an already quantized src. */
 int recur_model_quantize(const recur_model *src, const char *weights_dtype, recur_model **out, char *err,
                          size_t errlen);
+
+/* The state dtype of every state and workspace created from m from now on (default F32); set it
+ * once, before creating any: a state or workspace of another dtype is RECUR_EMISMATCH to the
+ * model calls. Updates recur_model_info.state_bytes / state_dtype. RECUR_EINVAL for another t. */
+int recur_model_set_state_dtype(recur_model *m, recur_state_dtype t);
+recur_state_dtype recur_model_state_dtype(const recur_model *m);
+/* "f32" / "bf16" / "f16" (any case) -> *out; RECUR_EINVAL otherwise. */
+int recur_state_dtype_parse(const char *name, recur_state_dtype *out);
+/* "F32", "BF16" or "F16". */
+const char *recur_state_dtype_name(recur_state_dtype t);
 
 /* Scratch buffers for up to max_batch sessions per batched step and prefill of any length
  * (long prefills are processed in pieces of the workspace's size). One workspace per thread. */

@@ -1,15 +1,23 @@
 /* snapshot.c — a session state as bytes (docs/DESIGN.md §6, docs/MODEL.md "Snapshot"), little-endian:
  *
- *   0  "RECURST1"   8  u32 version (2)   12 u32 n_layers   16 u64 model fingerprint
- *   24 u64 tokens_seen   32 u64 payload bytes P   40 P bytes of fp32 state, layer by layer
+ *   0  "RECURST1"   8  u32 version (2 or 3)   12 u32 n_layers   16 u64 model fingerprint
+ *   24 u64 tokens_seen   32 u64 payload bytes P   40 P bytes of state, layer by layer
  *   (linear: S then z; other recurrent kinds: S; then, for a layer with a short convolution, its
  *   last W-1 inputs [W-1][C]; softmax: K rows [n][H][K] then V rows [n][H][V], n = tokens_seen)
  *   40+P  u64 FNV-1a 64 of bytes [0, 40+P).
+ * Version 2: every value fp32 (a state of dtype F32 is written so). Version 3 (a half state,
+ * docs/MODEL.md "State dtype"): the payload starts with u32 state dtype (1 F16, 2 BF16) and u32 0,
+ * then the recurrent layers' values as 16-bit halves of that dtype and the softmax KV rows fp32.
  * Version 1 (before short convolutions) is read too, for models without a convolution: its bytes
  * are exactly version 2's for them.
  *
+ * Reading into a state of another dtype converts (the rule of docs/API.md "State dtype"): a
+ * half widens to fp32 exactly; fp32 or the other half rounds to the state's half, to nearest
+ * even, once. A value that F16 cannot hold (|x| >= 65520, which would round to infinity) is
+ * refused (RECUR_ERANGE) before anything is written, like every other value fault.
+ *
  * Reading validates everything before the state is touched, in an order that names the real
- * fault: framing (magic, version, length), then the checksum (so a flipped bit anywhere is a
+ * fault: framing (magic, version, length, version 3's dtype word), then the checksum (so a flipped bit anywhere is a
  * checksum error, not "another model" or "bad length"), then the model (n_layers, fingerprint),
  * then tokens_seen and the values (docs/MODEL.md "State values": finite, |x| <= 2^40, a linear
  * layer's normaliser z >= 0). A buffer too short for its own length field is "another model"
@@ -18,9 +26,14 @@
 #include <math.h>
 #include <string.h>
 #include "model_internal.h"
+#include "state_dtype.h"
 
 #define SNAP_MAGIC "RECURST1"
 #define SNAP_VERSION 2u    /* 2: a layer's state may end with its short convolution's inputs */
+#define SNAP_VERSION_HALF 3u /* 3: version 2 with the recurrent values as halves (payload: dtype first) */
+#define SNAP_DTYPE_BYTES 8   /* version 3: u32 state dtype, u32 0 */
+#define F16_MAX_BITS 0x477fefffu /* the largest fp32 that rounds to a finite F16 (65519.996) */
+#define CHUNK 256              /* values converted at a time, on the stack */
 #define SNAP_VERSION_V1 1u /* before short convolutions: the same bytes for a model without one */
 #define SNAP_HEADER 40
 #define VALUE_MAX_BITS 0x53800000u /* 2^40 as fp32 bits: |x| <= 2^40 <=> (bits & 0x7fffffff) <= this */
@@ -38,12 +51,12 @@ uint64_t recur_max_tokens_seen(const recur_model *m)
 
 /* Payload bytes for a state of model m having seen n tokens; RECUR_ECONTEXT when n is beyond
  * what a session of m may have seen (recur_max_tokens_seen). */
-static int payload_bytes(const recur_model *m, uint64_t n, uint64_t *out)
+static int payload_bytes(const recur_model *m, uint64_t n, recur_state_dtype t, uint64_t *out)
 {
     const recur_config *c = &m->cfg;
     uint64_t HK = (uint64_t)c->n_heads * c->head_k, HV = (uint64_t)c->n_heads * c->head_v;
     if (n > recur_max_tokens_seen(m)) return RECUR_ECONTEXT;
-    uint64_t p = (uint64_t)m->rec_floats * 4;
+    uint64_t p = t == RECUR_STATE_F32 ? (uint64_t)m->rec_floats * 4 : SNAP_DTYPE_BYTES + (uint64_t)m->rec_floats * 2;
     if (m->n_softmax) p += (uint64_t)m->n_softmax * n * (HK + HV) * 4;
     *out = p;
     return RECUR_OK;
@@ -53,14 +66,14 @@ size_t recur_snapshot_size(const recur_state *s)
 {
     if (!s) return 0;
     uint64_t p;
-    if (payload_bytes(s->m, s->tokens_seen, &p)) return 0;
+    if (payload_bytes(s->m, s->tokens_seen, s->dtype, &p)) return 0;
     return SNAP_HEADER + (size_t)p + 8;
 }
 
 /* The values of one layer's state, n little-endian fp32 at p: RECUR_ENONFINITE, RECUR_ERANGE
  * (|x| > 2^40, or nonneg and a negative value), or 0. One pass of integer compares, which
  * vectorises (NaN and infinities have the largest magnitude bits). */
-static int check_values(const uint8_t *p, size_t n, int nonneg)
+static int check_bits(const uint8_t *p, size_t n, int nonneg, uint32_t max_bits)
 {
     uint32_t mag = 0, neg = 0;
     for (size_t i = 0; i < n; i++) {
@@ -71,7 +84,35 @@ static int check_values(const uint8_t *p, size_t n, int nonneg)
         neg |= (b >> 31) & (a != 0); /* -0.0 is zero */
     }
     if (mag >= 0x7f800000u) return RECUR_ENONFINITE;
-    if (mag > VALUE_MAX_BITS || (nonneg && neg)) return RECUR_ERANGE;
+    if (mag > max_bits || (nonneg && neg)) return RECUR_ERANGE;
+    return RECUR_OK;
+}
+
+static int check_values(const uint8_t *p, size_t n, int nonneg)
+{
+    return check_bits(p, n, nonneg, VALUE_MAX_BITS);
+}
+
+/* n values of dtype t at p (any alignment) -> fp32 dst, n <= CHUNK */
+static void load_values(float *dst, const uint8_t *p, size_t n, recur_state_dtype t)
+{
+    if (t == RECUR_STATE_F32) { memcpy(dst, p, n * 4); return; }
+    uint16_t h[CHUNK];
+    memcpy(h, p, n * 2);
+    recur__state_widen(dst, h, n, t);
+}
+
+/* check_bits on n values of dtype t, each widened to fp32; max_bits as there. */
+static int check_typed(const uint8_t *p, size_t n, int nonneg, recur_state_dtype t, uint32_t max_bits)
+{
+    if (t == RECUR_STATE_F32) return check_bits(p, n, nonneg, max_bits);
+    float f[CHUNK];
+    for (size_t i = 0; i < n; i += CHUNK) {
+        size_t k = n - i < CHUNK ? n - i : CHUNK;
+        load_values(f, p + 2 * i, k, t);
+        int rc = check_bits((const uint8_t *)f, k, nonneg, max_bits);
+        if (rc) return rc;
+    }
     return RECUR_OK;
 }
 
@@ -80,27 +121,32 @@ int recur_values_check(const void *x, size_t n)
     return x || !n ? check_values(x, n, 0) : RECUR_EINVAL;
 }
 
-/* Every value of a payload laid out for model m and n tokens (the order of the header comment). */
-static int check_payload(const recur_model *m, const uint8_t *p, uint64_t n)
+/* Every value of a payload laid out for model m and n tokens (the order of the header comment),
+ * the recurrent values of dtype t at p (past version 3's dtype word); into a state of dtype to:
+ * converting to F16 from another dtype also needs every recurrent value to stay finite in F16. */
+static int check_payload(const recur_model *m, const uint8_t *p, uint64_t n, recur_state_dtype t,
+                         recur_state_dtype to)
 {
     const recur_config *c = &m->cfg;
     size_t HK = (size_t)c->n_heads * c->head_k, HV = (size_t)c->n_heads * c->head_v;
+    const size_t e = recur__state_elem(t);
+    const uint32_t mb = to == RECUR_STATE_F16 && t != RECUR_STATE_F16 ? F16_MAX_BITS : VALUE_MAX_BITS;
     for (int l = 0; l < c->n_layers; l++) {
         const recur_layer *L = &m->layers[l];
         int rc;
-        if (L->kind == RECUR_MIXER_SOFTMAX) {
+        if (L->kind == RECUR_MIXER_SOFTMAX) { /* KV rows: fp32 whatever the dtype */
             size_t f = (size_t)n * (HK + HV);
             rc = check_values(p, f, 0);
             p += f * 4;
         } else if (L->kind == RECUR_MIXER_LINEAR) { /* S [H][K][V], z [H][K] (a sum of elu+1 > 0), conv */
             size_t fs = L->conv_state_off - HK;
-            rc = check_values(p, fs, 0);
-            if (!rc) rc = check_values(p + fs * 4, HK, 1);
-            if (!rc) rc = check_values(p + L->conv_state_off * 4, L->state_floats - L->conv_state_off, 0);
-            p += L->state_floats * 4;
+            rc = check_typed(p, fs, 0, t, mb);
+            if (!rc) rc = check_typed(p + fs * e, HK, 1, t, mb);
+            if (!rc) rc = check_typed(p + L->conv_state_off * e, L->state_floats - L->conv_state_off, 0, t, mb);
+            p += L->state_floats * e;
         } else {
-            rc = check_values(p, L->state_floats, 0);
-            p += L->state_floats * 4;
+            rc = check_typed(p, L->state_floats, 0, t, mb);
+            p += L->state_floats * e;
         }
         if (rc) return rc;
     }
@@ -115,14 +161,23 @@ int recur_snapshot_write(const recur_state *s, uint8_t *buf, size_t cap, size_t 
     if (cap < need) return RECUR_ESHAPE;
     const recur_model *m = s->m;
     const recur_config *c = &m->cfg;
+    const int half = s->dtype != RECUR_STATE_F32;
+    const size_t e = recur__state_elem(s->dtype);
     memcpy(buf, SNAP_MAGIC, 8);
-    put_u32(buf + 8, SNAP_VERSION);
+    put_u32(buf + 8, half ? SNAP_VERSION_HALF : SNAP_VERSION);
     put_u32(buf + 12, (uint32_t)c->n_layers);
     put_u64(buf + 16, m->info.fingerprint);
     put_u64(buf + 24, s->tokens_seen);
     put_u64(buf + 32, (uint64_t)(need - SNAP_HEADER - 8));
-    /* fp32 payload: this host is little-endian (x86-64 / aarch64), so floats go as they are */
+    /* values as held: this host is little-endian (x86-64 / aarch64), so they go as they are */
     uint8_t *p = buf + SNAP_HEADER;
+    if (half) {
+        put_u32(p, (uint32_t)s->dtype);
+        put_u32(p + 4, 0);
+        p += SNAP_DTYPE_BYTES;
+    }
+    uint8_t *values = p;
+    const uint8_t *rec = recur__state_rec(s);
     size_t HK = (size_t)c->n_heads * c->head_k, HV = (size_t)c->n_heads * c->head_v;
     for (int l = 0; l < c->n_layers; l++) {
         const recur_layer *L = &m->layers[l];
@@ -131,12 +186,12 @@ int recur_snapshot_write(const recur_state *s, uint8_t *buf, size_t cap, size_t 
             memcpy(p, s->kcache[l], kb); p += kb;
             memcpy(p, s->vcache[l], vb); p += vb;
         } else {
-            memcpy(p, s->rec + L->state_off, L->state_floats * 4);
-            p += L->state_floats * 4;
+            memcpy(p, rec + L->state_off * e, L->state_floats * e);
+            p += L->state_floats * e;
         }
     }
-    /* never write what recur_snapshot_read refuses */
-    int rc = check_payload(m, buf + SNAP_HEADER, s->tokens_seen);
+    /* never write what recur_snapshot_read refuses (into a state of this dtype) */
+    int rc = check_payload(m, values, s->tokens_seen, s->dtype, s->dtype);
     if (rc) return rc;
     put_u64(p, recur__fnv1a(RECUR_FNV_OFFSET, buf, (size_t)(p - buf)));
     if (written) *written = need;
@@ -159,6 +214,19 @@ static int same_model(const recur_model *m, const uint8_t *buf)
     return get_u32(buf + 12) == (uint32_t)m->cfg.n_layers && get_u64(buf + 16) == m->info.fingerprint;
 }
 
+/* The state dtype a snapshot's header and payload state: version 1 / 2 F32; version 3 its dtype
+ * word (RECUR_EFORMAT for another value, or a payload too short to hold it). */
+static int snapshot_dtype(const uint8_t *buf, size_t P, recur_state_dtype *t)
+{
+    uint32_t version = get_u32(buf + 8);
+    if (version != SNAP_VERSION_HALF) { *t = RECUR_STATE_F32; return RECUR_OK; }
+    if (P < SNAP_DTYPE_BYTES) return RECUR_EFORMAT;
+    uint32_t d = get_u32(buf + SNAP_HEADER), z = get_u32(buf + SNAP_HEADER + 4);
+    if ((d != RECUR_STATE_F16 && d != RECUR_STATE_BF16) || z != 0) return RECUR_EFORMAT;
+    *t = (recur_state_dtype)d;
+    return RECUR_OK;
+}
+
 int recur_snapshot_check(const recur_model *m, const uint8_t *buf, size_t len)
 {
     if (!m || (!buf && len)) return RECUR_EINVAL;
@@ -166,18 +234,36 @@ int recur_snapshot_check(const recur_model *m, const uint8_t *buf, size_t len)
     int rc = recur_snapshot_length(buf, len, &total);
     if (rc) return rc;
     uint32_t version = get_u32(buf + 8);
-    if (version != SNAP_VERSION && !(version == SNAP_VERSION_V1 && m->max_conv == 0)) return RECUR_EFORMAT;
+    if (version != SNAP_VERSION && version != SNAP_VERSION_HALF && !(version == SNAP_VERSION_V1 && m->max_conv == 0))
+        return RECUR_EFORMAT;
     if (len < total) return same_model(m, buf) ? RECUR_ETRUNCATED : RECUR_EMISMATCH;
     if (len > total) return RECUR_EFORMAT; /* trailing bytes */
     size_t P = total - SNAP_HEADER - 8;
+    recur_state_dtype t; /* framing too: version 3's dtype word (a flipped version bit is EFORMAT) */
+    rc = snapshot_dtype(buf, P, &t);
+    if (rc) return rc;
     if (recur__fnv1a(RECUR_FNV_OFFSET, buf, SNAP_HEADER + P) != get_u64(buf + SNAP_HEADER + P))
         return RECUR_ECHECKSUM;
     if (!same_model(m, buf)) return RECUR_EMISMATCH;
     uint64_t n = get_u64(buf + 24), want;
-    rc = payload_bytes(m, n, &want);
+    rc = payload_bytes(m, n, t, &want);
     if (rc) return rc;
     if ((uint64_t)P != want) return RECUR_EFORMAT;
-    return check_payload(m, buf + SNAP_HEADER, n);
+    return check_payload(m, buf + SNAP_HEADER + (t != RECUR_STATE_F32 ? SNAP_DTYPE_BYTES : 0), n, t, m->sdtype);
+}
+
+/* n values of dtype t at p -> dst, n values of the state's dtype to (converted by the rule of the
+ * header comment; the same dtype is a copy). */
+static void convert_values(void *dst, recur_state_dtype to, const uint8_t *p, recur_state_dtype t, size_t n)
+{
+    if (t == to) { memcpy(dst, p, n * recur__state_elem(t)); return; }
+    float f[CHUNK];
+    for (size_t i = 0; i < n; i += CHUNK) {
+        size_t k = n - i < CHUNK ? n - i : CHUNK;
+        load_values(f, p + i * recur__state_elem(t), k, t);
+        if (to == RECUR_STATE_F32) memcpy((float *)dst + i, f, k * 4);
+        else recur__state_narrow((uint16_t *)dst + i, f, k, to);
+    }
 }
 
 int recur_snapshot_read(recur_state *s, const uint8_t *buf, size_t len)
@@ -185,12 +271,17 @@ int recur_snapshot_read(recur_state *s, const uint8_t *buf, size_t len)
     if (!s || (!buf && len)) return RECUR_EINVAL;
     const recur_model *m = s->m;
     const recur_config *c = &m->cfg;
+    if (s->dtype != m->sdtype) return RECUR_EMISMATCH;
     int rc = recur_snapshot_check(m, buf, len);
     if (rc) return rc;
 
     /* valid: now, and only now, overwrite the state */
     uint64_t n = get_u64(buf + 24);
-    const uint8_t *p = buf + SNAP_HEADER;
+    recur_state_dtype t;
+    snapshot_dtype(buf, len - SNAP_HEADER - 8, &t); /* checked */
+    const uint8_t *p = buf + SNAP_HEADER + (t != RECUR_STATE_F32 ? SNAP_DTYPE_BYTES : 0);
+    uint8_t *rec = recur__state_rec(s);
+    const size_t e = recur__state_elem(t), se = recur__state_elem(s->dtype);
     size_t HK = (size_t)c->n_heads * c->head_k, HV = (size_t)c->n_heads * c->head_v;
     for (int l = 0; l < c->n_layers; l++) {
         const recur_layer *L = &m->layers[l];
@@ -199,8 +290,8 @@ int recur_snapshot_read(recur_state *s, const uint8_t *buf, size_t len)
             memcpy(s->kcache[l], p, kb); p += kb;
             memcpy(s->vcache[l], p, vb); p += vb;
         } else {
-            memcpy(s->rec + L->state_off, p, L->state_floats * 4);
-            p += L->state_floats * 4;
+            convert_values(rec + L->state_off * se, s->dtype, p, t, L->state_floats);
+            p += L->state_floats * e;
         }
     }
     s->tokens_seen = n;
@@ -214,21 +305,23 @@ int recur_state_check(const recur_state *s, uint64_t from)
     const recur_config *c = &m->cfg;
     size_t HK = (size_t)c->n_heads * c->head_k, HV = (size_t)c->n_heads * c->head_v;
     uint64_t n = s->tokens_seen;
+    const recur_state_dtype t = s->dtype;
+    const size_t e = recur__state_elem(t);
     if (from > n) from = n;
     for (int l = 0; l < c->n_layers; l++) {
         const recur_layer *L = &m->layers[l];
-        const uint8_t *S = (const uint8_t *)(s->rec + L->state_off);
+        const uint8_t *S = (const uint8_t *)recur__state_rec(s) + L->state_off * e;
         int rc;
         if (L->kind == RECUR_MIXER_SOFTMAX) { /* only rows a step may have written: [from, n) */
             rc = check_values((const uint8_t *)(s->kcache[l] + from * HK), (size_t)(n - from) * HK, 0);
             if (!rc) rc = check_values((const uint8_t *)(s->vcache[l] + from * HV), (size_t)(n - from) * HV, 0);
         } else if (L->kind == RECUR_MIXER_LINEAR) {
             size_t fs = L->conv_state_off - HK;
-            rc = check_values(S, fs, 0);
-            if (!rc) rc = check_values(S + fs * 4, HK, 1);
-            if (!rc) rc = check_values(S + L->conv_state_off * 4, L->state_floats - L->conv_state_off, 0);
+            rc = check_typed(S, fs, 0, t, VALUE_MAX_BITS);
+            if (!rc) rc = check_typed(S + fs * e, HK, 1, t, VALUE_MAX_BITS);
+            if (!rc) rc = check_typed(S + L->conv_state_off * e, L->state_floats - L->conv_state_off, 0, t, VALUE_MAX_BITS);
         } else {
-            rc = check_values(S, L->state_floats, 0);
+            rc = check_typed(S, L->state_floats, 0, t, VALUE_MAX_BITS);
         }
         if (rc) return rc;
     }

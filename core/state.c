@@ -4,7 +4,9 @@
  * is reserved at max_context as its own anonymous mapping (not calloc: once glibc's dynamic mmap
  * threshold has risen, a large calloc comes from the heap and is memset, touching every page), so
  * only the rows a session actually uses are ever touched; reset hands the used pages back to the
- * kernel (only rows < tokens_seen are live), and copy copies live rows only. */
+ * kernel (only rows < tokens_seen are live), and copy copies live rows only.
+ * The recurrent block holds fp32 values (rec) or, for a model whose state dtype is a half, 16-bit
+ * halves (hrec: state_dtype.h; a step widens a layer's part to fp32 and rounds it back). */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -36,10 +38,12 @@ int recur_state_create(const recur_model *m, recur_state **out)
 {
     if (!m || !out) return RECUR_EINVAL;
     size_t head = (sizeof(recur_state) + 63) / 64 * 64;
-    recur_state *s = calloc(1, head + m->rec_floats * sizeof(float));
+    recur_state *s = calloc(1, head + recur__rec_bytes(m));
     if (!s) return RECUR_ENOMEM;
     s->m = m;
-    s->rec = (float *)((char *)s + head);
+    s->dtype = m->sdtype;
+    if (s->dtype == RECUR_STATE_F32) s->rec = (float *)((char *)s + head);
+    else s->hrec = (uint16_t *)((char *)s + head);
     s->kbytes = kv_bytes(m, 1);
     s->vbytes = kv_bytes(m, 0);
     const recur_config *c = &m->cfg;
@@ -68,7 +72,7 @@ void recur_state_reset(recur_state *s)
 {
     if (!s) return;
     const recur_model *m = s->m;
-    memset(s->rec, 0, m->rec_floats * sizeof(float));
+    memset(recur__state_rec(s), 0, recur__state_rec_bytes(s));
     /* the whole mapping, not only the live rows: a snapshot read may have shortened the live part */
     for (int l = 0; l < m->cfg.n_layers; l++) {
         kv_release(s->kcache[l], s->kbytes);
@@ -80,10 +84,10 @@ void recur_state_reset(recur_state *s)
 int recur_state_copy(recur_state *dst, const recur_state *src)
 {
     if (!dst || !src) return RECUR_EINVAL;
-    if (dst->m != src->m) return RECUR_EMISMATCH;
+    if (dst->m != src->m || dst->dtype != src->dtype) return RECUR_EMISMATCH;
     if (dst == src) return RECUR_OK;
     const recur_model *m = src->m;
-    memcpy(dst->rec, src->rec, m->rec_floats * sizeof(float));
+    memcpy(recur__state_rec(dst), recur__state_rec(src), recur__state_rec_bytes(src));
     size_t HK = (size_t)m->cfg.n_heads * m->cfg.head_k, HV = (size_t)m->cfg.n_heads * m->cfg.head_v;
     size_t live = (size_t)src->tokens_seen;
     for (int l = 0; l < m->cfg.n_layers; l++) {
@@ -106,22 +110,22 @@ size_t recur_state_bytes_used(const recur_state *s)
     const recur_model *m = s->m;
     size_t HK = (size_t)m->cfg.n_heads * m->cfg.head_k, HV = (size_t)m->cfg.n_heads * m->cfg.head_v;
     size_t live = m->n_softmax ? (size_t)s->tokens_seen : 0;
-    return m->rec_floats * sizeof(float) + (size_t)m->n_softmax * live * (HK + HV) * sizeof(float);
+    return recur__state_rec_bytes(s) + (size_t)m->n_softmax * live * (HK + HV) * sizeof(float);
 }
 
 size_t recur_state_checkpoint_bytes(const recur_state *s)
 {
-    return s ? sizeof(uint64_t) + s->m->rec_floats * sizeof(float) : 0;
+    return s ? sizeof(uint64_t) + recur__state_rec_bytes(s) : 0;
 }
 
 void recur_state_checkpoint(const recur_state *s, void *buf)
 {
     memcpy(buf, &s->tokens_seen, sizeof(uint64_t));
-    memcpy((char *)buf + sizeof(uint64_t), s->rec, s->m->rec_floats * sizeof(float));
+    memcpy((char *)buf + sizeof(uint64_t), recur__state_rec(s), recur__state_rec_bytes(s));
 }
 
 void recur_state_rollback(recur_state *s, const void *buf)
 {
     memcpy(&s->tokens_seen, buf, sizeof(uint64_t));
-    memcpy(s->rec, (const char *)buf + sizeof(uint64_t), s->m->rec_floats * sizeof(float));
+    memcpy(recur__state_rec(s), (const char *)buf + sizeof(uint64_t), recur__state_rec_bytes(s));
 }

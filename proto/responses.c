@@ -30,7 +30,9 @@ void proto_model_json(proto_buf *b, const recur_model_info *info, const char *na
                      (long long)info->n_params, info->state_bytes,
                      (unsigned long long)info->fingerprint);
     proto_buf_json_str(b, info->weights_dtype, strnlen(info->weights_dtype, sizeof info->weights_dtype));
-    proto_buf_printf(b, ",\"weight_bytes\":%zu,\"isa\":\"%s\"}", info->weight_bytes, recur_isa_name());
+    proto_buf_printf(b, ",\"weight_bytes\":%zu,\"state_dtype\":", info->weight_bytes);
+    proto_buf_json_str(b, info->state_dtype, strnlen(info->state_dtype, sizeof info->state_dtype));
+    proto_buf_printf(b, ",\"isa\":\"%s\"}", recur_isa_name());
 }
 
 void proto_session_json(proto_buf *b, const char *id, uint64_t tokens_seen, size_t state_bytes,

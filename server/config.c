@@ -3,6 +3,7 @@
 #include "buf.h"
 #include "errf.h"
 #include "redis_conn.h"
+#include "recur.h"
 
 #include <cJSON.h>
 #include <errno.h>
@@ -124,6 +125,9 @@ static const opt OPTS[] = {
     {"weights_dtype", OPT_STR, F(weights_dtype), 0, 0,
      "auto | q8_0 | q4_0: the GEMM matrices as the weights file holds them (auto), or quantized at "
      "load to llama.cpp's Q8_0 / Q4_0 (an fp16 scale per 32 weights; docs/MODEL.md)"},
+    {"state_dtype", OPT_STR, F(state_dtype), 0, 0,
+     "f32 | bf16 | f16: how each session's recurrent state is stored (half: widened to fp32 for each "
+     "step, rounded once to nearest even when stored; docs/MODEL.md \"State dtype\")"},
 };
 #define N_OPTS (sizeof OPTS / sizeof OPTS[0])
 
@@ -142,6 +146,7 @@ static void defaults(srv_config *c)
     snprintf(c->access_log, sizeof c->access_log, "-");
     c->access_log_buffer_bytes = (size_t)1 << 20;
     snprintf(c->weights_dtype, sizeof c->weights_dtype, "auto");
+    snprintf(c->state_dtype, sizeof c->state_dtype, "f32");
     srv_http_limits_default(&c->http);
     c->max_tokens_per_request = 131072; /* a 128k prompt in one request (fits max_body as ids) */
     c->max_choices_per_request = 16;
@@ -488,6 +493,9 @@ int srv_config_load(srv_config *cfg, int argc, char **argv, char *err, size_t en
     if (strcasecmp(cfg->weights_dtype, "auto") && strcasecmp(cfg->weights_dtype, "q8_0") &&
         strcasecmp(cfg->weights_dtype, "q4_0"))
         return srv_errf(err, en, "weights_dtype must be auto, q8_0 or q4_0");
+    recur_state_dtype sdt;
+    if (recur_state_dtype_parse(cfg->state_dtype, &sdt))
+        return srv_errf(err, en, "state_dtype must be f32, bf16 or f16");
     return 0;
 }
 

@@ -62,6 +62,7 @@ typedef struct {
     char node_name[129];             /* lease holder name; "" = hostname:port */
     int max_idempotency_keys_per_session; /* Idempotency-Key records kept per session */
     char weights_dtype[16];          /* "auto" (as the file) | "q8_0" | "q4_0" (recur_model_quantize) */
+    char state_dtype[16];            /* "f32" | "bf16" | "f16" (recur_model_set_state_dtype) */
 } srv_config;
 
 /* recurd's release (`recurd --version`, GET /v1/model, the startup log). */

@@ -184,6 +184,9 @@ static int load_model(srv_app *app)
             return -1;
         }
     }
+    recur_state_dtype sdt = RECUR_STATE_F32;
+    recur_state_dtype_parse(app->cfg.state_dtype, &sdt); /* checked with the config */
+    recur_model_set_state_dtype(app->model, sdt);        /* before any state or workspace */
     app->info = recur_model_get_info(app->model);
     /* seeded random weights are not the trained model the config may name */
     if (app->cfg.model_config[0])
@@ -291,11 +294,11 @@ int main(int argc, char **argv)
     char h[300], name[200];
     srv_log(SRV_LOG_INFO, "listening",
             "\"host\":\"%s\",\"address\":\"%s\",\"port\":%d,\"model\":\"%s\",\"vocab_size\":%d,"
-            "\"n_layers\":%d,\"state_bytes\":%zu,\"workers\":%d,\"max_batch\":%d,\"decode_workers\":%d,"
+            "\"n_layers\":%d,\"state_bytes\":%zu,\"state_dtype\":\"%s\",\"workers\":%d,\"max_batch\":%d,\"decode_workers\":%d,"
             "\"auth\":%s,\"isa\":\"%s\"",
             srv_log_str(app->cfg.host, h, sizeof h), bind_addr.address, srv_server_port(app->server),
             srv_log_str(app->model_name, name, sizeof name), app->info->vocab_size,
-            app->info->n_layers, app->info->state_bytes, app->cfg.workers, app->cfg.max_batch,
+            app->info->n_layers, app->info->state_bytes, app->info->state_dtype, app->cfg.workers, app->cfg.max_batch,
             app->cfg.decode_workers, app->cfg.api_key[0] ? "true" : "false", recur_isa_name());
 
     srv_sd_notify("READY=1"); /* listening: a Type=notify unit is started */

@@ -3,6 +3,7 @@
     m = Model.load(dir)                         # or Model.load_files(cfg, weights)
     m = Model.init_seed(config_json_text, seed)
     m = Model.load(dir, weights_dtype="q8_0")   # matrices quantized at load: "q8_0", "q4_0" (None: as the file)
+    m = Model.load(dir, state_dtype="bf16")     # session states stored as "f32" (default), "bf16" or "f16"
     m.info                                      # dict: name, vocab_size, ..., state_bytes, fingerprint
     s = m.state()                               # zeroed session state
     logits = m.step(s, token)                   # [vocab] float32
@@ -47,7 +48,8 @@ class _Info(ctypes.Structure):
                 ("max_context", ctypes.c_int64), ("mixers", ctypes.c_int * MAX_LAYERS),
                 ("n_params", ctypes.c_int64), ("state_bytes", ctypes.c_size_t),
                 ("fingerprint", ctypes.c_uint64), ("weight_bytes", ctypes.c_size_t),
-                ("weights_dtype", ctypes.c_char * 8), ("softmax_layers", ctypes.c_int)]
+                ("weights_dtype", ctypes.c_char * 8), ("softmax_layers", ctypes.c_int),
+                ("state_dtype", ctypes.c_char * 8)]
 
 
 class _Sampler(ctypes.Structure):
@@ -70,6 +72,8 @@ for _name, _res, _args in [
     ("recur_model_free", None, [_P]),
     ("recur_model_quantize", ctypes.c_int, [_P, ctypes.c_char_p, ctypes.POINTER(_P), ctypes.c_char_p, ctypes.c_size_t]),
     ("recur_model_get_info", ctypes.POINTER(_Info), [_P]),
+    ("recur_model_set_state_dtype", ctypes.c_int, [_P, ctypes.c_int]),
+    ("recur_state_dtype_parse", ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int)]),
     ("recur_workspace_create", ctypes.c_int, [_P, ctypes.c_int, ctypes.POINTER(_P)]),
     ("recur_workspace_free", None, [_P]),
     ("recur_state_create", ctypes.c_int, [_P, ctypes.POINTER(_P)]),
@@ -108,10 +112,17 @@ def _fptr(a):
 class Model:
     """A loaded model with its own workspace (one thread at a time)."""
 
-    def __init__(self, handle, max_batch=64):
+    def __init__(self, handle, max_batch=64, state_dtype=None):
         self._h = _P(handle)
         self._live_states = 0   # the C model is freed only once no State needs it
         self._closed = False
+        if state_dtype is not None:  # before the workspace and any state
+            t = ctypes.c_int()
+            if _lib.recur_state_dtype_parse(state_dtype.encode(), ctypes.byref(t)) < 0:
+                self._closed = True
+                self._release()
+                raise RecurError(EINVAL, "state_dtype %r (f32, bf16 or f16)" % state_dtype)
+            _check(_lib.recur_model_set_state_dtype(self._h, t.value), "state_dtype")
         ws = _P()
         _check(_lib.recur_workspace_create(self._h, max_batch, ctypes.byref(ws)), "workspace")
         self._ws = ws
@@ -123,6 +134,7 @@ class Model:
             "mixers": [MIXERS[i.mixers[l]] for l in range(i.n_layers)], "n_params": i.n_params,
             "state_bytes": i.state_bytes, "fingerprint": i.fingerprint,
             "weight_bytes": i.weight_bytes, "weights_dtype": i.weights_dtype.decode(),
+            "state_dtype": i.state_dtype.decode(),
         }
         self.vocab = i.vocab_size
         self.max_batch = max_batch
@@ -140,23 +152,24 @@ class Model:
         return q
 
     @classmethod
-    def load(cls, path, max_batch=64, weights_dtype=None):
-        """weights_dtype: None / "auto" (as the file), "q8_0" or "q4_0" (quantized at load)."""
+    def load(cls, path, max_batch=64, weights_dtype=None, state_dtype=None):
+        """weights_dtype: None / "auto" (as the file), "q8_0" or "q4_0" (quantized at load).
+        state_dtype: None / "f32", "bf16" or "f16" (how this model's session states are stored)."""
         h = _P()
         err = ctypes.create_string_buffer(1024)
         rc = _lib.recur_model_load_ex(os.fsencode(path), ctypes.byref(h), err, len(err))
         _check(rc, "load %s: %s" % (path, err.value.decode("utf-8", "replace")))
-        return cls(cls._quantized(h, weights_dtype).value, max_batch)
+        return cls(cls._quantized(h, weights_dtype).value, max_batch, state_dtype)
 
     @classmethod
-    def load_files(cls, config_path, weights_path, max_batch=64, weights_dtype=None):
+    def load_files(cls, config_path, weights_path, max_batch=64, weights_dtype=None, state_dtype=None):
         h = _P()
         _check(_lib.recur_model_load_files(os.fsencode(config_path), os.fsencode(weights_path),
                                            ctypes.byref(h)), "load %s" % weights_path)
-        return cls(cls._quantized(h, weights_dtype).value, max_batch)
+        return cls(cls._quantized(h, weights_dtype).value, max_batch, state_dtype)
 
     @classmethod
-    def init_seed(cls, config_json, seed, max_batch=64, weights_dtype=None):
+    def init_seed(cls, config_json, seed, max_batch=64, weights_dtype=None, state_dtype=None):
         if not isinstance(config_json, (str, bytes)):
             import json
             config_json = json.dumps(config_json)
@@ -164,7 +177,7 @@ class Model:
             config_json = config_json.encode()
         h = _P()
         _check(_lib.recur_model_init_seed(config_json, seed, ctypes.byref(h)), "init_seed")
-        return cls(cls._quantized(h, weights_dtype).value, max_batch)
+        return cls(cls._quantized(h, weights_dtype).value, max_batch, state_dtype)
 
     def __del__(self):
         # The cyclic GC may finalise a Model before the States that reference it: then the
