@@ -1,6 +1,6 @@
 """The PyTorch twins' decode and prefill rates on a Hugging Face folder (issue 13 "Speed"), for
 tools/bench/section_families.py: tools/fla_model.py (gated_deltanet, gla, delta_net) and
-tools/mamba2_model.py (mamba2), in float32, torch.set_num_threads(1), under inference_mode.
+tools/mamba2_model.py (mamba2), tools/rwkv7_model.py (rwkv7, for section_rwkv7.py), in float32, torch.set_num_threads(1), under inference_mode.
 
     /usr/bin/python3 tools/bench/bench_torch_family.py --model DIR [--decode-tokens N] [--reps R]
         [--prefill N] [--prefill-reps R]
@@ -8,7 +8,8 @@ tools/mamba2_model.py (mamba2), in float32, torch.set_num_threads(1), under infe
 decode:  batch 1 (the twins carry one session's state): one forward of a single token per step
          with the state carried, N steps per rep after 2 warm-up steps.
 prefill: one forward of N tokens from a zero state (FLA: the twin's recurrent kernels over the
-         sequence, its only form; Mamba-2: its chunked SSD form, chunk 256), logits computed.
+         sequence, its only form; Mamba-2: its chunked SSD form, chunk 256; RWKV-7: the twin's
+         token-by-token recurrence, its only form), logits computed.
 Prints one JSON object per line (as bench_torch_model.py): times per rep, wall and process CPU.
 """
 import argparse
@@ -23,6 +24,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 from benchutil import timed  # noqa: E402
 import fla_model  # noqa: E402
 import mamba2_model  # noqa: E402
+import rwkv7_model  # noqa: E402
 
 
 def main(argv=None):
@@ -47,6 +49,13 @@ def main(argv=None):
         step = lambda t, s: run([t], s, "recurrent")  # noqa: E731
         prefill = lambda toks: run(toks, None, "chunked")  # noqa: E731
         zero = None
+    elif kind == "rwkv7":
+        params, cfg = rwkv7_model.load_folder(a.model)
+        params = {k: v.float() for k, v in params.items()}
+        vocab = cfg["vocab_size"]
+        step = lambda t, s: rwkv7_model.forward(params, cfg, [t], s, dtype=torch.float32)  # noqa: E731
+        prefill = lambda toks: rwkv7_model.forward(params, cfg, toks, None, dtype=torch.float32)  # noqa: E731
+        zero = None
     else:
         m = fla_model.FlaModel.load(a.model, dtype=torch.float32)
         vocab = m.cfg["vocab"]
@@ -54,7 +63,8 @@ def main(argv=None):
         prefill = lambda toks: m.forward(toks)  # noqa: E731
         zero = m.zero_state()
     print(json.dumps({"kind": "torch", "family": kind, "version": torch.__version__,
-                      "source": "tools/mamba2_model.py" if kind == "mamba2" else "tools/fla_model.py"}))
+                      "source": {"mamba2": "tools/mamba2_model.py", "rwkv7": "tools/rwkv7_model.py"}.get(
+                          kind, "tools/fla_model.py")}))
     with torch.inference_mode():
         state = zero
         i = 0
