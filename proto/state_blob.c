@@ -152,20 +152,25 @@ int proto_state_load(const recur_model *m, recur_state *s, int vocab, const uint
                      size_t len, float *logits, int *has_logits, proto_state_fault *f)
 {
     size_t clen = core_length(body, len);
-    int rc = recur_snapshot_check(m, body, clen);
-    if (rc) {
-        set_fault(f, rc, NULL);
-        return -1;
-    }
+    /* The trailer first (it stands apart from the snapshot's bytes), then recur_snapshot_read,
+     * which checks the snapshot once before it writes s (a second recur_snapshot_check before it
+     * was a third of a resume from Redis: the checksum and every value, twice). A snapshot
+     * fault outranks a trailer fault: on a bad trailer the snapshot is checked to say which. */
     const char *detail = NULL;
-    if (clen < len && (rc = trailer_check(body, len, clen, vocab, &detail)) != 0) {
+    int rc = clen < len ? trailer_check(body, len, clen, vocab, &detail) : 0;
+    if (rc) {
+        int src = recur_snapshot_check(m, body, clen);
+        if (src) {
+            set_fault(f, src, NULL);
+            return -1;
+        }
         set_fault(f, rc, detail);
         if (rc == RECUR_EFORMAT)
             f->reason = "trailer";
         return -1;
     }
-    rc = recur_snapshot_read(s, body, clen);
-    if (rc) { /* checked above: only a state of another model than m gets here */
+    rc = recur_snapshot_read(s, body, clen); /* on any error s is unchanged */
+    if (rc) {
         set_fault(f, rc, NULL);
         return -1;
     }

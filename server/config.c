@@ -113,7 +113,7 @@ static const opt OPTS[] = {
     {"redis_sync", OPT_BOOL, F(redis_sync), 0, 1,
      "a request's response waits until Redis has its commit (else the commit follows the response)"},
     {"redis_timeout_ms", OPT_U64, F(redis_timeout_ms), 10, 60000,
-     "a Redis command unanswered this long resets the connection (503 store_unavailable meanwhile)"},
+     "commands pending and no reply from Redis for this long resets the connection (503 store_unavailable meanwhile)"},
     {"redis_key_prefix", OPT_STR, F(redis_key_prefix), 0, 0,
      "first part of every Redis key (letters, digits, '.', '_', '-')"},
     {"redis_lease_ms", OPT_U64, F(redis_lease_ms), 100, 3600000,

@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 2000
+#define READ_BUF_KEEP ((size_t)4 << 20)
 
 /* A command sent and not answered yet; in send order (replies come in that order). */
 typedef struct pend {
@@ -36,6 +38,7 @@ struct srv_redis {
     redisAsyncContext *ac; /* NULL while down */
     int up;                /* connected */
     uint64_t connect_started_ms;
+    uint64_t last_reply_ns; /* the last reply read on this connection (progress) */
     pend *head, *tail;
     size_t n_pending;
     uv_timer_t watchdog;   /* timeouts: the oldest pending command, a connect that hangs */
@@ -132,8 +135,10 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     srv_redis *r = p->r;
     pend_unlink(r, p);
     redisReply *rep = reply;
-    if (rep)
-        srv_hist_observe_since(r->latency, p->t_sent_ns);
+    if (rep) {
+        r->last_reply_ns = uv_hrtime();
+        srv_hist_observe(r->latency, r->last_reply_ns - p->t_sent_ns);
+    }
     p->cb(r, rep, p->arg);
     free(p);
 }
@@ -155,6 +160,24 @@ static void went_down(srv_redis *r, const char *why)
     schedule_connect(r);
 }
 
+/* The handshake's PING answered: Redis itself (not only the kernel's listen queue) serves this
+ * connection. An error reply (-LOADING while Redis reads its AOF) leaves it down: the watchdog
+ * resets it after redis_timeout_ms and the backoff goes on. */
+static void on_handshake(srv_redis *r, redisReply *reply, void *arg)
+{
+    if (!reply || r->up || !r->ac)
+        return; /* reset meanwhile (its reconnect is scheduled) */
+    if (reply->type == REDIS_REPLY_ERROR) {
+        snprintf(r->last_error, sizeof r->last_error, "handshake: %.100s", reply->str);
+        return;
+    }
+    r->up = 1;
+    r->backoff_ms = BACKOFF_MIN_MS;
+    r->last_error[0] = '\0';
+    srv_log(SRV_LOG_INFO, "redis_up", "\"address\":\"%s\",\"port\":%d,\"db\":%d", r->ip, r->port, r->db);
+    r->on_state(r->ctx, 1);
+}
+
 static void on_connect(const redisAsyncContext *ac, int status)
 {
     srv_redis *r = ac->data;
@@ -166,11 +189,12 @@ static void on_connect(const redisAsyncContext *ac, int status)
         went_down(r, why); /* hiredis frees the context after this callback */
         return;
     }
-    r->up = 1;
-    r->backoff_ms = BACKOFF_MIN_MS;
-    r->last_error[0] = '\0';
-    srv_log(SRV_LOG_INFO, "redis_up", "\"address\":\"%s\",\"port\":%d,\"db\":%d", r->ip, r->port, r->db);
-    r->on_state(r->ctx, 1);
+    /* A TCP connect succeeds while Redis is stopped (SIGSTOP, a long fsync): the kernel
+     * completes it from the listen queue. Up only once Redis answers a PING. */
+    snprintf(r->last_error, sizeof r->last_error, "handshake: waiting for PONG");
+    const char *argv[] = {"PING"};
+    size_t lens[] = {4};
+    srv_redis_command(r, on_handshake, NULL, 1, argv, lens);
 }
 
 static void on_disconnect(const redisAsyncContext *ac, int status)
@@ -198,6 +222,9 @@ static void connect_now(srv_redis *r)
         return;
     }
     ac->data = r;
+    /* hiredis frees its read buffer whenever it empties past 16 KB: every ~200 KB state read
+     * then grew a fresh buffer (copies, page faults). Kept up to READ_BUF_KEEP instead. */
+    ac->c.reader->maxbuf = READ_BUF_KEEP;
     if (redisLibuvAttach(ac, r->loop) != REDIS_OK) {
         redisAsyncFree(ac);
         snprintf(r->last_error, sizeof r->last_error, "connect: cannot attach to the loop");
@@ -208,6 +235,7 @@ static void connect_now(srv_redis *r)
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     r->ac = ac;
     r->connect_started_ms = uv_now(r->loop);
+    r->last_reply_ns = 0;
     if (r->db) { /* sent first: every later command runs in that database */
         char db[8];
         snprintf(db, sizeof db, "%d", r->db);
@@ -251,19 +279,39 @@ static void reset(srv_redis *r, const char *why)
     schedule_connect(r);
 }
 
+/* 1 when a reply waits in the socket, unread: the loop (busy, or its thread descheduled on a
+ * loaded machine) is late, not Redis. Timers run before the loop polls for I/O, so after a
+ * stall the watchdog would otherwise reset a connection whose answer has already arrived. */
+static int reply_waiting(const srv_redis *r)
+{
+    if (!r->ac || r->ac->c.fd < 0)
+        return 0;
+    char byte; /* bytes, not readability: a socket that failed (RST, EOF) is readable too */
+    return recv(r->ac->c.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 1;
+}
+
+/* Timeout rule: commands are pending and no reply came for redis_timeout_ms (from the later of
+ * the oldest command's send and the last reply read). Progress, not the age of each command: a
+ * burst of commits (every session dirty after Redis came back: ~200 KB each) is answered over
+ * more than timeout_ms by a Redis that works, and resetting it then re-sends the whole burst,
+ * again and again (a node saw Redis as down for minutes that way, 2026-12-02). */
 static void on_watchdog(uv_timer_t *t)
 {
     srv_redis *r = t->data;
     uint64_t now_ns = uv_hrtime();
-    if (r->head && now_ns - r->head->t_sent_ns > r->timeout_ms * 1000000ull) {
+    uint64_t since = r->head ? r->head->t_sent_ns : 0;
+    if (r->last_reply_ns > since)
+        since = r->last_reply_ns;
+    if (r->head && now_ns - since > r->timeout_ms * 1000000ull && !reply_waiting(r)) {
         char why[96];
         snprintf(why, sizeof why, "no reply within redis_timeout_ms (%llu)",
                  (unsigned long long)r->timeout_ms);
         reset(r, why);
         return;
     }
-    if (r->ac && !r->up && uv_now(r->loop) - r->connect_started_ms > r->timeout_ms)
-        reset(r, "connect: timed out");
+    if (r->ac && !r->up && uv_now(r->loop) - r->connect_started_ms > r->timeout_ms &&
+        !reply_waiting(r))
+        reset(r, r->last_error[0] ? "connect: no PONG within redis_timeout_ms" : "connect: timed out");
 }
 
 srv_redis *srv_redis_create(uv_loop_t *loop, const srv_redis_url *url, uint64_t timeout_ms,

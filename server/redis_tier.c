@@ -23,8 +23,18 @@
  * -> {-1, holder, pttl}  leased by another node
  *    {-3}                no such session
  *    {0, ver}            the caller's copy is current
- *    {1, ver, state}     the current state (the caller's copy is stale or missing) */
+ *    {1, ver, state}     the current state (the caller's copy is stale or missing)
+ *
+ * Its writes (the lease, the TTL refresh) are not propagated to the AOF or to replicas
+ * (REPL_NONE): with appendfsync always, Redis answers a script that wrote only after an fsync
+ * of its AOF (12 ms p50 on this machine's disk, 2026-12-02), which was most of a resume from
+ * Redis. Neither write needs to survive Redis: the lease is an optimisation of one-writer (the
+ * version compare-and-set of every commit is what fences a second writer: after a Redis restart
+ * or failover lost a lease, two nodes may both load the session, and the second to commit is
+ * refused), and a TTL refresh lost that way leaves the key expiring idle_ttl_ms after its last
+ * commit instead of its last load. */
 static const char ACQUIRE_LUA[] =
+    "redis.set_repl(redis.REPL_NONE)\n"
     "local h = redis.call('GET', KEYS[3])\n"
     "if h and h ~= ARGV[1] then return {-1, h, redis.call('PTTL', KEYS[3])} end\n"
     "local v = redis.call('GET', KEYS[2])\n"
@@ -71,8 +81,10 @@ static const char RELEASE_LUA[] =
     "if redis.call('GET', KEYS[3]) == ARGV[1] then redis.call('DEL', KEYS[3]) return 1 end\n"
     "return 0\n";
 
-/* Renew a lease held (or free). ARGV: node, lease_ms. -> 1, or the other holder's name. */
+/* Renew a lease held (or free). ARGV: node, lease_ms. -> 1, or the other holder's name. Not
+ * propagated (REPL_NONE), as ACQUIRE_LUA's lease. */
 static const char RENEW_LUA[] =
+    "redis.set_repl(redis.REPL_NONE)\n"
     "local h = redis.call('GET', KEYS[3])\n"
     "if h and h ~= ARGV[1] then return h end\n"
     "redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2])\n"
@@ -94,8 +106,15 @@ typedef struct lookup {
     long long holder_pttl;
 } lookup;
 
+/* States made ahead in the threadpool for sessions loaded from Redis: a state's first touch
+ * (~200 KB of fresh pages for the default model: page faults and zeroing) was a third of the
+ * loop's CPU time per resume (perf, 2026-12-02); made ahead it is off the loop and off the
+ * request's path. SPARES are kept ready in the session table's pool (freed states go there too). */
+#define SPARES 4
+
 typedef struct srv_tier {
     srv_app *app;
+    int spares_making; /* a threadpool job making spare states is in flight */
     srv_redis *r;
     char node[NODE_MAX + 1];
     char fp[17];
@@ -486,6 +505,68 @@ static void lookup_remove(srv_tier *t, lookup *x)
         }
 }
 
+typedef struct {
+    uv_work_t work;
+    srv_tier *t;
+    const recur_model *model;
+    int vocab, n;
+    recur_state *state[SPARES];
+    float *logits[SPARES];
+} spares_job;
+
+static void spares_make(uv_work_t *w)
+{
+    spares_job *j = w->data;
+    for (int i = 0; i < j->n; i++) {
+        if (recur_state_create(j->model, &j->state[i]) != 0) {
+            j->n = i;
+            return;
+        }
+        recur_state_reset(j->state[i]); /* writes every page of it here, not on the loop */
+        j->logits[i] = calloc((size_t)j->vocab, sizeof(float));
+        if (!j->logits[i]) {
+            recur_state_destroy(j->state[i]);
+            j->n = i;
+            return;
+        }
+    }
+}
+
+static void spares_made(uv_work_t *w, int status)
+{
+    spares_job *j = w->data;
+    srv_tier *t = j->t;
+    for (int i = 0; i < j->n; i++)
+        if (srv_table_spare_add(t->app->table, j->state[i], j->logits[i]) != 0) {
+            recur_state_destroy(j->state[i]);
+            free(j->logits[i]);
+        }
+    t->spares_making = 0;
+    free(j);
+}
+
+/* Top the table's pool up to SPARES states, in the threadpool (one job at a time). */
+static void spares_refill(srv_tier *t)
+{
+    srv_app *app = t->app;
+    int have = srv_table_spare_count(app->table);
+    if (t->spares_making || have >= SPARES || t->shutting_down)
+        return;
+    spares_job *j = calloc(1, sizeof *j);
+    if (!j)
+        abort();
+    j->work.data = j;
+    j->t = t;
+    j->model = app->model;
+    j->vocab = app->info->vocab_size;
+    j->n = SPARES - have;
+    if (uv_queue_work(app->loop, &j->work, spares_make, spares_made) != 0) {
+        free(j);
+        return;
+    }
+    t->spares_making = 1;
+}
+
 /* A new resident session from the state Redis holds; 0, or -1 (invalid bytes: logged). */
 static int adopt_from(srv_tier *t, const char *id, const redisReply *state, uint64_t ver,
                       uint64_t sent_ms)
@@ -508,6 +589,7 @@ static int adopt_from(srv_tier *t, const char *id, const redisReply *state, uint
     s->rv_version = ver;
     lease_taken(t, s, sent_ms);
     t->bytes_read += state->len;
+    spares_refill(t);
     return 0;
 }
 
@@ -834,6 +916,7 @@ int srv_tier_start(srv_app *app, int port)
     uint64_t every = t->lease_ms / 4 < 20 ? 20 : t->lease_ms / 4;
     uv_timer_start(&t->tick, on_tick, every, every);
     t->tick_on = 1;
+    spares_refill(t);
     srv_log(SRV_LOG_INFO, "redis_tier",
             "\"node\":\"%s\",\"host\":\"%s\",\"port\":%d,\"db\":%d,\"sync\":%s,\"lease_ms\":%llu,"
             "\"timeout_ms\":%llu,\"key_prefix\":\"%s\",\"fingerprint\":\"%s\"",

@@ -75,6 +75,21 @@ static void free_session(srv_table *t, srv_session *s)
     free(s);
 }
 
+int srv_table_spare_count(const srv_table *t)
+{
+    return t->n_pool;
+}
+
+int srv_table_spare_add(srv_table *t, recur_state *state, float *logits)
+{
+    if (t->n_pool >= POOL_MAX)
+        return -1;
+    t->pool[t->n_pool] = state;
+    t->pool_logits[t->n_pool] = logits;
+    t->n_pool++;
+    return 0;
+}
+
 void srv_table_destroy(srv_table *t)
 {
     if (!t)

@@ -69,6 +69,12 @@ size_t srv_session_state_bytes(const srv_session *s, int vocab);
 srv_table *srv_table_create(const recur_model *m, int max_sessions);
 void srv_table_destroy(srv_table *t);
 
+/* States kept for reuse (freed ones, or made ahead: srv_table_spare_add). */
+int srv_table_spare_count(const srv_table *t);
+/* Keep state (zero, of the table's model) and logits ([vocab]) for the next session: 0, or -1
+ * when the pool is full (the caller still owns them). */
+int srv_table_spare_add(srv_table *t, recur_state *state, float *logits);
+
 /* A new empty session (zero state, no logits). Returns 0, -1 when max_sessions is reached,
  * -2 when the random source or an allocation failed, or no resident slot could be freed
  * (max_resident_sessions with every resident session busy, or the eviction write failed). */
