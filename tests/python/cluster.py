@@ -73,11 +73,12 @@ class Nginx:
         self.port = None
         self.proc = None
 
-    def start(self, timeout=20.0):
+    def start(self, timeout=20.0, port=None):
+        """port: listen there (a restart on the same address), else a free port."""
         os.makedirs(self.dir, exist_ok=True)
         for sub in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
             os.makedirs(os.path.join(self.dir, sub), exist_ok=True)
-        self.port = free_port()
+        self.port = port or free_port()
         self.access_log = os.path.join(self.dir, "access.log")
         self.error_log = os.path.join(self.dir, "error.log")
         text = self.conf_text

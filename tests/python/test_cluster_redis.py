@@ -428,6 +428,64 @@ def test_redis_killed_and_restarted_through_nginx(tmp_path, reference):
             assert lines_of(r) == want[1]
 
 
+def test_nginx_killed_and_restarted_loses_nothing(tmp_path, reference):
+    """nginx killed (kill -9) holds no state: between requests nothing is lost (the next fold
+    after its restart on the same address is bit-identical to a single node); while a stream
+    runs, only that stream is cut — the node keeps what it generated until the cut, and what
+    nginx serves after its restart is exactly the node's session."""
+    with RedisCluster(str(tmp_path)) as c:
+        base = base_of(c.ngx)
+        sid = requests.post(base + "/v1/sessions", json={"text": "abc"}, timeout=TIMEOUT).json()["id"]
+        want = ref_session(reference, [STEPS[0], STEPS[1]])
+        r = post(base, "/v1/sessions/%s/tokens" % sid, STEPS[0], leased_ok=True)
+        assert r.status_code == 200 and lines_of(r) == want[0], r.text
+        port = c.ngx.port
+        c.ngx.proc.kill()
+        c.ngx.proc.wait(10)
+        with pytest.raises(requests.ConnectionError):
+            requests.get(base + "/healthz", timeout=TIMEOUT)
+        for n in c.nodes:  # the nodes do not notice
+            assert requests.get(n.url("/healthz"), timeout=TIMEOUT).json()["status"] == "ok"
+        c.ngx.start(port=port)
+        r = post(base, "/v1/sessions/%s/tokens" % sid, STEPS[1], leased_ok=True)
+        assert r.status_code == 200 and lines_of(r) == want[1], r.text
+        # a stream cut by nginx's death
+        owner = c.nodes[owner_of(c, sid)]
+        seen = requests.get(owner.url("/v1/sessions/" + sid), timeout=TIMEOUT).json()["tokens_seen"]
+        s = requests.post(base + "/v1/sessions/%s/generate" % sid,
+                          json={"max_tokens": 4000, "temperature": 0.9, "seed": 5},
+                          stream=True, timeout=TIMEOUT)
+        assert s.status_code == 200
+        it = s.iter_lines()
+        first = json.loads(next(it))
+        assert "token" in first or "done" in first, first
+        c.ngx.proc.kill()
+        c.ngx.proc.wait(10)
+        got = [first]
+        try:
+            for line in it:
+                if line.strip():
+                    got.append(json.loads(line))
+        except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError):
+            pass
+        s.close()
+        done = [l for l in got if l.get("done")]
+        deadline = time.time() + 30  # the node ends the stream when its client (nginx) is gone
+        while True:
+            info = requests.get(owner.url("/v1/sessions/" + sid), timeout=TIMEOUT).json()
+            if info["pending_ops"] == 0:
+                break
+            assert time.time() < deadline, info
+            time.sleep(0.05)
+        if not done:  # cut: the node kept at least what the client saw, at most max_tokens
+            assert seen + len(got) - 1 <= info["tokens_seen"] <= seen + 4000, (seen, len(got), info)
+        c.ngx.start(port=port)
+        r = requests.get(base + "/v1/sessions/" + sid, timeout=TIMEOUT)
+        assert r.status_code == 200 and r.json()["tokens_seen"] == info["tokens_seen"], r.text
+        r = post(base, "/v1/sessions/%s/tokens" % sid, STEPS[2], leased_ok=True)
+        assert r.status_code == 200, r.text
+
+
 # ------------------------------------------------------------------------- scale
 
 def test_10k_sessions_survive_a_restart_of_every_node(tmp_path, reference):
