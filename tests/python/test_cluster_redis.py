@@ -428,6 +428,28 @@ def test_redis_killed_and_restarted_through_nginx(tmp_path, reference):
             assert lines_of(r) == want[1]
 
 
+def kill9_nginx(ngx):
+    """kill -9 of nginx, master and workers (a worker outlives its killed master otherwise)."""
+    pid = ngx.proc.pid
+    try:
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+            workers = [int(x) for x in f.read().split()]
+    except OSError:
+        workers = []
+    ngx.proc.kill()
+    for w in workers:
+        try:
+            os.kill(w, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    ngx.proc.wait(10)
+    deadline = time.time() + 10
+    while any(os.path.exists("/proc/%d" % w) and open("/proc/%d/stat" % w).read().split()[2] != "Z"
+              for w in workers):
+        assert time.time() < deadline, "an nginx worker survived kill -9"
+        time.sleep(0.05)
+
+
 def test_nginx_killed_and_restarted_loses_nothing(tmp_path, reference):
     """nginx killed (kill -9) holds no state: between requests nothing is lost (the next fold
     after its restart on the same address is bit-identical to a single node); while a stream
@@ -440,8 +462,7 @@ def test_nginx_killed_and_restarted_loses_nothing(tmp_path, reference):
         r = post(base, "/v1/sessions/%s/tokens" % sid, STEPS[0], leased_ok=True)
         assert r.status_code == 200 and lines_of(r) == want[0], r.text
         port = c.ngx.port
-        c.ngx.proc.kill()
-        c.ngx.proc.wait(10)
+        kill9_nginx(c.ngx)
         with pytest.raises(requests.ConnectionError):
             requests.get(base + "/healthz", timeout=TIMEOUT)
         for n in c.nodes:  # the nodes do not notice
@@ -459,8 +480,7 @@ def test_nginx_killed_and_restarted_loses_nothing(tmp_path, reference):
         it = s.iter_lines()
         first = json.loads(next(it))
         assert "token" in first or "done" in first, first
-        c.ngx.proc.kill()
-        c.ngx.proc.wait(10)
+        kill9_nginx(c.ngx)
         got = [first]
         try:
             for line in it:
