@@ -72,9 +72,14 @@ static size_t core_length(const uint8_t *body, size_t len)
     return total;
 }
 
-/* The trailer after a core of clen bytes: 0 (or none), else a RECUR_E* code and *detail. */
+/* The trailer after a core of clen bytes: 0 (or none), else a RECUR_E* code and *detail.
+ * core_checked_after: the caller checks the core's own checksum before it trusts any byte (a
+ * fault there outranks this one). The trailer's FNV-1a runs over the core and the trailer; FNV
+ * is a running hash, and a core whose checksum holds ends with fnv(core before its last 8
+ * bytes), so the trailer's hash then continues from that stored value instead of hashing the
+ * ~200 KB core again (a fifth of the loop's time per resume from Redis). */
 static int trailer_check(const uint8_t *body, size_t len, size_t clen, int vocab,
-                         const char **detail)
+                         int core_checked_after, const char **detail)
 {
     size_t tlen = proto_state_trailer_size(vocab);
     if (len - clen != tlen || memcmp(body + clen, TRAILER_MAGIC, 8) != 0 ||
@@ -82,7 +87,10 @@ static int trailer_check(const uint8_t *body, size_t len, size_t clen, int vocab
         *detail = "bytes after the snapshot are not a logits trailer for this model";
         return RECUR_EFORMAT;
     }
-    if (recur_fnv1a64(RECUR_FNV_OFFSET, body, clen + tlen - 8) != recur_get_le64(body + clen + tlen - 8)) {
+    uint64_t h = core_checked_after && clen >= 8
+                     ? recur_fnv1a64(recur_get_le64(body + clen - 8), body + clen - 8, tlen)
+                     : recur_fnv1a64(RECUR_FNV_OFFSET, body, clen + tlen - 8);
+    if (h != recur_get_le64(body + clen + tlen - 8)) {
         *detail = "snapshot logits trailer checksum mismatch";
         return RECUR_ECHECKSUM;
     }
@@ -104,7 +112,7 @@ int proto_state_split(const uint8_t *body, size_t len, int vocab, size_t *core_l
     if (clen == len)
         return 0;
     const char *detail = NULL;
-    int rc = trailer_check(body, len, clen, vocab, &detail);
+    int rc = trailer_check(body, len, clen, vocab, 0, &detail);
     if (rc) {
         proto_state_fault f;
         set_fault(&f, rc, detail);
@@ -157,7 +165,7 @@ int proto_state_load(const recur_model *m, recur_state *s, int vocab, const uint
      * was a third of a resume from Redis: the checksum and every value, twice). A snapshot
      * fault outranks a trailer fault: on a bad trailer the snapshot is checked to say which. */
     const char *detail = NULL;
-    int rc = clen < len ? trailer_check(body, len, clen, vocab, &detail) : 0;
+    int rc = clen < len ? trailer_check(body, len, clen, vocab, 1, &detail) : 0;
     if (rc) {
         int src = recur_snapshot_check(m, body, clen);
         if (src) {
