@@ -160,6 +160,7 @@ def redis_table(margs, budget, work):
         extra = ["--redis", redis.url, "--redis-sync", "true"]
         nodes = [recurd(margs, extra).__enter__() for _ in range(3)]
         ngx = Nginx([n.port for n in nodes], os.path.join(work, "nginx-redis")).start()
+        wait_reachable(nodes)  # a node is degraded until its first PING to Redis is answered
         n = 3 * SESSIONS_PER_NODE
         runs = {"direct": [], "cluster": []}
         for rep in range(REPEATS):
@@ -190,6 +191,16 @@ def redis_table(margs, budget, work):
             nd.stop()
         if redis:
             redis.stop()
+
+
+def wait_reachable(nodes, timeout=60):
+    """Until every node's /healthz says ok (Redis answered its PING)."""
+    deadline = time.time() + timeout
+    while not all(requests.get(f"http://127.0.0.1:{nd.port}/healthz", timeout=30)
+                  .json()["status"] == "ok" for nd in nodes):
+        if time.time() > deadline:
+            raise RuntimeError("a node never reached Redis")
+        time.sleep(0.05)
 
 
 RESUME_SESSIONS = 200
@@ -235,12 +246,7 @@ def resume_table(margs, budget, work, quick=False):
         b = recurd(margs, ["--redis", redis.url, "--node-name", "resume-b",
                            "--access-log", log]).__enter__()
         sa, sb = requests.Session(), requests.Session()
-        deadline = time.time() + 30
-        while not all(sess.get(f"http://127.0.0.1:{nd.port}/healthz", timeout=30)
-                      .json()["status"] == "ok" for sess, nd in ((sa, a), (sb, b))):
-            if time.time() > deadline:
-                raise RuntimeError("a node never reached Redis")
-            time.sleep(0.05)
+        wait_reachable([a, b])
         sids = []
         for _ in range(n):
             r = sa.post(f"http://127.0.0.1:{a.port}/v1/sessions",
