@@ -117,7 +117,8 @@ static void op_rollback(srv_op *op)
     memcpy(s->lsm_c, op->ckpt_lsm, sizeof op->ckpt_lsm);
     s->tokens_seen = recur_state_tokens_seen(s->state);
     s->snapshot_bytes = srv_session_state_bytes(s, op->app->info->vocab_size);
-    s->mut_gen++; /* a snapshot captured mid-op (residency.c) no longer matches: write it again */
+    srv_table_changed(op->app->table, s); /* a snapshot captured mid-op (residency.c) no longer
+                                           * matches: write it again */
     free(op->ckpt);
     op->ckpt = NULL;
 }
@@ -183,7 +184,8 @@ static void finish(srv_op *op)
     op_commit(op); /* a cancelled fold or generation keeps what it folded, if that is valid */
     if (s->pc_hist && s->pc_hist_n != s->tokens_seen)
         srv_pcache_hist_drop(s); /* cancelled or failed midway: the history is not known */
-    s->last_used_ms = uv_now(op->app->loop); /* idle time counts from the end of the request */
+    srv_table_touch(op->app->table, s, uv_now(op->app->loop)); /* idle time counts from the end
+                                                                * of the request */
     if (s->q_head == op) {
         s->q_head = op->next;
         if (!s->q_head)
@@ -1206,8 +1208,8 @@ void srv_ops_enqueue(srv_op *op)
     s->q_tail = op;
     s->q_len++;
     op->t_enqueued_ns = uv_hrtime();
-    s->last_used_ms = uv_now(app->loop);
-    s->mut_gen++; /* may change the state: due for a snapshot (residency.c) */
+    srv_table_touch(app->table, s, uv_now(app->loop));
+    srv_table_changed(app->table, s); /* may change the state: due for a snapshot (residency.c) */
     if (op->conn) {
         srv_conn_ref(op->conn);
         srv_conn_set_user(op->conn, op);
@@ -1299,22 +1301,24 @@ void srv_ops_cancel_all(srv_app *app)
     free(cx.paused);
 }
 
-static void expire_one(srv_session *s, void *arg)
-{
-    srv_app *app = arg;
-    uint64_t now = uv_now(app->loop);
-    if (s->q_len == 0 && now - s->last_used_ms >= app->cfg.idle_ttl_ms) {
-        srv_table_remove(app->table, s);
-        app->counters.sessions_expired++;
-    }
-}
-
+/* The recency list is sorted by last use: the sweep stops at the first session used within
+ * idle_ttl_ms, so it walks the expired sessions and the busy old ones, never the live idle
+ * ones (100k idle sessions cost nothing per tick). */
 void srv_ops_expire_idle(srv_app *app)
 {
     if (app->cfg.idle_ttl_ms == 0)
         return;
     size_t before = srv_table_count(app->table);
-    srv_table_foreach(app->table, expire_one, app);
+    uint64_t now = uv_now(app->loop);
+    for (srv_session *s = srv_table_lru_first(app->table), *n; s; s = n) {
+        if (now - s->last_used_ms < app->cfg.idle_ttl_ms)
+            break;
+        n = s->lru_next; /* removing s (and its hooks) frees no other session */
+        if (s->q_len == 0) {
+            srv_table_remove(app->table, s);
+            app->counters.sessions_expired++;
+        }
+    }
     size_t gone = before - srv_table_count(app->table);
     if (gone)
         srv_log(SRV_LOG_INFO, "sessions_expired", "\"count\":%zu,\"sessions\":%zu", gone,

@@ -842,17 +842,12 @@ static void on_state(void *ctx, int up)
 /* ---------------------------------------------------------------- lifecycle */
 
 /* Room for a session loaded from Redis or created: the least recently used idle session whose
- * state Redis holds as it is (committed, nothing pending) is dropped from memory. */
-typedef struct {
-    srv_session *best;
-} lru_ctx;
-
-static void lru_one(srv_session *s, void *arg)
+ * state Redis holds as it is (committed, nothing pending) is dropped from memory. The recency
+ * list (session_table.h) is walked from its head: it skips only the sessions Redis does not hold
+ * yet, not every resident one. */
+static int droppable(const srv_session *s)
 {
-    lru_ctx *c = arg;
-    if (idle(s) && s->rv_version && !s->rv_dirty && !s->rv_inflight && !s->rv_waiter &&
-        (!c->best || s->last_used_ms < c->best->last_used_ms))
-        c->best = s;
+    return idle(s) && s->rv_version && !s->rv_dirty && !s->rv_inflight && !s->rv_waiter;
 }
 
 static int hook_make_room(void *ctx)
@@ -861,11 +856,12 @@ static int hook_make_room(void *ctx)
     srv_app *app = t->app;
     int max = app->cfg.max_resident_sessions ? app->cfg.max_resident_sessions : app->cfg.max_sessions;
     while (srv_table_count(app->table) >= (size_t)max) {
-        lru_ctx c = {NULL};
-        srv_table_foreach(app->table, lru_one, &c);
-        if (!c.best)
+        srv_session *s = srv_table_lru_first(app->table);
+        while (s && !droppable(s))
+            s = s->lru_next;
+        if (!s)
             return 0; /* srv_table_new then refuses with max_sessions */
-        srv_table_drop(app->table, c.best);
+        srv_table_drop(app->table, s);
     }
     return 0;
 }

@@ -558,17 +558,15 @@ static void evict_by_job(srv_residency *r, srv_session *s, wjob *j)
     r->evictions++;
 }
 
-/* The least recently used evictable resident session, or NULL. O(resident sessions): evictions
- * are rare next to requests, and a scan keeps the table free of LRU links. */
-typedef struct {
-    srv_session *best;
-} lru_ctx;
-
-static void lru_one(srv_session *s, void *arg)
+/* The least recently used evictable resident session, or NULL: the first evictable one of the
+ * recency list (session_table.h). It skips only sessions with a request or a write in flight,
+ * so an eviction costs O(busy sessions), not O(resident sessions). */
+static srv_session *lru_evictable(srv_residency *r)
 {
-    lru_ctx *c = arg;
-    if (evictable(s) && (!c->best || s->last_used_ms < c->best->last_used_ms))
-        c->best = s;
+    for (srv_session *s = srv_table_lru_first(r->app->table); s; s = s->lru_next)
+        if (evictable(s))
+            return s;
+    return NULL;
 }
 
 /* Evict one idle session to make room now. Clean: dropped at once. Changed since its last
@@ -581,9 +579,7 @@ static void lru_one(srv_session *s, void *arg)
  * session is evictable (all busy), -1 when the eviction write failed (nothing is lost). */
 static int evict_lru(srv_residency *r)
 {
-    lru_ctx c = {NULL};
-    srv_table_foreach(r->app->table, lru_one, &c);
-    srv_session *s = c.best;
+    srv_session *s = lru_evictable(r);
     if (!s)
         return 1;
     if (s->pjob) { /* its write in flight holds exactly its state: that is the eviction */
@@ -960,16 +956,10 @@ static size_t hook_stored(void *ctx)
 
 /* ---------------------------------------------------------------- timer */
 
-typedef struct {
-    srv_residency *r;
-    uint64_t now;
-    int periodic;
-} tick_ctx;
-
-static void tick_one(srv_session *s, void *arg)
+/* A session of the changed list, at a tick: a capture still waiting for its boundary, or (in
+ * a periodic round) a write to queue. A clean session leaves the list. */
+static void tick_changed(srv_residency *r, srv_session *s, int periodic)
 {
-    tick_ctx *c = arg;
-    srv_residency *r = c->r;
     if (s->snap_wanted) {
         /* Still waiting for a boundary: the stream paused (backpressure) or ended since. */
         if (!computing(s))
@@ -980,16 +970,31 @@ static void tick_one(srv_session *s, void *arg)
     }
     if (s->pjob)
         return;
-    uint64_t idle_for = c->now - s->last_used_ms;
-    if (r->app->cfg.evict_idle_ms && is_idle(s) && idle_for >= r->app->cfg.evict_idle_ms) {
+    if (is_clean(r, s)) {
+        srv_table_changed_unlink(r->app->table, s);
+        return;
+    }
+    if (periodic)
+        enqueue(r, s->id, W_PERIODIC);
+}
+
+/* Sessions idle for evict_idle_ms: the head of the recency list, up to the first session used
+ * more recently (the list is sorted by last use), so idle sessions already on disk or not yet
+ * due cost nothing. */
+static void evict_idle(srv_residency *r, uint64_t now)
+{
+    uint64_t after = r->app->cfg.evict_idle_ms;
+    for (srv_session *s = srv_table_lru_first(r->app->table), *n; s; s = n) {
+        if (now - s->last_used_ms < after)
+            break;
+        n = s->lru_next; /* drop_clean frees s only */
+        if (s->snap_wanted || s->pjob || !is_idle(s))
+            continue;
         if (is_clean(r, s))
             drop_clean(r, s);
         else
             enqueue(r, s->id, W_IDLE);
-        return;
     }
-    if (c->periodic && !is_clean(r, s))
-        enqueue(r, s->id, W_PERIODIC);
 }
 
 /* Delete disk-only sessions idle for idle_ttl_ms. A sweep walks the whole index, so it runs
@@ -1034,10 +1039,13 @@ static void on_tick(uv_timer_t *t)
     int periodic = every && now - r->last_periodic_ms >= every && r->q_len == 0;
     if (periodic)
         r->last_periodic_ms = now;
-    if (periodic || r->app->cfg.evict_idle_ms || r->reserved) {
-        tick_ctx c = {r, now, periodic};
-        srv_table_foreach(r->app->table, tick_one, &c);
-    }
+    if (r->app->cfg.evict_idle_ms)
+        evict_idle(r, now);
+    if (periodic || r->reserved)
+        for (srv_session *s = srv_table_changed_first(r->app->table), *n; s; s = n) {
+            n = s->chg_next; /* tick_changed unlinks s at most (a capture frees nothing) */
+            tick_changed(r, s, periodic);
+        }
     expire_on_disk(r, now);
     if (r->n_rm)
         rm_retry_all(r);

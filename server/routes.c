@@ -214,7 +214,7 @@ static void handle_get_session(srv_app *app, srv_conn *c, const srv_request *req
 {
     if (!s->snapshot_bytes)
         s->snapshot_bytes = srv_session_state_bytes(s, app->info->vocab_size); /* idle */
-    s->last_used_ms = uv_now(app->loop);
+    srv_table_touch(app->table, s, uv_now(app->loop));
     proto_buf b;
     proto_buf_init(&b);
     proto_session_json(&b, s->id, s->tokens_seen, app->info->state_bytes, s->snapshot_bytes,
@@ -626,7 +626,8 @@ void srv_app_on_request(srv_conn *c, const srv_request *req, void *appv)
         const char *order_id = (r->checks & R_QUEUED) ? id : "";
         if (srv_held_needed(app, order_id, r->body, req->body_len)) {
             if (s)
-                s->last_used_ms = uv_now(app->loop); /* not idle while its request is decoded */
+                srv_table_touch(app->table, s, uv_now(app->loop)); /* not idle while its request
+                                                                    * is decoded */
             srv_held_add(app, c, req, order_id, r->body, &lim, run_held, r);
             return;
         }

@@ -5,6 +5,7 @@
 #include "state_blob.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -22,7 +23,86 @@ struct srv_table {
     float *pool_logits[POOL_MAX];
     int n_pool;
     srv_table_hooks hooks; /* persistence / residency (all NULL: memory only) */
+    srv_session *lru_head, *lru_tail; /* recency list: head least recently used */
+    srv_session *chg_head;            /* changed list (order does not matter) */
 };
+
+/* ---------------------------------------------------------------- the two lists */
+
+static void lru_unlink(srv_table *t, srv_session *s)
+{
+    if (s->lru_prev)
+        s->lru_prev->lru_next = s->lru_next;
+    else
+        t->lru_head = s->lru_next;
+    if (s->lru_next)
+        s->lru_next->lru_prev = s->lru_prev;
+    else
+        t->lru_tail = s->lru_prev;
+    s->lru_prev = s->lru_next = NULL;
+}
+
+static void lru_append(srv_table *t, srv_session *s)
+{
+    s->lru_prev = t->lru_tail;
+    s->lru_next = NULL;
+    if (t->lru_tail)
+        t->lru_tail->lru_next = s;
+    else
+        t->lru_head = s;
+    t->lru_tail = s;
+}
+
+void srv_table_touch(srv_table *t, srv_session *s, uint64_t now_ms)
+{
+    s->last_used_ms = now_ms;
+    if (t->lru_tail != s) {
+        lru_unlink(t, s);
+        lru_append(t, s);
+    }
+}
+
+srv_session *srv_table_lru_first(srv_table *t)
+{
+    return t->lru_head;
+}
+
+static void chg_link(srv_table *t, srv_session *s)
+{
+    if (s->chg_linked)
+        return;
+    s->chg_prev = NULL;
+    s->chg_next = t->chg_head;
+    if (t->chg_head)
+        t->chg_head->chg_prev = s;
+    t->chg_head = s;
+    s->chg_linked = 1;
+}
+
+void srv_table_changed_unlink(srv_table *t, srv_session *s)
+{
+    if (!s->chg_linked)
+        return;
+    if (s->chg_prev)
+        s->chg_prev->chg_next = s->chg_next;
+    else
+        t->chg_head = s->chg_next;
+    if (s->chg_next)
+        s->chg_next->chg_prev = s->chg_prev;
+    s->chg_prev = s->chg_next = NULL;
+    s->chg_linked = 0;
+}
+
+void srv_table_changed(srv_table *t, srv_session *s)
+{
+    s->mut_gen++;
+    chg_link(t, s);
+}
+
+srv_session *srv_table_changed_first(srv_table *t)
+{
+    return t->chg_head;
+}
 
 static uint64_t id_hash(const char *id)
 {
@@ -35,6 +115,20 @@ static uint64_t id_hash(const char *id)
     return h;
 }
 
+/* Session states come from the heap, not one mapping each. glibc serves an allocation above
+ * M_MMAP_THRESHOLD (128 KiB until a mapped block is freed) with its own mmap: each state then
+ * costs its rounding to whole pages (3 KiB for the default model's 192 KiB f32 state), and once
+ * sessions come and go every freed state punches a hole that splits the mapping around it, so
+ * churn among 100k sessions heads for vm.max_map_count (65530 by default), where allocations
+ * fail. Above the state's size, states are heap blocks; larger transient buffers still map. */
+static void states_from_heap(size_t state_bytes)
+{
+    size_t want = state_bytes + (64u << 10); /* + the state's header and the logits */
+    if (want <= (128u << 10) || want > (32u << 20))
+        return; /* already heap blocks / too large for many sessions to fit anyway */
+    mallopt(M_MMAP_THRESHOLD, (int)want);
+}
+
 srv_table *srv_table_create(const recur_model *m, int max_sessions)
 {
     srv_table *t = calloc(1, sizeof *t);
@@ -42,6 +136,7 @@ srv_table *srv_table_create(const recur_model *m, int max_sessions)
         return NULL;
     t->model = m;
     t->vocab = recur_model_get_info(m)->vocab_size;
+    states_from_heap(recur_model_get_info(m)->state_bytes);
     t->max_sessions = max_sessions;
     t->n_buckets = 1024;
     t->buckets = calloc(t->n_buckets, sizeof *t->buckets);
@@ -200,6 +295,8 @@ static int insert(srv_table *t, srv_session *s, uint64_t now_ms)
         }
     }
     s->last_used_ms = now_ms;
+    lru_append(t, s);
+    chg_link(t, s); /* new or restored: its owner decides whether it is clean */
     if (t->count + 1 > t->n_buckets)
         grow(t);
     size_t k = id_hash(s->id) & (t->n_buckets - 1);
@@ -270,6 +367,8 @@ void srv_table_drop(srv_table *t, srv_session *s)
         if (*p == s) {
             *p = s->hnext;
             t->count--;
+            lru_unlink(t, s);
+            srv_table_changed_unlink(t, s);
             free_session(t, s);
             return;
         }

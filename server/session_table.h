@@ -25,7 +25,7 @@ typedef struct srv_session {
     uint64_t tokens_seen;   /* loop-side mirror of recur_state_tokens_seen */
     size_t snapshot_bytes;  /* loop-side mirror of srv_session_state_bytes: the length of
                              * GET .../state (0 = not known yet) */
-    uint64_t last_used_ms;  /* uv_now of the last request (idle TTL) */
+    uint64_t last_used_ms;  /* uv_now of the last request (idle TTL); set by srv_table_touch */
     srv_op *q_head, *q_tail;/* FIFO of this session's requests; the head may be running */
     int q_len;
     int running;            /* the head op has started */
@@ -56,6 +56,15 @@ typedef struct srv_session {
     struct srv_idem *idem;
     int n_idem, idem_cap;
     struct srv_session *hnext; /* hash chain */
+    /* the recency list, least recently used first (srv_table_touch moves a session to its end,
+     * so it is sorted by last_used_ms): evictions and idle sweeps start at its head and stop
+     * at the first session too recent, never walking the idle ones they leave alone */
+    struct srv_session *lru_prev, *lru_next;
+    /* the changed list: every session whose state may differ from its snapshot (linked by
+     * srv_table_changed and at insertion; unlinked by its owner, residency.c, once clean), so
+     * a periodic snapshot round costs O(changed sessions), not O(resident sessions) */
+    struct srv_session *chg_prev, *chg_next;
+    int chg_linked;
 } srv_session;
 
 typedef struct srv_table srv_table;
@@ -85,7 +94,19 @@ srv_session *srv_table_find(srv_table *t, const char *id);
 void srv_table_remove(srv_table *t, srv_session *s);
 size_t srv_table_count(const srv_table *t);
 int srv_table_max(const srv_table *t);
-/* Call fn for every session; fn may remove the session it is given. */
+/* s was used now: last_used_ms = now_ms, and s moves to the end of the recency list. now_ms
+ * must be uv_now (never behind an earlier touch): the list stays sorted by last_used_ms. */
+void srv_table_touch(srv_table *t, srv_session *s, uint64_t now_ms);
+/* The least recently used resident session (NULL when none); s->lru_next is the next one. */
+srv_session *srv_table_lru_first(srv_table *t);
+/* A request may change s: mut_gen++ and s joins the changed list (if not on it). */
+void srv_table_changed(srv_table *t, srv_session *s);
+/* The first session of the changed list (NULL when empty); s->chg_next is the next one. */
+srv_session *srv_table_changed_first(srv_table *t);
+/* Take s off the changed list (its snapshot holds its state). No-op when not on it. */
+void srv_table_changed_unlink(srv_table *t, srv_session *s);
+/* Call fn for every session; fn may remove the session it is given. O(resident sessions): for
+ * shutdown and rare sweeps only, never per request or per tick. */
 void srv_table_foreach(srv_table *t, void (*fn)(srv_session *s, void *arg), void *arg);
 
 /* Persistence and the resident budget (server/residency.c). With hooks set:

@@ -1,0 +1,148 @@
+/* test_session_table.c — server/session_table.c (included): the recency list stays sorted by
+ * last use through touches, drops and removals; the changed list holds every session a request
+ * may have changed until its owner unlinks it; and states larger than glibc's default mmap
+ * threshold come from the heap (one mapping each fragments into one mapping per freed state
+ * under churn, up to vm.max_map_count). Reference: an independent array model of the same operations. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "session_table.c"
+
+/* 4 layers x 4 heads x 64 x 64 floats: 256 KiB of state, above the 128 KiB threshold */
+static const char *CFG = "{\"name\":\"st\",\"vocab_size\":16,\"d_model\":32,\"n_layers\":4,\"n_heads\":4,"
+                         "\"head_k\":64,\"head_v\":64,\"d_ff\":8,\"mixers\":[\"linear\",\"linear\","
+                         "\"linear\",\"linear\"],\"tied_embeddings\":true}";
+
+static recur_model *M;
+
+static void setup(void)
+{
+    cr_assert_eq(recur_model_init_seed(CFG, 3, &M), 0);
+    cr_assert_gt(recur_model_get_info(M)->state_bytes, (size_t)(128u << 10));
+}
+
+static void teardown(void)
+{
+    recur_model_free(M);
+}
+
+/* Walk the recency list: it must hold exactly want[0..n), in order, each linked both ways. */
+static void check_lru(srv_table *t, srv_session **want, size_t n)
+{
+    size_t i = 0;
+    srv_session *prev = NULL;
+    for (srv_session *s = srv_table_lru_first(t); s; prev = s, s = s->lru_next, i++) {
+        cr_assert_lt(i, n, "recency list longer than %zu", n);
+        cr_assert_eq(s, want[i], "position %zu", i);
+        cr_assert_eq(s->lru_prev, prev);
+        if (prev)
+            cr_assert_leq(prev->last_used_ms, s->last_used_ms);
+    }
+    cr_assert_eq(i, n);
+    cr_assert_eq(srv_table_count(t), n);
+}
+
+static size_t changed_count(srv_table *t)
+{
+    size_t n = 0;
+    for (srv_session *s = srv_table_changed_first(t); s; s = s->chg_next) {
+        cr_assert(s->chg_linked);
+        n++;
+    }
+    return n;
+}
+
+Test(session_table, recency_list_follows_touches_and_drops, .init = setup, .fini = teardown)
+{
+    srv_table *t = srv_table_create(M, 100);
+    enum { N = 6 };
+    srv_session *s[N], *want[N];
+    for (int i = 0; i < N; i++) {
+        cr_assert_eq(srv_table_new(t, 10 + (uint64_t)i, &s[i]), 0);
+        want[i] = s[i];
+    }
+    check_lru(t, want, N);
+    /* touch 1 then 3: they move to the end, in that order */
+    srv_table_touch(t, s[1], 100);
+    srv_table_touch(t, s[3], 101);
+    srv_session *w1[N] = {s[0], s[2], s[4], s[5], s[1], s[3]};
+    check_lru(t, w1, N);
+    /* touching the last one keeps the order and updates the time */
+    srv_table_touch(t, s[3], 102);
+    check_lru(t, w1, N);
+    cr_assert_eq(s[3]->last_used_ms, 102);
+    /* drop the head, one in the middle and the tail */
+    srv_table_drop(t, s[0]);
+    srv_table_remove(t, s[4]);
+    srv_table_drop(t, s[3]);
+    srv_session *w2[] = {s[2], s[5], s[1]};
+    check_lru(t, w2, 3);
+    /* a session found by id is the same one, and lookups do not reorder */
+    char id[33];
+    memcpy(id, s[5]->id, 33);
+    cr_assert_eq(srv_table_find(t, id), s[5]);
+    check_lru(t, w2, 3);
+    /* a new session (from the pool of freed states) goes to the end */
+    srv_session *n;
+    cr_assert_eq(srv_table_new(t, 200, &n), 0);
+    srv_session *w3[] = {s[2], s[5], s[1], n};
+    check_lru(t, w3, 4);
+    srv_table_destroy(t);
+}
+
+Test(session_table, changed_list_holds_every_changed_session, .init = setup, .fini = teardown)
+{
+    srv_table *t = srv_table_create(M, 100);
+    srv_session *a, *b, *c;
+    cr_assert_eq(srv_table_new(t, 1, &a), 0);
+    cr_assert_eq(srv_table_new(t, 2, &b), 0);
+    cr_assert_eq(srv_table_new(t, 3, &c), 0);
+    cr_assert_eq(changed_count(t), 3); /* new sessions are not on disk */
+    srv_table_changed_unlink(t, a);
+    srv_table_changed_unlink(t, b);
+    srv_table_changed_unlink(t, b); /* twice: a no-op */
+    cr_assert_eq(changed_count(t), 1);
+    uint64_t g = b->mut_gen;
+    srv_table_changed(t, b);
+    srv_table_changed(t, b); /* linked once, counted twice */
+    cr_assert_eq(b->mut_gen, g + 2);
+    cr_assert_eq(changed_count(t), 2);
+    srv_table_drop(t, c); /* dropping unlinks */
+    cr_assert_eq(changed_count(t), 1);
+    cr_assert_eq(srv_table_changed_first(t), b);
+    cr_assert_not(a->chg_linked);
+    srv_table_destroy(t);
+}
+
+/* Lines of /proc/self/maps: one per mapping. */
+static int mappings(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    cr_assert_not_null(f);
+    int n = 0, ch;
+    while ((ch = fgetc(f)) != EOF)
+        n += ch == '\n';
+    fclose(f);
+    return n;
+}
+
+Test(session_table, states_do_not_take_a_mapping_each, .init = setup, .fini = teardown)
+{
+    srv_table *t = srv_table_create(M, 10000);
+    enum { N = 1000 };
+    static srv_session *s[N];
+    int before = mappings();
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(srv_table_new(t, (uint64_t)i, &s[i]), 0);
+    /* churn: every third session goes (past the pool of 64 freed states, they are freed). With
+     * one mapping per state each free punches a hole: one more mapping per hole, and a daemon
+     * with churn reaches vm.max_map_count */
+    for (int i = 0; i < N; i += 3)
+        srv_table_drop(t, s[i]);
+    int after = mappings();
+    cr_assert_lt(after - before, N / 20, "%d more mappings after %d sessions and %d drops",
+                 after - before, N, (N + 2) / 3);
+    srv_table_destroy(t);
+}

@@ -1,0 +1,589 @@
+"""Capacity (issue 18): resident sessions, sessions on disk, resuming from disk.
+
+    /usr/bin/python3 tools/bench/section_capacity.py            # make bench size: 10k resident, 25k on disk
+    /usr/bin/python3 tools/bench/section_capacity.py --full     # by hand: 100k resident, 250k on disk
+    ... [--resident N] [--on-disk N] [--recurd PATH] [--no-doc]
+
+One recurd (models/default, `--state-dtype bf16` when the build has it) with a state_dir, driven
+over HTTP on loopback by a keep-alive client of this file (sockets, no library):
+
+  1. the disk and memory checks: the on-disk count is cut to what fits in half of the free disk
+     of the state_dir, the resident count to what fits in 70 % of MemAvailable (both printed);
+  2. the sessions on disk: 1,000 real sessions are created on a first daemon (each folds 4-16
+     random tokens) and their `GET /v1/sessions/{id}/state` bodies (exactly a snapshot file) are
+     written under fresh random ids as <id>.snap, cycled, then synced and dropped from the page
+     cache (posix_fadvise DONTNEED), so resumes read the disk. Not created through recurd's
+     eviction path: a durable write (fsync, rename, directory fsync) takes about 15 ms on this
+     machine, and 250k of them would take an hour;
+  3. the second daemon indexes them at start (timed), then N resident sessions are created over
+     HTTP with 4 random tokens each (every state touched and non-zero), 8 connections, with
+     VmRSS (/proc/PID/status) sampled against the session count (the plot);
+  4. idle: the daemon's CPU time (/proc/PID/stat) over 10 s (30 s with --full) while it holds
+     them all, with idle eviction armed (evict_idle_ms 1 h, so the eviction sweep runs every
+     second) and idle_ttl at its default;
+  5. resume: single-token /tokens requests (top_k 0), one keep-alive connection, paced (50/s),
+     alternating a random on-disk session (read from disk, restored, folded; it evicts the least
+     recently used resident session, whose write goes to the threadpool) and a random resident
+     one; p50/p99 of each, client wall time from the request's first byte to the response's last.
+
+snapshot_interval_ms is 0 (writes only on eviction): a periodic round would write every one of
+the N changed sessions (minutes of fsyncs) while the figures are taken. The daemon is killed at
+the end (SIGKILL: its SIGTERM flush would write every resident session), the state_dir removed.
+
+For tools/bench/run_all.py: TITLE, ORDER and run(ctx) (the make bench size; the last --full
+result is kept in the section between <!-- capacity:full --> markers). --full rewrites that
+block of docs/BENCHMARKS.md and docs/bench_capacity_full.svg itself.
+"""
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+TITLE = "Capacity: resident sessions, sessions on disk, resume from disk (issue 18)"
+ORDER = 55
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BUILD = os.environ.get("RECUR_BUILD", os.path.join(ROOT, "build"))
+DOCS = os.path.join(ROOT, "docs")
+MODEL_DIR = os.path.join(ROOT, "models", "default")
+BENCH_DOC = os.path.join(DOCS, "BENCHMARKS.md")
+
+QUICK = {"resident": 10000, "on_disk": 25000, "idle_s": 10, "resumes": 300}
+FULL = {"resident": 100000, "on_disk": 250000, "idle_s": 30, "resumes": 1000}
+DISTINCT_BLOBS = 1000
+RESUME_RATE = 50.0       # requests per second, alternating on-disk / resident
+CONNECTIONS = 8
+ENV = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+
+
+class BenchError(Exception):
+    pass
+
+
+# ---------------------------------------------------------------- HTTP/1.1 keep-alive client
+
+class Conn:
+    """One keep-alive connection; request() returns (status, body bytes). Reconnects when the
+    server said Connection: close (max_requests_per_conn)."""
+
+    def __init__(self, port):
+        self.port = port
+        self.sock = None
+        self.buf = b""
+
+    def _connect(self):
+        self.sock = socket.create_connection(("127.0.0.1", self.port), timeout=120)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+
+    def _read_until(self, sep):
+        while True:
+            i = self.buf.find(sep)
+            if i >= 0:
+                out, self.buf = self.buf[:i], self.buf[i + len(sep):]
+                return out
+            d = self.sock.recv(65536)
+            if not d:
+                raise BenchError("connection closed by recurd")
+            self.buf += d
+
+    def _read_n(self, n):
+        while len(self.buf) < n:
+            d = self.sock.recv(max(65536, n - len(self.buf)))
+            if not d:
+                raise BenchError("connection closed by recurd")
+            self.buf += d
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+    def request(self, method, path, body=None):
+        if self.sock is None:
+            self._connect()
+        data = b"" if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+        head = (f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len(data)}\r\n"
+                "Content-Type: application/json\r\n\r\n").encode()
+        self.sock.sendall(head + data)
+        lines = self._read_until(b"\r\n\r\n").decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        hdr = {}
+        for ln in lines[1:]:
+            k, _, v = ln.partition(":")
+            hdr[k.strip().lower()] = v.strip().lower()
+        if "content-length" in hdr:
+            out = self._read_n(int(hdr["content-length"]))
+        elif hdr.get("transfer-encoding") == "chunked":
+            parts = []
+            while True:
+                n = int(self._read_until(b"\r\n").split(b";")[0], 16)
+                if n == 0:
+                    self._read_until(b"\r\n")
+                    break
+                parts.append(self._read_n(n))
+                self._read_until(b"\r\n")
+            out = b"".join(parts)
+        else:
+            out = b""
+        if hdr.get("connection") == "close":
+            self.close()
+        return status, out
+
+    def close(self):
+        if self.sock:
+            self.sock.close()
+        self.sock = None
+
+
+# ---------------------------------------------------------------- the daemon
+
+class Daemon:
+    """build/recurd on a free port; killed (SIGKILL) at the end."""
+
+    def __init__(self, exe, args, timeout=600):
+        self.t0 = time.monotonic()
+        self.proc = subprocess.Popen([exe, "--host", "127.0.0.1", "--port", "0"] + args,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                     env=ENV)
+        self.port, self.log, self.events = None, [], {}
+        ready = threading.Event()
+
+        def drain():
+            for line in self.proc.stderr:
+                if len(self.log) < 300:
+                    self.log.append(line)
+                m = re.search(r'"event":"(\w+)"', line)
+                if m and m.group(1) in ("persistence", "listening"):
+                    self.events[m.group(1)] = line
+                if self.port is None and '"listening"' in line:
+                    self.port = int(re.search(r'"port":(\d+)', line).group(1))
+                    self.ready_s = time.monotonic() - self.t0
+                    ready.set()
+            ready.set()
+
+        threading.Thread(target=drain, daemon=True).start()
+        ready.wait(timeout)
+        if self.port is None:
+            self.kill()
+            raise BenchError("recurd did not start: " + "".join(self.log[-5:])[-600:])
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def status(self, key):
+        with open(f"/proc/{self.pid}/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+        return None
+
+    def cpu_s(self):
+        with open(f"/proc/{self.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def metrics(self):
+        _, body = Conn(self.port).request("GET", "/metrics")
+        out = {}
+        for line in body.decode().splitlines():
+            if line and not line.startswith("#"):
+                k, _, v = line.rpartition(" ")
+                try:
+                    out[k] = float(v)
+                except ValueError:
+                    pass
+        return out
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(60)
+
+
+def state_dtype_args(exe):
+    """bf16 states when this build has --state-dtype (issue 18), else the default (f32)."""
+    helptext = subprocess.run([exe, "--help"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, env=ENV).stdout
+    return (["--state-dtype", "bf16"], "bf16") if "state-dtype" in helptext or "state_dtype" in helptext \
+        else ([], "f32 (this build has no --state-dtype)")
+
+
+# ---------------------------------------------------------------- phases
+
+def make_blobs(exe, margs, n, rng):
+    """n state bodies of real sessions (4-16 random tokens each)."""
+    d = Daemon(exe, margs + ["--max-sessions", str(n + 10)])
+    try:
+        c = Conn(d.port)
+        _, body = c.request("GET", "/v1/model")
+        model = json.loads(body)
+        vocab = model["vocab_size"]
+        blobs = []
+        for _ in range(n):
+            st, body = c.request("POST", "/v1/sessions",
+                                 {"tokens": [rng.randrange(vocab) for _ in range(rng.randint(4, 16))]})
+            if st != 201:
+                raise BenchError(f"create: {st} {body[:200]!r}")
+            sid = json.loads(body)["id"]
+            st, blob = c.request("GET", f"/v1/sessions/{sid}/state")
+            if st != 200:
+                raise BenchError(f"GET state: {st}")
+            blobs.append(blob)
+            c.request("DELETE", f"/v1/sessions/{sid}")
+        return model, blobs
+    finally:
+        d.kill()
+
+
+def write_disk_sessions(state_dir, blobs, n, rng):
+    """n snapshot files <id>.snap cycling through blobs; synced, then out of the page cache.
+    Returns the ids and the seconds it took."""
+    t0 = time.monotonic()
+    os.makedirs(state_dir, mode=0o700)
+    ids = []
+    for i in range(n):
+        sid = "%032x" % rng.getrandbits(128)
+        fd = os.open(os.path.join(state_dir, sid + ".snap"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, blobs[i % len(blobs)])
+        os.close(fd)
+        ids.append(sid)
+    os.sync()
+    for sid in ids:
+        fd = os.open(os.path.join(state_dir, sid + ".snap"), os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+    return ids, time.monotonic() - t0
+
+
+def create_resident(d, n, vocab, sample_every):
+    """n sessions over CONNECTIONS keep-alive connections, 4 random tokens each; VmRSS sampled
+    every sample_every sessions. Returns (ids, samples [(sessions, rss)], seconds)."""
+    ids, lock, errors = [], threading.Lock(), []
+    counter = [0]
+
+    def worker(k):
+        rng = random.Random(1000 + k)
+        c = Conn(d.port)
+        mine = n // CONNECTIONS + (1 if k < n % CONNECTIONS else 0)
+        try:
+            for _ in range(mine):
+                st, body = c.request("POST", "/v1/sessions",
+                                     {"tokens": [rng.randrange(vocab) for _ in range(4)]})
+                if st != 201:
+                    raise BenchError(f"create: {st} {body[:200]!r}")
+                with lock:
+                    ids.append(json.loads(body)["id"])
+                    counter[0] += 1
+        except Exception as e:  # noqa: BLE001 - reported by the caller
+            errors.append(e)
+        finally:
+            c.close()
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(CONNECTIONS)]
+    for t in threads:
+        t.start()
+    samples = [(0, d.status("VmRSS"))]
+    nxt = sample_every
+    while any(t.is_alive() for t in threads):
+        if counter[0] >= nxt:
+            samples.append((counter[0], d.status("VmRSS")))
+            nxt = (counter[0] // sample_every + 1) * sample_every
+        time.sleep(0.02)
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    elapsed = time.monotonic() - t0
+    time.sleep(0.5)
+    samples.append((len(ids), d.status("VmRSS")))
+    return ids, samples, elapsed
+
+
+def percentile(xs, q):
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    k = (len(xs) - 1) * q
+    lo = int(k)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def resume(d, disk_ids, resident_ids, n, vocab, rng):
+    """n/2 on-disk and n/2 resident single-token requests, alternating, paced at RESUME_RATE.
+    Returns (disk ms list, resident ms list)."""
+    c = Conn(d.port)
+    disk = rng.sample(disk_ids, n // 2)
+    res = rng.sample(resident_ids[len(resident_ids) // 2:], n // 2)  # never a session evicted meanwhile
+    out = {"disk": [], "resident": []}
+    period = 1.0 / RESUME_RATE
+    nxt = time.monotonic()
+    for i in range(n // 2 * 2):
+        kind = "disk" if i % 2 == 0 else "resident"
+        sid = (disk if kind == "disk" else res)[i // 2]
+        nxt += period
+        body = {"tokens": [rng.randrange(vocab)], "top_k": 0}
+        t0 = time.perf_counter()
+        st, resp = c.request("POST", f"/v1/sessions/{sid}/tokens", body)
+        ms = (time.perf_counter() - t0) * 1e3
+        if st != 200 or b'"done":true' not in resp:
+            raise BenchError(f"resume {kind}: {st} {resp[:200]!r}")
+        out[kind].append(ms)
+        time.sleep(max(0.0, nxt - time.monotonic()))
+    c.close()
+    return out["disk"], out["resident"]
+
+
+# ---------------------------------------------------------------- the plot (hand-written SVG)
+
+def svg_plot(path, samples, base, state_bytes, title):
+    W, H, L, R, T, B = 640, 400, 70, 20, 40, 50
+    xs = [s for s, _ in samples]
+    ys = [(r - base) / 2**20 for _, r in samples]
+    xmax = max(xs) or 1
+    ymax = max(max(ys), 1.1 * xmax * state_bytes / 2**20) * 1.05 or 1
+    px = lambda x: L + (W - L - R) * x / xmax  # noqa: E731
+    py = lambda y: H - B - (H - T - B) * y / ymax  # noqa: E731
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
+           f'font-family="sans-serif" font-size="12">',
+           f'<rect width="{W}" height="{H}" fill="white"/>',
+           f'<text x="{W / 2}" y="20" text-anchor="middle" font-size="14">{title}</text>',
+           f'<line x1="{L}" y1="{H - B}" x2="{W - R}" y2="{H - B}" stroke="black"/>',
+           f'<line x1="{L}" y1="{T}" x2="{L}" y2="{H - B}" stroke="black"/>']
+    for i in range(6):
+        x, y = xmax * i / 5, ymax * i / 5
+        out.append(f'<text x="{px(x):.1f}" y="{H - B + 16}" text-anchor="middle">{x:,.0f}</text>')
+        out.append(f'<text x="{L - 6}" y="{py(y) + 4:.1f}" text-anchor="end">{y:,.0f}</text>')
+        out.append(f'<line x1="{L}" y1="{py(y):.1f}" x2="{W - R}" y2="{py(y):.1f}" stroke="#ddd"/>')
+    out.append(f'<text x="{(L + W - R) / 2}" y="{H - 12}" text-anchor="middle">resident sessions</text>')
+    out.append(f'<text x="16" y="{(T + H - B) / 2}" text-anchor="middle" '
+               f'transform="rotate(-90 16 {(T + H - B) / 2})">RSS above baseline (MiB)</text>')
+    for k, colour, label in ((1.0, "#888", "sessions × state bytes"), (1.1, "#c33", "1.1 × that (target)")):
+        out.append(f'<line x1="{px(0):.1f}" y1="{py(0):.1f}" x2="{px(xmax):.1f}" '
+                   f'y2="{py(k * xmax * state_bytes / 2**20):.1f}" stroke="{colour}" stroke-dasharray="6 4"/>')
+    pts = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in zip(xs, ys))
+    out.append(f'<polyline points="{pts}" fill="none" stroke="#1f5fbf" stroke-width="2"/>')
+    for i, (colour, label, dash) in enumerate((("#1f5fbf", "recurd VmRSS − baseline", ""),
+                                                ("#888", "sessions × state bytes", "6 4"),
+                                                ("#c33", "1.1 × sessions × state bytes (target)", "6 4"))):
+        y = T + 12 + 16 * i
+        out.append(f'<line x1="{L + 12}" y1="{y}" x2="{L + 40}" y2="{y}" stroke="{colour}" '
+                   f'stroke-width="2" stroke-dasharray="{dash}"/>')
+        out.append(f'<text x="{L + 46}" y="{y + 4}">{label}</text>')
+    out.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+
+
+# ---------------------------------------------------------------- the run
+
+def mib(x):
+    return f"{x / 2**20:,.1f}"
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def meminfo(key):
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def measure(sizes, exe, work, svg_name, log=print):
+    """One run at sizes; returns markdown."""
+    rng = random.Random(18)
+    margs = ["--model", MODEL_DIR]
+    dtype_args, dtype = state_dtype_args(exe)
+    margs += dtype_args
+    loads = [loadavg()]
+    t_all = time.monotonic()
+    if os.path.exists(work):
+        shutil.rmtree(work)
+    os.makedirs(work)
+    model, blobs = make_blobs(exe, margs, min(DISTINCT_BLOBS, sizes["on_disk"]), rng)
+    state_bytes, vocab = model["state_bytes"], model["vocab_size"]
+    snap_bytes = sum(len(b) for b in blobs) / len(blobs)
+
+    # disk and memory checks
+    free = shutil.disk_usage(work).free
+    on_disk = min(sizes["on_disk"], int(free * 0.5 / snap_bytes))
+    disk_note = (f"disk check: {free / 2**30:.1f} GiB free under {os.path.relpath(work, ROOT)}; "
+                 f"{sizes['on_disk']:,} sessions × {snap_bytes:,.0f} bytes = "
+                 f"{sizes['on_disk'] * snap_bytes / 2**30:.1f} GiB wanted, half the free disk allows "
+                 f"{int(free * 0.5 / snap_bytes):,}: {on_disk:,} on disk")
+    avail = meminfo("MemAvailable")
+    fit = int((avail * 0.7 - 2**30) / (state_bytes * 1.15))
+    resident = min(sizes["resident"], max(1000, fit // 1000 * 1000))
+    mem_note = (f"memory check: MemAvailable {avail / 2**30:.1f} GiB; {sizes['resident']:,} sessions × "
+                f"{state_bytes:,} state bytes × 1.15 + 1 GiB must fit in 70 % of it: {resident:,} resident")
+    log(disk_note)
+    log(mem_note)
+
+    state_dir = os.path.join(work, "state")
+    disk_ids, write_s = write_disk_sessions(state_dir, blobs, on_disk, rng)
+    log(f"wrote {on_disk:,} snapshot files in {write_s:.1f} s")
+    resumes = sizes["resumes"]
+    args = margs + ["--state-dir", state_dir, "--max-sessions", str(resident + on_disk + resumes + 100),
+                    "--max-resident-sessions", str(resident), "--snapshot-interval-ms", "0",
+                    "--evict-idle-ms", "3600000", "--max-requests-per-conn", "1000000000",
+                    "--keepalive-idle-ms", "600000", "--prefix-cache-bytes", "0"]
+    d = Daemon(exe, args)
+    try:
+        start_s = d.ready_s
+        m0 = d.metrics()
+        indexed = m0.get("recurd_sessions_on_disk")
+        # warm the workspaces, then the baseline
+        c = Conn(d.port)
+        for _ in range(4):
+            st, body = c.request("POST", "/v1/sessions", {"tokens": [1, 2, 3, 4]})
+            sid = json.loads(body)["id"]
+            c.request("POST", f"/v1/sessions/{sid}/tokens", {"tokens": [5], "top_k": 0})
+            c.request("DELETE", f"/v1/sessions/{sid}")
+        c.close()
+        time.sleep(0.5)
+        base = d.status("VmRSS")
+        log(f"daemon ready in {start_s:.1f} s with {indexed:,.0f} sessions indexed; baseline RSS {mib(base)} MiB")
+        ids, samples, create_s = create_resident(d, resident, vocab, max(500, resident // 40))
+        loads.append(loadavg())
+        rss = samples[-1][1]
+        m1 = d.metrics()
+        log(f"{len(ids):,} resident sessions in {create_s:.1f} s; RSS {mib(rss)} MiB")
+        # idle
+        time.sleep(2)
+        c0, w0 = d.cpu_s(), time.monotonic()
+        time.sleep(sizes["idle_s"])
+        idle_cpu, idle_wall = d.cpu_s() - c0, time.monotonic() - w0
+        loads.append(loadavg())
+        log(f"idle: {idle_cpu * 1e3:.0f} ms CPU in {idle_wall:.1f} s")
+        disk_ms, res_ms = resume(d, disk_ids, ids, resumes, vocab, rng)
+        loads.append(loadavg())
+        m2 = d.metrics()
+        rss_end = d.status("VmRSS")
+    finally:
+        d.kill()
+    shutil.rmtree(work, ignore_errors=True)
+
+    above = rss - base
+    want = resident * state_bytes
+    per_session = above / resident
+    evictions = m2.get("recurd_sessions_evicted_total", 0) - m1.get("recurd_sessions_evicted_total", 0)
+    sync_ev = m2.get("recurd_eviction_sync_writes_total", 0) - m1.get("recurd_eviction_sync_writes_total", 0)
+    loads_s = ", ".join(loads)
+    svg_plot(os.path.join(DOCS, svg_name), samples, base, state_bytes,
+             f"recurd RSS vs resident sessions ({dtype} states, {state_bytes:,} bytes each)")
+    p = lambda xs, q: f"{percentile(xs, q):.2f}"  # noqa: E731
+    md = [
+        f"Model `models/default`, state dtype {dtype}: state_bytes {state_bytes:,} per session, "
+        f"snapshot files {snap_bytes:,.0f} bytes on average. Load average (1/5/15 min) during the run: "
+        f"{loads_s}. {disk_note}; {mem_note}.",
+        "",
+        "| figure | value | target |",
+        "|---|---:|---|",
+        f"| resident sessions (created over HTTP, 4 tokens each) | {len(ids):,} "
+        f"({create_s:.0f} s, {len(ids) / create_s:,.0f} creates/s) | ≥ 100,000 at full size |",
+        f"| sessions on disk (indexed at start) | {indexed:,.0f} (daemon ready in {start_s:.1f} s) | "
+        "≥ 250,000 at full size |",
+        f"| baseline RSS → RSS with the resident sessions | {mib(base)} → {mib(rss)} MiB | |",
+        f"| RSS above baseline / (sessions × state_bytes) | **{above / want:.3f}** "
+        f"({mib(above)} / {mib(want)} MiB) | ≤ 1.1 |",
+        f"| bytes per resident session beyond its state | **{per_session - state_bytes:,.0f}** "
+        f"({per_session:,.0f} − {state_bytes:,}) | reported |",
+        f"| daemon CPU while idle, {len(ids):,} resident + {indexed:,.0f} on disk | "
+        f"{idle_cpu * 1e3:.0f} ms in {idle_wall:.0f} s ({100 * idle_cpu / idle_wall:.2f} %) | none |",
+        f"| resume a random on-disk session, 1 token over HTTP: p50 / p99 | **{p(disk_ms, 0.5)} / "
+        f"{p(disk_ms, 0.99)} ms** ({len(disk_ms)} requests) | p99 ≤ 2 ms |",
+        f"| same request on a resident session, same run: p50 / p99 | {p(res_ms, 0.5)} / "
+        f"{p(res_ms, 0.99)} ms ({len(res_ms)} requests) | |",
+        f"| evictions during the resumes / written on the loop thread | {evictions:.0f} / {sync_ev:.0f} | |",
+        "",
+        f"RSS against sessions: [{svg_name}]({svg_name}). RSS at the end (after the resumes): "
+        f"{mib(rss_end)} MiB. Run took {time.monotonic() - t_all:.0f} s; the snapshot files were "
+        f"written by the bench in {write_s:.0f} s.",
+    ]
+    return "\n".join(md)
+
+
+def section_text(quick_md, full_md):
+    return "\n".join([
+        "`tools/bench/section_capacity.py` (its docstring says exactly what it does). On-disk "
+        "sessions are snapshot files of real sessions written by the bench and indexed by recurd at "
+        "start; resident sessions are created over HTTP; resumes are single-token `/tokens` requests "
+        "over one keep-alive connection on loopback, paced at 50/s. Sizing rules: docs/OPERATIONS.md "
+        "\"Sizing\".",
+        "",
+        "### make bench size",
+        "",
+        quick_md,
+        "",
+        "### Full size (run by hand: `/usr/bin/python3 tools/bench/section_capacity.py --full`)",
+        "",
+        "<!-- capacity:full -->",
+        full_md,
+        "<!-- /capacity:full -->",
+    ])
+
+
+def kept_full():
+    try:
+        text = open(BENCH_DOC, encoding="utf-8").read()
+    except OSError:
+        return "_Not run yet._"
+    m = re.search(r"<!-- capacity:full -->\n(.*?)\n<!-- /capacity:full -->", text, re.S)
+    return m.group(1) if m else "_Not run yet._"
+
+
+def run(ctx):
+    """tools/bench/run_all.py entry point: the make bench size; the last --full block is kept."""
+    global BUILD
+    BUILD = ctx.build
+    md = measure(QUICK, os.path.join(BUILD, "recurd"), os.path.join(BUILD, "bench", "capacity"),
+                 "bench_capacity.svg", log=lambda s: sys.stderr.write(s + "\n"))
+    return section_text(md, kept_full())
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--full", action="store_true", help="100k resident, 250k on disk")
+    ap.add_argument("--resident", type=int)
+    ap.add_argument("--on-disk", type=int)
+    ap.add_argument("--resumes", type=int)
+    ap.add_argument("--recurd", default=os.path.join(BUILD, "recurd"))
+    ap.add_argument("--no-doc", action="store_true", help="print the markdown only")
+    a = ap.parse_args()
+    sizes = dict(FULL if a.full else QUICK)
+    for k in ("resident", "on_disk", "resumes"):
+        if getattr(a, k) is not None:
+            sizes[k] = getattr(a, k)
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    svg = "bench_capacity_full.svg" if a.full else "bench_capacity.svg"
+    md = measure(sizes, a.recurd, os.path.join(BUILD, "bench", "capacity"), svg,
+                 log=lambda s: print(s, file=sys.stderr, flush=True))
+    md = f"_Run {when}._\n\n" + md
+    print(md)
+    if a.full and not a.no_doc:
+        text = open(BENCH_DOC, encoding="utf-8").read()
+        if "<!-- capacity:full -->" not in text:
+            raise SystemExit("docs/BENCHMARKS.md has no capacity section yet: run "
+                             "`tools/bench/run_all.py --sections capacity` first")
+        text = re.sub(r"<!-- capacity:full -->\n.*?\n<!-- /capacity:full -->",
+                      lambda _: f"<!-- capacity:full -->\n{md}\n<!-- /capacity:full -->", text, flags=re.S)
+        with open(BENCH_DOC + ".tmp", "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(BENCH_DOC + ".tmp", BENCH_DOC)
+        print("updated docs/BENCHMARKS.md (capacity:full)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
