@@ -127,6 +127,11 @@ static void states_from_heap(size_t state_bytes)
     if (want <= (128u << 10) || want > (32u << 20))
         return; /* already heap blocks / too large for many sessions to fit anyway */
     mallopt(M_MMAP_THRESHOLD, (int)want);
+    /* and the top of the heap stays mapped: setting the threshold also froze the trim threshold
+     * at 128 KiB, so each freed snapshot buffer (a resume's read, an eviction's copy) went back to
+     * the kernel and the next one paid its first touch again (11.6 us per page here, much more
+     * under load: a resume from the page cache took 4-13 ms, not 1) */
+    mallopt(M_TRIM_THRESHOLD, (int)(want * 64 < (64u << 20) ? (64u << 20) : want * 64 > (1u << 30) ? (1u << 30) : want * 64));
 }
 
 srv_table *srv_table_create(const recur_model *m, int max_sessions)

@@ -7,7 +7,7 @@
 One recurd (models/default, `--state-dtype bf16` when the build has it) with a state_dir, driven
 over HTTP on loopback by a keep-alive client of this file (sockets, no library):
 
-  1. the disk and memory checks: the on-disk count is cut to what fits in half of the free disk
+  1. the disk and memory checks: the on-disk count is cut to what fits in 70 % of the free disk
      of the state_dir, the resident count to what fits in 70 % of MemAvailable (both printed);
   2. the sessions on disk: 1,000 real sessions are created on a first daemon (each folds 4-16
      random tokens) and their `GET /v1/sessions/{id}/state` bodies (exactly a snapshot file) are
@@ -15,16 +15,18 @@ over HTTP on loopback by a keep-alive client of this file (sockets, no library):
      cache (posix_fadvise DONTNEED), so resumes read the disk. Not created through recurd's
      eviction path: a durable write (fsync, rename, directory fsync) takes about 15 ms on this
      machine, and 250k of them would take an hour;
-  3. the second daemon indexes them at start (timed), then N resident sessions are created over
+  3. the second daemon indexes them at start (timed); its CPU time (all threads, schedstat) over
+     10 s (30 s with --full) with no session resident; then N resident sessions are created over
      HTTP with 4 random tokens each (every state touched and non-zero), 8 connections, with
      VmRSS (/proc/PID/status) sampled against the session count (the plot);
-  4. idle: the daemon's CPU time (/proc/PID/stat) over 10 s (30 s with --full) while it holds
-     them all, with idle eviction armed (evict_idle_ms 1 h, so the eviction sweep runs every
-     second) and idle_ttl at its default;
+  4. idle: the daemon's CPU time over the same span while it holds them all, with idle eviction
+     armed (evict_idle_ms 1 h: its sweep runs every second) and idle_ttl at its default;
   5. resume: single-token /tokens requests (top_k 0), one keep-alive connection, paced (50/s),
-     alternating a random on-disk session (read from disk, restored, folded; it evicts the least
-     recently used resident session, whose write goes to the threadpool) and a random resident
-     one; p50/p99 of each, client wall time from the request's first byte to the response's last.
+     interleaving a random on-disk session whose file is not in the page cache (cold: read from
+     the disk), one whose file the bench has just read (warm: as a recently evicted session's
+     is), and a random resident one. A resumed session evicts the least recently used resident
+     one, whose write goes to the threadpool. p50/p99 of each: client wall time from the
+     request's first byte to the response's last.
 
 snapshot_interval_ms is 0 (writes only on eviction): a periodic round would write every one of
 the N changed sessions (minutes of fsyncs) while the figures are taken. The daemon is killed at
@@ -56,9 +58,10 @@ MODEL_DIR = os.path.join(ROOT, "models", "default")
 BENCH_DOC = os.path.join(DOCS, "BENCHMARKS.md")
 
 QUICK = {"resident": 10000, "on_disk": 25000, "idle_s": 10, "resumes": 300}
-FULL = {"resident": 100000, "on_disk": 250000, "idle_s": 30, "resumes": 1000}
+FULL = {"resident": 100000, "on_disk": 250000, "idle_s": 30, "resumes": 900}
 DISTINCT_BLOBS = 1000
-RESUME_RATE = 50.0       # requests per second, alternating on-disk / resident
+RESUME_RATE = 50.0
+DISK_SHARE = 0.7         # of the free disk the snapshot files may take       # requests per second, alternating on-disk / resident
 CONNECTIONS = 8
 ENV = dict(os.environ, OPENBLAS_NUM_THREADS="1")
 
@@ -184,9 +187,15 @@ class Daemon:
         return None
 
     def cpu_s(self):
-        with open(f"/proc/{self.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        """CPU seconds of all its threads (schedstat: nanoseconds, not 10 ms ticks)."""
+        ns = 0
+        for t in os.listdir(f"/proc/{self.pid}/task"):
+            try:
+                with open(f"/proc/{self.pid}/task/{t}/schedstat") as f:
+                    ns += int(f.read().split()[0])
+            except OSError:
+                pass
+        return ns / 1e9
 
     def metrics(self):
         _, body = Conn(self.port).request("GET", "/metrics")
@@ -316,18 +325,24 @@ def percentile(xs, q):
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
-def resume(d, disk_ids, resident_ids, n, vocab, rng):
-    """n/2 on-disk and n/2 resident single-token requests, alternating, paced at RESUME_RATE.
-    Returns (disk ms list, resident ms list)."""
+def resume(d, state_dir, disk_ids, resident_ids, n, vocab, rng):
+    """n/3 each of: an on-disk session whose file is not in the page cache (cold), one whose file
+    the bench has just read (warm: recently evicted sessions are), a resident one; interleaved,
+    paced at RESUME_RATE. Returns {kind: [ms]}."""
     c = Conn(d.port)
-    disk = rng.sample(disk_ids, n // 2)
-    res = rng.sample(resident_ids[len(resident_ids) // 2:], n // 2)  # never a session evicted meanwhile
-    out = {"disk": [], "resident": []}
+    k = n // 3
+    picked = rng.sample(disk_ids, 2 * k)
+    ids = {"cold": picked[:k], "warm": picked[k:],
+           "resident": rng.sample(resident_ids[len(resident_ids) // 2:], k)}  # never evicted meanwhile
+    out = {"cold": [], "warm": [], "resident": []}
     period = 1.0 / RESUME_RATE
     nxt = time.monotonic()
-    for i in range(n // 2 * 2):
-        kind = "disk" if i % 2 == 0 else "resident"
-        sid = (disk if kind == "disk" else res)[i // 2]
+    for i in range(3 * k):
+        kind = ("cold", "warm", "resident")[i % 3]
+        sid = ids[kind][i // 3]
+        if kind == "warm":
+            with open(os.path.join(state_dir, sid + ".snap"), "rb") as f:
+                f.read()
         nxt += period
         body = {"tokens": [rng.randrange(vocab)], "top_k": 0}
         t0 = time.perf_counter()
@@ -338,7 +353,7 @@ def resume(d, disk_ids, resident_ids, n, vocab, rng):
         out[kind].append(ms)
         time.sleep(max(0.0, nxt - time.monotonic()))
     c.close()
-    return out["disk"], out["resident"]
+    return out
 
 
 # ---------------------------------------------------------------- the plot (hand-written SVG)
@@ -418,11 +433,11 @@ def measure(sizes, exe, work, svg_name, log=print):
 
     # disk and memory checks
     free = shutil.disk_usage(work).free
-    on_disk = min(sizes["on_disk"], int(free * 0.5 / snap_bytes))
+    on_disk = min(sizes["on_disk"], int(free * DISK_SHARE / snap_bytes))
     disk_note = (f"disk check: {free / 2**30:.1f} GiB free under {os.path.relpath(work, ROOT)}; "
                  f"{sizes['on_disk']:,} sessions × {snap_bytes:,.0f} bytes = "
-                 f"{sizes['on_disk'] * snap_bytes / 2**30:.1f} GiB wanted, half the free disk allows "
-                 f"{int(free * 0.5 / snap_bytes):,}: {on_disk:,} on disk")
+                 f"{sizes['on_disk'] * snap_bytes / 2**30:.1f} GiB wanted, {DISK_SHARE:.0%} of the free disk "
+                 f"allows {int(free * DISK_SHARE / snap_bytes):,}: {on_disk:,} on disk")
     avail = meminfo("MemAvailable")
     fit = int((avail * 0.7 - 2**30) / (state_bytes * 1.15))
     resident = min(sizes["resident"], max(1000, fit // 1000 * 1000))
@@ -452,8 +467,11 @@ def measure(sizes, exe, work, svg_name, log=print):
             c.request("POST", f"/v1/sessions/{sid}/tokens", {"tokens": [5], "top_k": 0})
             c.request("DELETE", f"/v1/sessions/{sid}")
         c.close()
-        time.sleep(0.5)
+        time.sleep(2)
         base = d.status("VmRSS")
+        c0, w0 = d.cpu_s(), time.monotonic()
+        time.sleep(sizes["idle_s"])
+        idle0_cpu, idle0_wall = d.cpu_s() - c0, time.monotonic() - w0
         log(f"daemon ready in {start_s:.1f} s with {indexed:,.0f} sessions indexed; baseline RSS {mib(base)} MiB")
         ids, samples, create_s = create_resident(d, resident, vocab, max(500, resident // 40))
         loads.append(loadavg())
@@ -467,7 +485,7 @@ def measure(sizes, exe, work, svg_name, log=print):
         idle_cpu, idle_wall = d.cpu_s() - c0, time.monotonic() - w0
         loads.append(loadavg())
         log(f"idle: {idle_cpu * 1e3:.0f} ms CPU in {idle_wall:.1f} s")
-        disk_ms, res_ms = resume(d, disk_ids, ids, resumes, vocab, rng)
+        lat = resume(d, state_dir, disk_ids, ids, resumes, vocab, rng)
         loads.append(loadavg())
         m2 = d.metrics()
         rss_end = d.status("VmRSS")
@@ -500,12 +518,15 @@ def measure(sizes, exe, work, svg_name, log=print):
         f"({mib(above)} / {mib(want)} MiB) | ≤ 1.1 |",
         f"| bytes per resident session beyond its state | **{per_session - state_bytes:,.0f}** "
         f"({per_session:,.0f} − {state_bytes:,}) | reported |",
-        f"| daemon CPU while idle, {len(ids):,} resident + {indexed:,.0f} on disk | "
-        f"{idle_cpu * 1e3:.0f} ms in {idle_wall:.0f} s ({100 * idle_cpu / idle_wall:.2f} %) | none |",
-        f"| resume a random on-disk session, 1 token over HTTP: p50 / p99 | **{p(disk_ms, 0.5)} / "
-        f"{p(disk_ms, 0.99)} ms** ({len(disk_ms)} requests) | p99 ≤ 2 ms |",
-        f"| same request on a resident session, same run: p50 / p99 | {p(res_ms, 0.5)} / "
-        f"{p(res_ms, 0.99)} ms ({len(res_ms)} requests) | |",
+        f"| daemon CPU while idle: no session resident / {len(ids):,} resident (+ {indexed:,.0f} on "
+        f"disk both times) | {idle0_cpu * 1e3:.1f} ms / {idle_cpu * 1e3:.1f} ms in {idle_wall:.0f} s "
+        f"({100 * idle_cpu / idle_wall:.2f} % of a core) | none |",
+        f"| resume a random on-disk session, file not in the page cache: p50 / p99 | **{p(lat['cold'], 0.5)} / "
+        f"{p(lat['cold'], 0.99)} ms** ({len(lat['cold'])} requests) | p99 ≤ 2 ms |",
+        f"| resume a random on-disk session, file in the page cache: p50 / p99 | **{p(lat['warm'], 0.5)} / "
+        f"{p(lat['warm'], 0.99)} ms** ({len(lat['warm'])} requests) | p99 ≤ 2 ms |",
+        f"| the same request on a resident session, same run: p50 / p99 | {p(lat['resident'], 0.5)} / "
+        f"{p(lat['resident'], 0.99)} ms ({len(lat['resident'])} requests) | |",
         f"| evictions during the resumes / written on the loop thread | {evictions:.0f} / {sync_ev:.0f} | |",
         "",
         f"RSS against sessions: [{svg_name}]({svg_name}). RSS at the end (after the resumes): "
