@@ -11,10 +11,13 @@ over HTTP on loopback by a keep-alive client of this file (sockets, no library):
      of the state_dir, the resident count to what fits in 70 % of MemAvailable (both printed);
   2. the sessions on disk: 1,000 real sessions are created on a first daemon (each folds 4-16
      random tokens) and their `GET /v1/sessions/{id}/state` bodies (exactly a snapshot file) are
-     written under fresh random ids as <id>.snap, cycled, then synced and dropped from the page
-     cache (posix_fadvise DONTNEED), so resumes read the disk. Not created through recurd's
-     eviction path: a durable write (fsync, rename, directory fsync) takes about 15 ms on this
-     machine, and 250k of them would take an hour;
+     written under fresh random ids as <id>.snap; so are as many more files as there are
+     resumes (the sessions the resumes pick from); every other session on disk is a hard link
+     to one of the 1,000 (this disk wrote 30-190 snapshot files a second under the machine's
+     load: 250k real files took longer than there was time for). All synced and dropped from
+     the page cache (posix_fadvise DONTNEED), so resumes read the disk. Not created through
+     recurd's eviction path: a durable write (fsync, rename, directory fsync) takes about 15 ms
+     here;
   3. the second daemon indexes them at start (timed); its CPU time (all threads, schedstat) over
      10 s (30 s with --full) with no session resident; then N resident sessions are created over
      HTTP with 4 random tokens each (every state touched and non-zero), 8 connections, with
@@ -250,24 +253,31 @@ def make_blobs(exe, margs, n, rng):
         d.kill()
 
 
-def write_disk_sessions(state_dir, blobs, n, rng):
-    """n snapshot files <id>.snap cycling through blobs; synced, then out of the page cache.
-    Returns the ids and the seconds it took."""
+def write_disk_sessions(state_dir, blobs, n, n_real, rng):
+    """n sessions on disk, <id>.snap each: the first n_real (the ones the resumes pick from, and
+    the 1,000 blobs) are files of their own, the others hard links to the blob files (the disk
+    here writes 30-190 snapshot files a second under the machine's load: 250k real files took
+    longer than the session has). Synced, then out of the page cache. Returns (ids of real files,
+    all ids, seconds)."""
     t0 = time.monotonic()
     os.makedirs(state_dir, mode=0o700)
     ids = []
     for i in range(n):
         sid = "%032x" % rng.getrandbits(128)
-        fd = os.open(os.path.join(state_dir, sid + ".snap"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        os.write(fd, blobs[i % len(blobs)])
-        os.close(fd)
+        path = os.path.join(state_dir, sid + ".snap")
+        if i < max(n_real, len(blobs)):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.write(fd, blobs[i % len(blobs)])
+            os.close(fd)
+        else:
+            os.link(os.path.join(state_dir, ids[i % len(blobs)] + ".snap"), path)
         ids.append(sid)
     os.sync()
-    for sid in ids:
+    for sid in ids[:max(n_real, len(blobs))]:
         fd = os.open(os.path.join(state_dir, sid + ".snap"), os.O_RDONLY)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         os.close(fd)
-    return ids, time.monotonic() - t0
+    return ids[len(blobs):n_real], ids, time.monotonic() - t0
 
 
 def create_resident(d, n, vocab, sample_every):
@@ -313,6 +323,36 @@ def create_resident(d, n, vocab, sample_every):
     time.sleep(0.5)
     samples.append((len(ids), d.status("VmRSS")))
     return ids, samples, elapsed
+
+
+CONTROL = """
+import sys, time
+b = bytearray(int(sys.argv[1]))
+for i in range(0, len(b), 4096):
+    b[i] = 1
+print("ready", flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+def control_idle(rss, seconds):
+    """CPU time of a plain process holding rss bytes (touched) and waking once a second, like the
+    daemon's residency tick: what the machine charges for a wake-up of that much memory."""
+    p = subprocess.Popen([sys.executable, "-c", CONTROL, str(rss)], stdout=subprocess.PIPE, text=True)
+    try:
+        p.stdout.readline()
+        time.sleep(2)
+
+        def cpu():
+            with open(f"/proc/{p.pid}/schedstat") as f:
+                return int(f.read().split()[0]) / 1e9
+        c0 = cpu()
+        time.sleep(seconds)
+        return cpu() - c0
+    finally:
+        p.kill()
+        p.wait()
 
 
 def percentile(xs, q):
@@ -447,9 +487,11 @@ def measure(sizes, exe, work, svg_name, log=print):
     log(mem_note)
 
     state_dir = os.path.join(work, "state")
-    disk_ids, write_s = write_disk_sessions(state_dir, blobs, on_disk, rng)
-    log(f"wrote {on_disk:,} snapshot files in {write_s:.1f} s")
     resumes = sizes["resumes"]
+    # the resumes pick among real files that are no blob's (a blob file has hard links)
+    disk_ids, all_ids, write_s = write_disk_sessions(state_dir, blobs, on_disk,
+                                                     len(blobs) + resumes, rng)
+    log(f"wrote {on_disk:,} sessions on disk ({len(blobs) + resumes:,} files) in {write_s:.1f} s")
     args = margs + ["--state-dir", state_dir, "--max-sessions", str(resident + on_disk + resumes + 100),
                     "--max-resident-sessions", str(resident), "--snapshot-interval-ms", "0",
                     "--evict-idle-ms", "3600000", "--max-requests-per-conn", "1000000000",
@@ -485,6 +527,9 @@ def measure(sizes, exe, work, svg_name, log=print):
         idle_cpu, idle_wall = d.cpu_s() - c0, time.monotonic() - w0
         loads.append(loadavg())
         log(f"idle: {idle_cpu * 1e3:.0f} ms CPU in {idle_wall:.1f} s")
+        control_rss = min(rss, 2 << 30, int(meminfo("MemAvailable") * 0.3))
+        control_cpu = control_idle(control_rss, sizes["idle_s"])
+        log(f"control: {control_cpu * 1e3:.1f} ms CPU with {mib(control_rss)} MiB")
         lat = resume(d, state_dir, disk_ids, ids, resumes, vocab, rng)
         loads.append(loadavg())
         m2 = d.metrics()
@@ -511,7 +556,8 @@ def measure(sizes, exe, work, svg_name, log=print):
         "|---|---:|---|",
         f"| resident sessions (created over HTTP, 4 tokens each) | {len(ids):,} "
         f"({create_s:.0f} s, {len(ids) / create_s:,.0f} creates/s) | ≥ 100,000 at full size |",
-        f"| sessions on disk (indexed at start) | {indexed:,.0f} (daemon ready in {start_s:.1f} s) | "
+        f"| sessions on disk (indexed at start; {len(blobs) + resumes:,} files of their own, the others "
+        f"hard links to {len(blobs):,} of them) | {indexed:,.0f} (daemon ready in {start_s:.1f} s) | "
         "≥ 250,000 at full size |",
         f"| baseline RSS → RSS with the resident sessions | {mib(base)} → {mib(rss)} MiB | |",
         f"| RSS above baseline / (sessions × state_bytes) | **{above / want:.3f}** "
@@ -521,6 +567,8 @@ def measure(sizes, exe, work, svg_name, log=print):
         f"| daemon CPU while idle: no session resident / {len(ids):,} resident (+ {indexed:,.0f} on "
         f"disk both times) | {idle0_cpu * 1e3:.1f} ms / {idle_cpu * 1e3:.1f} ms in {idle_wall:.0f} s "
         f"({100 * idle_cpu / idle_wall:.2f} % of a core) | none |",
+        f"| control: a plain process holding {mib(control_rss)} MiB, waking once a second | "
+        f"{control_cpu * 1e3:.1f} ms in {sizes['idle_s']} s | |",
         f"| resume a random on-disk session, file not in the page cache: p50 / p99 | **{p(lat['cold'], 0.5)} / "
         f"{p(lat['cold'], 0.99)} ms** ({len(lat['cold'])} requests) | p99 ≤ 2 ms |",
         f"| resume a random on-disk session, file in the page cache: p50 / p99 | **{p(lat['warm'], 0.5)} / "
@@ -539,10 +587,15 @@ def measure(sizes, exe, work, svg_name, log=print):
 def section_text(quick_md, full_md):
     return "\n".join([
         "`tools/bench/section_capacity.py` (its docstring says exactly what it does). On-disk "
-        "sessions are snapshot files of real sessions written by the bench and indexed by recurd at "
+        "sessions are snapshot files of real sessions written by the bench (most of them hard links "
+        "to 1,000 files: the disk check says what real files would take) and indexed by recurd at "
         "start; resident sessions are created over HTTP; resumes are single-token `/tokens` requests "
         "over one keep-alive connection on loopback, paced at 50/s. Sizing rules: docs/OPERATIONS.md "
-        "\"Sizing\".",
+        "\"Sizing\". Idle CPU: recurd does no per-session work while idle (evictions, idle sweeps and "
+        "snapshot rounds start at the list heads, server/session_table.h); with a state_dir it wakes "
+        "once a second (the residency tick), and this VM charges each wake-up of a process in "
+        "proportion to its resident memory: the control row is a plain process holding the same "
+        "memory and sleeping a second at a time.",
         "",
         "### make bench size",
         "",
@@ -589,7 +642,7 @@ def main():
             sizes[k] = getattr(a, k)
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     svg = "bench_capacity_full.svg" if a.full else "bench_capacity.svg"
-    md = measure(sizes, a.recurd, os.path.join(BUILD, "bench", "capacity"), svg,
+    md = measure(sizes, a.recurd, os.path.join(BUILD, "bench", "capacity-full" if a.full else "capacity"), svg,
                  log=lambda s: print(s, file=sys.stderr, flush=True))
     md = f"_Run {when}._\n\n" + md
     print(md)
