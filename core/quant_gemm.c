@@ -86,6 +86,8 @@ static void qgemm_c(recur_wtype wt, int M, int N, const qrows *xr, const unsigne
 /* ---------------------------------------------------------------- AVX-512 (quant_tile512.inc) */
 #define QT_MR 4    /* rows per tile */
 #define QT_NP1 4   /* panels per tile for M = 1 */
+#define QT_NP1_Q4 8 /* AVX-512, M = 1, Q4_0: panels per tile (twice the streams in flight) */
+#define QT_PF 4    /* AVX-512, M = 1, Q4_0: blocks ahead each panel's stream is prefetched */
 
 #define QT_VNNI 1
 #define QT_FN INLINE __attribute__((target(RECUR_TARGET_AVX512 ",avx512vnni")))

@@ -127,6 +127,22 @@ static void shapes(recur_wtype wt)
 Test(quant, q8_0_gemm_every_shape, .timeout = 120) { shapes(RECUR_WT_Q8_0); }
 Test(quant, q4_0_gemm_every_shape, .timeout = 120) { shapes(RECUR_WT_Q4_0); }
 
+/* wide matrices: one row (decode) takes 8 panels per tile on the AVX-512 path for Q4_0, then 4,
+ * then 1 (N = 128: 8; 200: 8 + 4 + 1; 400: 3 x 8 + 1); a few rows take the batched tiles */
+static void wide(recur_wtype wt)
+{
+    static const int Ms[] = {1, 2, 5};
+    static const int Ns[] = {128, 200, 400};
+    static const int Ks[] = {32, 96, 515};
+    for (size_t i = 0; i < sizeof Ms / sizeof *Ms; i++)
+        for (size_t j = 0; j < sizeof Ns / sizeof *Ns; j++)
+            for (size_t k = 0; k < sizeof Ks / sizeof *Ks; k++)
+                run_case(Ms[i], Ns[j], Ks[k], (i + j + k) % 2 ? 0.5f : 0.0f, wt);
+}
+
+Test(quant, q8_0_gemm_wide, .timeout = 120) { wide(RECUR_WT_Q8_0); }
+Test(quant, q4_0_gemm_wide, .timeout = 120) { wide(RECUR_WT_Q4_0); }
+
 /* the panels hold every weight on its block's grid, within the rounding of the format */
 static void grid(recur_wtype wt)
 {
