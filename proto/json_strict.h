@@ -76,6 +76,9 @@ int pj_number(pj_span v, double *out);
 size_t pj_string_len(pj_span str);
 /* Unescape str into out (room for pj_string_len(str) bytes); returns that length. */
 size_t pj_string_decode(pj_span str, uint8_t *out);
+/* The unescaped string, malloc'd (caller frees), NUL-terminated after its *len bytes (which may
+ * hold NUL bytes themselves). */
+char *pj_string_dup(pj_span str, size_t *len);
 /* 1 when the string unescapes to exactly the NUL-terminated lit (a NUL inside str never
  * matches the end of lit). */
 int pj_string_eq(pj_span str, const char *lit);

@@ -1,7 +1,10 @@
 /* ndjson.c — NDJSON / SSE stream lines (ndjson.h). */
 #include "ndjson.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+#include "responses.h"
 
 const char *proto_frame_content_type(proto_framing f)
 {
@@ -68,14 +71,20 @@ static void end(proto_buf *b, proto_framing f)
         proto_buf_append(b, "\n", 1);
 }
 
-void proto_fold_line(proto_buf *b, proto_framing f, uint64_t pos, int32_t token, int has_logprob,
-                     float logprob, const int32_t *top_ids, const float *top_lps, int n_top)
+/* A token's line up to its first field after "token": {"pos":P,"token":T */
+static void token_head(proto_buf *b, proto_framing f, uint64_t pos, int32_t token)
 {
     begin_id(b, f, &pos);
     proto_buf_append(b, "{\"pos\":", 7);
     put_u64(b, (unsigned long long)pos);
     proto_buf_append(b, ",\"token\":", 9);
     put_int(b, (int)token);
+}
+
+void proto_fold_line(proto_buf *b, proto_framing f, uint64_t pos, int32_t token, int has_logprob,
+                     float logprob, const int32_t *top_ids, const float *top_lps, int n_top)
+{
+    token_head(b, f, pos, token);
     proto_buf_append(b, ",\"logprob\":", 11);
     if (has_logprob)
         proto_buf_float(b, logprob);
@@ -98,11 +107,7 @@ void proto_fold_line(proto_buf *b, proto_framing f, uint64_t pos, int32_t token,
 void proto_gen_line(proto_buf *b, proto_framing f, uint64_t pos, int32_t token, const char *text,
                     size_t text_len, float logprob)
 {
-    begin_id(b, f, &pos);
-    proto_buf_append(b, "{\"pos\":", 7);
-    put_u64(b, (unsigned long long)pos);
-    proto_buf_append(b, ",\"token\":", 9);
-    put_int(b, (int)token);
+    token_head(b, f, pos, token);
     proto_buf_append(b, ",\"text\":", 8);
     proto_buf_json_str(b, text, text_len);
     proto_buf_append(b, ",\"logprob\":", 11);
@@ -165,11 +170,8 @@ void proto_gen_done(proto_buf *b, proto_framing f, const char *reason, const cha
 void proto_stream_error(proto_buf *b, proto_framing f, const char *code, const char *message)
 {
     begin(b, f);
-    proto_buf_puts(b, "{\"error\":{\"code\":");
-    proto_buf_json_str(b, code, strlen(code));
-    proto_buf_puts(b, ",\"message\":");
-    proto_buf_json_str(b, message, strlen(message));
-    proto_buf_puts(b, "}}");
+    if (proto_error_json(b, code, message) != 0)
+        abort(); /* out of memory, as proto_buf_append */
     end(b, f);
 }
 

@@ -58,11 +58,8 @@ static int in_list(pj_span key, const char *const *list)
 /* A key for a message: at most 40 bytes, control bytes and quotes shown as '?'. */
 static void key_name(pj_span key, char *out, size_t cap)
 {
-    size_t n = pj_string_len(key);
-    uint8_t *s = malloc(n ? n : 1);
-    if (!s)
-        abort();
-    pj_string_decode(key, s);
+    size_t n;
+    uint8_t *s = (uint8_t *)pj_string_dup(key, &n);
     size_t m = n < cap - 1 ? n : cap - 1;
     for (size_t i = 0; i < m; i++)
         out[i] = (s[i] < 0x20 || s[i] == 0x7F || s[i] == '"' || s[i] == '\'') ? '?' : (char)s[i];
@@ -115,19 +112,6 @@ static int get_int(pj_span v, const char *param, double lo, double hi, double *o
     if (pj_number(v, out) != 0 || !isfinite(*out) || *out != floor(*out) || *out < lo || *out > hi)
         return invalid(e, param, what);
     return 0;
-}
-
-/* The unescaped string (malloc'd, NUL-terminated after len bytes). */
-static char *str_dup(pj_span v, size_t *len)
-{
-    size_t n = pj_string_len(v);
-    char *s = malloc(n + 1);
-    if (!s)
-        abort();
-    pj_string_decode(v, (uint8_t *)s);
-    s[n] = '\0';
-    *len = n;
-    return s;
 }
 
 /* ---------------------------------------------------------------- prompts */
@@ -183,7 +167,7 @@ too_many:
 static int prompt_text(pj_span v, const proto_limits *lim, proto_oai_req *r, proto_oai_error *e)
 {
     size_t len;
-    char *s = str_dup(v, &len);
+    char *s = pj_string_dup(v, &len);
     int rc = encode(s, len, 1, lim, "prompt", r, e);
     free(s);
     return rc;
@@ -264,7 +248,7 @@ static int decode_content(pj_span v, proto_chat_msg *m, size_t idx, proto_oai_er
     char param[48];
     snprintf(param, sizeof param, "messages[%zu].content", idx);
     if (pj_type_of(v) == PJ_STRING) {
-        m->content = str_dup(v, &m->content_len);
+        m->content = pj_string_dup(v, &m->content_len);
         return 0;
     }
     if (pj_type_of(v) != PJ_ARRAY)
@@ -336,7 +320,7 @@ static int decode_message(pj_span v, proto_chat_msg *m, size_t idx, proto_oai_er
                 !pj_string_eq(val, "assistant"))
                 return fail(e, "unsupported_parameter", param,
                             "'%s.role': recurd supports the roles system, user and assistant", param);
-            m->role = str_dup(val, &m->role_len);
+            m->role = pj_string_dup(val, &m->role_len);
         } else if (pj_string_eq(k, "content")) {
             content = val;
             has_content = !is_null(val);

@@ -147,6 +147,19 @@ static int get_bool(const pj_doc *d, const char *name, int *out)
 
 /* ---------------------------------------------------------------- tokens */
 
+/* out takes the n ids of t (malloc'd, owned; freed when n is 0). */
+static int give_tokens(proto_tokens_req *out, int32_t *t, size_t n)
+{
+    if (n == 0) {
+        free(t);
+        t = NULL;
+    }
+    out->tokens = t;
+    out->n = n;
+    out->present = 1;
+    return 0;
+}
+
 static int decode_token_array(const pj_span *toks, const proto_limits *lim, proto_tokens_req *out,
                               proto_error *err)
 {
@@ -185,28 +198,18 @@ static int decode_token_array(const pj_span *toks, const proto_limits *lim, prot
         return fail(err, 422, "invalid_token", "tokens[%zu] is not an integer token id in [0, %d)",
                     bad, lim->vocab_size);
     }
-    if (n == 0) {
-        free(t);
-        t = NULL;
-    }
-    out->tokens = t;
-    out->n = n;
-    out->present = 1;
-    return 0;
+    return give_tokens(out, t, n);
 }
 
 /* "text" encoded by lim->encode (the model's tokenizer, server/text.c). */
 static int encode_text(const pj_span *text, const proto_limits *lim, int add_special,
                        proto_tokens_req *out, proto_error *err)
 {
-    size_t len = pj_string_len(*text);
-    uint8_t *s = malloc(len ? len : 1);
-    if (!s)
-        abort();
-    pj_string_decode(*text, s);
+    size_t len;
+    char *s = pj_string_dup(*text, &len);
     int32_t *t = NULL;
     size_t n = 0;
-    int rc = lim->encode(lim->encode_ctx, s, len, add_special, &t, &n);
+    int rc = lim->encode(lim->encode_ctx, (const uint8_t *)s, len, add_special, &t, &n);
     free(s);
     if (rc != 0)
         return fail(err, 422, "invalid_text", "\"text\" could not be tokenized");
@@ -223,14 +226,7 @@ static int encode_text(const pj_span *text, const proto_limits *lim, int add_spe
             return fail(err, 422, "invalid_token", "text token %zu (%d) is not a token id in [0, %d)",
                         i, id, lim->vocab_size);
         }
-    if (n == 0) {
-        free(t);
-        t = NULL;
-    }
-    out->tokens = t;
-    out->n = n;
-    out->present = 1;
-    return 0;
+    return give_tokens(out, t, n);
 }
 
 /* "text": with a tokenizer, its ids; else every byte of the unescaped string is one token
@@ -265,10 +261,7 @@ static int decode_text(const pj_span *text, const proto_limits *lim, proto_token
         t[i] = s[i];
     }
     free(s);
-    out->tokens = t;
-    out->n = n;
-    out->present = 1;
-    return 0;
+    return give_tokens(out, t, n);
 }
 
 static int decode_tokens_fields(const pj_doc *d, const proto_limits *lim, proto_tokens_req *out,

@@ -44,3 +44,11 @@ void proto_session_json(proto_buf *b, const char *id, uint64_t tokens_seen, size
                         "\"pending_ops\":%d}",
                      (unsigned long long)tokens_seen, state_bytes, snapshot_bytes, pending_ops);
 }
+
+int proto_error_json(proto_buf *b, const char *code, const char *message)
+{
+    return proto_buf_try_append(b, "{\"error\":{\"code\":", 17) ||
+           proto_buf_try_json_str(b, code, strlen(code)) ||
+           proto_buf_try_append(b, ",\"message\":", 11) ||
+           proto_buf_try_json_str(b, message, strlen(message)) || proto_buf_try_append(b, "}}", 2);
+}

@@ -21,4 +21,8 @@ void proto_model_json(proto_buf *b, const recur_model_info *info, const char *na
 void proto_session_json(proto_buf *b, const char *id, uint64_t tokens_seen, size_t state_bytes,
                         size_t snapshot_bytes, int pending_ops);
 
+/* The session API's error object {"error":{"code":C,"message":M}}, as a response body and as a
+ * stream's last line (ndjson.h): 0, or -1 when memory ran out (b then holds a partial object). */
+int proto_error_json(proto_buf *b, const char *code, const char *message);
+
 #endif /* PROTO_RESPONSES_H */

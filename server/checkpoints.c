@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "state_blob.h"
 
@@ -46,28 +45,6 @@ int srv_state_restore(const recur_model *m, int vocab, srv_session *s, const uin
 
 /* ---------------------------------------------------------------- a session's checkpoints */
 
-static int random_ckpt_id(char out[SRV_CKPT_ID_LEN + 1])
-{
-    uint8_t r[SRV_CKPT_ID_LEN / 2];
-    size_t got = 0;
-    while (got < sizeof r) {
-        ssize_t n = getrandom(r + got, sizeof r - got, 0);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        got += (size_t)n;
-    }
-    static const char hex[] = "0123456789abcdef";
-    for (size_t i = 0; i < sizeof r; i++) {
-        out[2 * i] = hex[r[i] >> 4];
-        out[2 * i + 1] = hex[r[i] & 15];
-    }
-    out[SRV_CKPT_ID_LEN] = '\0';
-    return 0;
-}
-
 static int valid_ckpt_id(const char *id)
 {
     for (int i = 0; i < SRV_CKPT_ID_LEN; i++)
@@ -83,7 +60,7 @@ int srv_ckpt_take(srv_session *s, int vocab, int max, char id_out[SRV_CKPT_ID_LE
     srv_ckpt c;
     memset(&c, 0, sizeof c);
     do {
-        if (random_ckpt_id(c.id) != 0)
+        if (srv_random_hex(c.id, SRV_CKPT_ID_LEN / 2) != 0)
             return -2;
     } while (srv_ckpt_find(s, c.id)); /* 64 random bits: a repeat within a session never happens */
     if (srv_state_capture(s, vocab, &c.blob, &c.len) != 0)

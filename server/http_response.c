@@ -17,6 +17,7 @@
 #include <strings.h>
 
 #include "http_internal.h"
+#include "responses.h"
 
 typedef struct {
     uv_write_t req;
@@ -370,11 +371,7 @@ void srv_send_error_json(srv_conn *c, int status, const char *code, const char *
     code = code ? code : "";
     message = message ? message : "";
     snprintf(c->resp_error, sizeof c->resp_error, "%s", code); /* the access record's rule */
-    int r = proto_buf_try_append(&b, "{\"error\":{\"code\":", 17) ||
-            proto_buf_try_json_str(&b, code, strlen(code)) ||
-            proto_buf_try_append(&b, ",\"message\":", 11) ||
-            proto_buf_try_json_str(&b, message, strlen(message)) || proto_buf_try_append(&b, "}}\n", 3);
-    if (r) {
+    if (proto_error_json(&b, code, message) || proto_buf_try_append(&b, "\n", 1)) {
         proto_buf_free(&b);
         srv_conn_close_now(c);
         return;

@@ -232,12 +232,6 @@ static void queue(srv_app *app, srv_conn *c, const srv_request *req, srv_session
         srv_ops_enqueue(op);
 }
 
-static void handle_delete(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
-                          srv_body *body)
-{
-    queue(app, c, req, s, SRV_OP_DELETE);
-}
-
 static void handle_tokens(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
                           srv_body *body)
 {
@@ -266,18 +260,6 @@ static void handle_generate(srv_app *app, srv_conn *c, const srv_request *req, s
     srv_ops_enqueue(op);
 }
 
-static void handle_fork(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
-                        srv_body *body)
-{
-    queue(app, c, req, s, SRV_OP_FORK);
-}
-
-static void handle_get_state(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
-                             srv_body *body)
-{
-    queue(app, c, req, s, SRV_OP_GET_STATE);
-}
-
 static void handle_put_state(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
                              srv_body *body)
 {
@@ -290,19 +272,6 @@ static void handle_put_state(srv_app *app, srv_conn *c, const srv_request *req, 
     memcpy(op->blob, req->body, req->body_len);
     op->blob_len = req->body_len;
     srv_ops_enqueue(op);
-}
-
-/* Checkpoints (checkpoints.h): queued behind the session's earlier requests. */
-static void handle_ckpt_take(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
-                             srv_body *body)
-{
-    queue(app, c, req, s, SRV_OP_CKPT_TAKE);
-}
-
-static void handle_ckpt_list(srv_app *app, srv_conn *c, const srv_request *req, srv_session *s,
-                             srv_body *body)
-{
-    queue(app, c, req, s, SRV_OP_CKPT_LIST);
 }
 
 /* The op for a checkpoint id (the path's last segment, or the body's "checkpoint"). */
@@ -379,41 +348,45 @@ typedef struct {
                           * copied: the handler reads it); a final "/?" an optional '/' */
     unsigned checks;     /* R_* */
     srv_body_kind body;  /* the JSON body it decodes (off the loop when large, offloop.h) */
-    route_fn *handler;
+    route_fn *handler;   /* NULL: the route queues an op of kind `op` with nothing to fill in */
+    srv_op_kind op;      /* (0 where handler is set) */
 } route;
 
 /* Paths outside /v1/ need no key (health checks and scrapers); every /v1/ path does. */
 static const route routes[] = {
-    {"GET", "/", 0, SRV_BODY_NONE, srv_playground}, /* the playground page (playground.h) */
-    {"GET", "/healthz", 0, SRV_BODY_NONE, handle_health},
-    {"GET", "/health", 0, SRV_BODY_NONE, handle_health}, /* vLLM's and llama.cpp's name */
-    {"GET", "/metrics", 0, SRV_BODY_NONE, handle_metrics},
-    {"GET", "/v1/model", 0, SRV_BODY_NONE, handle_model},
-    {"POST", "/v1/tokenize", R_JSON, SRV_BODY_TOKENIZE, handle_tokenize},
-    {"POST", "/v1/detokenize", R_JSON, SRV_BODY_DETOKENIZE, handle_detokenize},
-    {"POST", "/v1/sessions/?", R_JSON, SRV_BODY_CREATE, handle_create},
-    {"GET", "/v1/sessions/{id}/?", R_SESSION, SRV_BODY_NONE, handle_get_session},
-    {"DELETE", "/v1/sessions/{id}/?", R_SESSION | R_QUEUED, SRV_BODY_NONE, handle_delete},
+    {"GET", "/", 0, SRV_BODY_NONE, srv_playground, 0}, /* the playground page (playground.h) */
+    {"GET", "/healthz", 0, SRV_BODY_NONE, handle_health, 0},
+    {"GET", "/health", 0, SRV_BODY_NONE, handle_health, 0}, /* vLLM's and llama.cpp's name */
+    {"GET", "/metrics", 0, SRV_BODY_NONE, handle_metrics, 0},
+    {"GET", "/v1/model", 0, SRV_BODY_NONE, handle_model, 0},
+    {"POST", "/v1/tokenize", R_JSON, SRV_BODY_TOKENIZE, handle_tokenize, 0},
+    {"POST", "/v1/detokenize", R_JSON, SRV_BODY_DETOKENIZE, handle_detokenize, 0},
+    {"POST", "/v1/sessions/?", R_JSON, SRV_BODY_CREATE, handle_create, 0},
+    {"GET", "/v1/sessions/{id}/?", R_SESSION, SRV_BODY_NONE, handle_get_session, 0},
+    {"DELETE", "/v1/sessions/{id}/?", R_SESSION | R_QUEUED, SRV_BODY_NONE, NULL, SRV_OP_DELETE},
     {"POST", "/v1/sessions/{id}/tokens", R_JSON | R_SESSION | R_STREAM | R_QUEUED | R_IDEM,
-     SRV_BODY_TOKENS, handle_tokens},
+     SRV_BODY_TOKENS, handle_tokens, 0},
     {"POST", "/v1/sessions/{id}/generate", R_JSON | R_SESSION | R_STREAM | R_QUEUED | R_IDEM,
-     SRV_BODY_GENERATE, handle_generate},
-    {"POST", "/v1/sessions/{id}/fork", R_JSON | R_SESSION | R_QUEUED, SRV_BODY_EMPTY, handle_fork},
-    {"GET", "/v1/sessions/{id}/state", R_SESSION | R_QUEUED, SRV_BODY_NONE, handle_get_state},
+     SRV_BODY_GENERATE, handle_generate, 0},
+    {"POST", "/v1/sessions/{id}/fork", R_JSON | R_SESSION | R_QUEUED, SRV_BODY_EMPTY, NULL,
+     SRV_OP_FORK},
+    {"GET", "/v1/sessions/{id}/state", R_SESSION | R_QUEUED, SRV_BODY_NONE, NULL,
+     SRV_OP_GET_STATE},
     {"PUT", "/v1/sessions/{id}/state", R_BLOB | R_SESSION | R_QUEUED, SRV_BODY_NONE,
-     handle_put_state},
+     handle_put_state, 0},
     {"POST", "/v1/sessions/{id}/checkpoints", R_JSON | R_SESSION | R_QUEUED | R_IDEM,
-     SRV_BODY_EMPTY, handle_ckpt_take},
-    {"GET", "/v1/sessions/{id}/checkpoints", R_SESSION | R_QUEUED, SRV_BODY_NONE, handle_ckpt_list},
+     SRV_BODY_EMPTY, NULL, SRV_OP_CKPT_TAKE},
+    {"GET", "/v1/sessions/{id}/checkpoints", R_SESSION | R_QUEUED, SRV_BODY_NONE, NULL,
+     SRV_OP_CKPT_LIST},
     {"DELETE", "/v1/sessions/{id}/checkpoints/{cid}", R_SESSION | R_QUEUED, SRV_BODY_NONE,
-     handle_ckpt_delete},
+     handle_ckpt_delete, 0},
     {"POST", "/v1/sessions/{id}/rollback", R_JSON | R_SESSION | R_QUEUED | R_IDEM,
-     SRV_BODY_ROLLBACK, handle_rollback},
+     SRV_BODY_ROLLBACK, handle_rollback, 0},
     /* the OpenAI API (openai.h) */
-    {"POST", "/v1/completions", R_JSON, SRV_BODY_OAI_COMPLETION, srv_openai_completions},
-    {"POST", "/v1/chat/completions", R_JSON, SRV_BODY_OAI_CHAT, srv_openai_completions},
-    {"GET", "/v1/models/?", 0, SRV_BODY_NONE, srv_openai_models},
-    {"GET", "/v1/models/{id}/?", 0, SRV_BODY_NONE, srv_openai_model},
+    {"POST", "/v1/completions", R_JSON, SRV_BODY_OAI_COMPLETION, srv_openai_completions, 0},
+    {"POST", "/v1/chat/completions", R_JSON, SRV_BODY_OAI_CHAT, srv_openai_completions, 0},
+    {"GET", "/v1/models/?", 0, SRV_BODY_NONE, srv_openai_models, 0},
+    {"GET", "/v1/models/{id}/?", 0, SRV_BODY_NONE, srv_openai_model, 0},
 };
 #define N_ROUTES (sizeof routes / sizeof routes[0])
 
@@ -575,7 +548,10 @@ static void run_route(srv_app *app, srv_conn *c, const srv_request *req, const r
         reject(c, &b->err);
         return;
     }
-    r->handler(app, c, req, s, b);
+    if (r->handler)
+        r->handler(app, c, req, s, b);
+    else
+        queue(app, c, req, s, r->op);
 }
 
 /* A held request's turn (offloop.h): its session is looked up again (it may have gone, or been

@@ -234,12 +234,14 @@ static void grow(srv_table *t)
     t->n_buckets = nb;
 }
 
-static int random_id(char out[33])
+int srv_random_hex(char *out, size_t n_bytes)
 {
-    uint8_t r[16];
+    uint8_t r[64];
+    if (n_bytes > sizeof r)
+        return -1;
     size_t got = 0;
-    while (got < sizeof r) {
-        ssize_t n = getrandom(r + got, sizeof r - got, 0);
+    while (got < n_bytes) {
+        ssize_t n = getrandom(r + got, n_bytes - got, 0);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -248,11 +250,11 @@ static int random_id(char out[33])
         got += (size_t)n;
     }
     static const char hex[] = "0123456789abcdef";
-    for (int i = 0; i < 16; i++) {
+    for (size_t i = 0; i < n_bytes; i++) {
         out[2 * i] = hex[r[i] >> 4];
         out[2 * i + 1] = hex[r[i] & 15];
     }
-    out[32] = '\0';
+    out[2 * n_bytes] = '\0';
     return 0;
 }
 
@@ -269,7 +271,7 @@ int srv_table_new(srv_table *t, uint64_t now_ms, srv_session **out)
     if (!s)
         return -2;
     do {
-        if (random_id(s->id) != 0) {
+        if (srv_random_hex(s->id, 16) != 0) {
             free(s);
             return -2;
         }

@@ -69,6 +69,10 @@ typedef struct srv_session {
 
 typedef struct srv_table srv_table;
 
+/* n_bytes (<= 64) from getrandom() as 2 * n_bytes lowercase hex digits and a NUL into out: session
+ * and checkpoint ids. 0, or -1 when the random source failed. */
+int srv_random_hex(char *out, size_t n_bytes);
+
 /* The length of s's GET /v1/sessions/{id}/state body (what its "snapshot_bytes" reports): the core
  * snapshot, plus the logits trailer when s has logits. Only while nothing is in flight on s. */
 size_t srv_session_state_bytes(const srv_session *s, int vocab);

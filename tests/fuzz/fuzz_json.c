@@ -41,14 +41,9 @@ static int utf8_ok(const uint8_t *s, size_t n)
 /* The decoded string (malloc'd, *n bytes), checked against pj_string_len and UTF-8. */
 static uint8_t *decode(pj_span s, size_t *n)
 {
-    size_t len = pj_string_len(s);
-    uint8_t *b = malloc(len + 1);
-    if (!b)
+    uint8_t *b = (uint8_t *)pj_string_dup(s, n);
+    if (*n != pj_string_len(s) || !utf8_ok(b, *n))
         abort();
-    if (pj_string_decode(s, b) != len || !utf8_ok(b, len))
-        abort();
-    b[len] = 0;
-    *n = len;
     return b;
 }
 

@@ -9,21 +9,14 @@ import subprocess
 import pytest
 import requests
 
-from daemon import RECURD, Daemon
+from daemon import RECURD, Daemon, read_to_eof
 
 
 def raw(port, request, timeout=10):
     """Send request bytes, read until the server closes (Connection: close): the whole answer."""
     s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
     s.sendall(request)
-    out = b""
-    while True:
-        b = s.recv(65536)
-        if not b:
-            break
-        out += b
-    s.close()
-    return out
+    return read_to_eof(s)
 
 
 def head_and_body(answer):
