@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "checkpoints.h"
@@ -49,14 +50,23 @@ static const char ACQUIRE_LUA[] =
     "return {1, v, redis.call('GET', KEYS[1])}\n";
 
 /* Commit: compare-and-set on the version. ARGV: node, expected version, state, ttl_ms,
- * lease_ms (0: the lease is not taken — a new session's first commit), the records kept at most, then (Idempotency-Key, record) pairs: added to the idem
- * hash, their keys queued in idemq, the oldest past the bound forgotten.
+ * lease_ms (0: the lease is not taken — a new session's first commit), the records kept at
+ * most, this commit's token, the token of this copy's earlier commit whose outcome is unknown
+ * ("" none), then (Idempotency-Key, record) pairs: added to the idem hash, their keys queued in
+ * idemq, the oldest past the bound forgotten. The token of the last commit is kept in the idem
+ * hash under " commit" (a space: never an Idempotency-Key). A commit whose connection was reset
+ * may still have been applied (its bytes were in Redis's socket): when the version is exactly
+ * one past the expected one and the last commit is that unknown one, this copy descends from
+ * what Redis holds, and it is committed over it instead of being fenced.
  * -> {0, ver} committed; {-1, holder} leased by another node; {-2, ver} the version moved on */
 static const char COMMIT_LUA[] =
     "local h = redis.call('GET', KEYS[3])\n"
     "if h and h ~= ARGV[1] then return {-1, h} end\n"
     "local v = tonumber(redis.call('GET', KEYS[2]) or '0')\n"
-    "if v ~= tonumber(ARGV[2]) then return {-2, tostring(v)} end\n"
+    "if v ~= tonumber(ARGV[2]) and not (ARGV[8] ~= '' and v == tonumber(ARGV[2]) + 1 and\n"
+    "    redis.call('HGET', KEYS[4], ' commit') == ARGV[8]) then\n"
+    "  return {-2, tostring(v)}\n"
+    "end\n"
     "v = v + 1\n"
     "local ttl = tonumber(ARGV[4])\n"
     "if ttl > 0 then\n"
@@ -65,15 +75,16 @@ static const char COMMIT_LUA[] =
     "  redis.call('SET', KEYS[1], ARGV[3]) redis.call('SET', KEYS[2], v)\n"
     "end\n"
     "if tonumber(ARGV[5]) > 0 then redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[5]) end\n"
-    "if #ARGV >= 7 then\n"
-    "  for i = 7, #ARGV, 2 do\n"
+    "redis.call('HSET', KEYS[4], ' commit', ARGV[7])\n"
+    "if #ARGV >= 9 then\n"
+    "  for i = 9, #ARGV, 2 do\n"
     "    redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1]) redis.call('RPUSH', KEYS[5], ARGV[i])\n"
     "  end\n"
     "  while redis.call('LLEN', KEYS[5]) > tonumber(ARGV[6]) do\n"
     "    redis.call('HDEL', KEYS[4], redis.call('LPOP', KEYS[5]))\n"
     "  end\n"
-    "  if ttl > 0 then redis.call('PEXPIRE', KEYS[4], ttl) redis.call('PEXPIRE', KEYS[5], ttl) end\n"
     "end\n"
+    "if ttl > 0 then redis.call('PEXPIRE', KEYS[4], ttl) redis.call('PEXPIRE', KEYS[5], ttl) end\n"
     "return {0, tostring(v)}\n";
 
 /* Give a lease back (SIGTERM): only when this node holds it. ARGV: node. -> 1 or 0. */
@@ -115,6 +126,8 @@ typedef struct lookup {
 typedef struct srv_tier {
     srv_app *app;
     int spares_making; /* a threadpool job making spare states is in flight */
+    uint64_t incarnation; /* random per process: a restarted node's tokens never match */
+    uint64_t commit_seq;  /* the last commit token's sequence number */
     srv_redis *r;
     char node[NODE_MAX + 1];
     char fp[17];
@@ -215,6 +228,7 @@ typedef struct {
     srv_op *waiter;    /* commit: the op whose response waits for it (redis_sync) */
     size_t len;        /* commit: bytes of the state */
     int took_lease;    /* commit: it takes (renews) the lease */
+    uint64_t token;    /* commit: its sequence number (commit_token) */
 } job;
 
 static job *job_new(srv_tier *t, const char *id)
@@ -229,6 +243,12 @@ static job *job_new(srv_tier *t, const char *id)
 }
 
 static void send_commit(srv_tier *t, srv_session *s, srv_op *waiter);
+
+/* The text of commit token seq of this process. */
+static void commit_token(const srv_tier *t, uint64_t seq, char *out, size_t n)
+{
+    snprintf(out, n, "%016llx:%llu", (unsigned long long)t->incarnation, (unsigned long long)seq);
+}
 
 static void commit_done(srv_redis *r, redisReply *rep, void *arg)
 {
@@ -246,6 +266,7 @@ static void commit_done(srv_redis *r, redisReply *rep, void *arg)
             t->commits++;
             t->bytes_written += j->len;
             if (s) {
+                s->rv_unsure = 0;
                 s->rv_version = strtoull(v, NULL, 10);
                 if (j->took_lease)
                     lease_taken(t, s, j->sent_ms);
@@ -271,6 +292,8 @@ static void commit_done(srv_redis *r, redisReply *rep, void *arg)
         } else if (rc == SRV_TIER_UNAVAILABLE) {
             s->rv_dirty = 1; /* sent again once Redis is back (tick) */
             srv_idem_mark(s, 1, 0);
+            if (!rep)
+                s->rv_unsure = j->token; /* no answer: Redis may still apply it */
         }
     }
     srv_op *waiter = j->waiter;
@@ -338,20 +361,26 @@ static void send_commit(srv_tier *t, srv_session *s, srv_op *waiter)
     int take = s->rv_version != 0 && !t->shutting_down; /* SIGTERM: its lease is given back */
     snprintf(lease, sizeof lease, "%llu", take ? (unsigned long long)t->lease_ms : 0ull);
     snprintf(maxk, sizeof maxk, "%d", app->cfg.max_idempotency_keys_per_session);
+    char token[48], unsure[48] = "";
+    uint64_t seq = ++t->commit_seq;
+    commit_token(t, seq, token, sizeof token);
+    if (s->rv_unsure)
+        commit_token(t, s->rv_unsure, unsure, sizeof unsure);
     size_t n_rec = 0;
     for (int i = 0; i < s->n_idem; i++)
         n_rec += s->idem[i].sent == 0;
-    argv_ctx c = {malloc((6 + 2 * n_rec) * sizeof *c.argv), malloc((6 + 2 * n_rec) * sizeof *c.lens), 0};
+    argv_ctx c = {malloc((8 + 2 * n_rec) * sizeof *c.argv), malloc((8 + 2 * n_rec) * sizeof *c.lens), 0};
     if (!c.argv || !c.lens)
         abort();
-    const char *fixed[6] = {t->node, ver, (const char *)buf, ttl, lease, maxk};
-    for (int i = 0; i < 6; i++)
+    const char *fixed[8] = {t->node, ver, (const char *)buf, ttl, lease, maxk, token, unsure};
+    for (int i = 0; i < 8; i++)
         c.argv[c.n] = fixed[i], c.lens[c.n++] = i == 2 ? len : strlen(fixed[i]);
     srv_idem_each(s, 0, add_record, &c); /* the records not in Redis yet go with this state */
     job *j = job_new(t, s->id);
     j->waiter = waiter;
     j->len = len;
     j->took_lease = take;
+    j->token = seq;
     int sent = now_up(t) && eval(t, COMMIT_LUA, &ks, c.n, c.argv, c.lens, commit_done, j) == 0;
     free(buf);
     free(c.argv);
@@ -893,6 +922,8 @@ int srv_tier_start(srv_app *app, int port)
     snprintf(t->fp, sizeof t->fp, "%016llx", (unsigned long long)app->info->fingerprint);
     t->lease_ms = cfg->redis_lease_ms;
     t->ttl_ms = cfg->idle_ttl_ms;
+    if (getrandom(&t->incarnation, sizeof t->incarnation, 0) != (ssize_t)sizeof t->incarnation)
+        t->incarnation = uv_hrtime() ^ ((uint64_t)getpid() << 32);
     t->sync = cfg->redis_sync;
     static const double le[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
                                 0.05, 0.1, 0.25, 0.5, 1};

@@ -9,7 +9,8 @@
  *                                (state blob + checkpoint section, checkpoints.h)
  *   <prefix>:{<fp>:<id>}:ver     its version, +1 per commit
  *   <prefix>:{<fp>:<id>}:lease   the node that may fold into it (SET NX PX redis_lease_ms)
- *   <prefix>:{<fp>:<id>}:idem    Idempotency-Key records (hash: key -> result summary)
+ *   <prefix>:{<fp>:<id>}:idem    Idempotency-Key records (hash: key -> result summary), and the
+ *                                last commit's token under " commit" (a late commit, COMMIT_LUA)
  *
  * <fp> is the model fingerprint in 16 hex digits. state, ver and idem expire with the session's
  * idle_ttl_ms (PEXPIRE, refreshed by every commit and every lease taken).

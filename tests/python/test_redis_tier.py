@@ -158,7 +158,8 @@ def test_kill9_failover_sync_is_bit_identical(reference):
         got = [fold_ok(a, sid, STEPS[0]), fold_ok(a, sid, STEPS[1])]
         # the keys: fingerprint and a hash tag; the state expires with idle_ttl_ms
         keys = sorted(k.decode() for k in redis.command("KEYS", "recurd:*"))
-        assert len(keys) == 3 and all(":%s}:" % sid in k for k in keys), keys
+        # state, ver, lease, idem (the last commit's token: a late commit is recognised)
+        assert len(keys) == 4 and all(":%s}:" % sid in k for k in keys), keys
         fp = keys[0].split("{")[1].split(":")[0]
         assert len(fp) == 16 and all(k.startswith("recurd:{%s:%s}:" % (fp, sid)) for k in keys)
         assert redis.command("GET", "recurd:{%s:%s}:lease" % (fp, sid)) == b"node-a"
@@ -267,7 +268,8 @@ def test_delete_removes_keys_and_unknown_is_404():
         with node(redis) as a:
             wait_redis_up(a)
             sid = create(a, PROMPT)
-            assert len(redis.command("KEYS", "recurd:*")) == 2  # state, ver: a create takes no lease
+            # state, ver, idem (the commit's token); a create takes no lease
+            assert len(redis.command("KEYS", "recurd:*")) == 3
             r = requests.delete(a.url("/v1/sessions/%s" % sid), timeout=TIMEOUT)
             assert r.status_code == 204
             assert redis.command("KEYS", "recurd:*") == []
@@ -402,7 +404,8 @@ def test_idempotent_retry_on_another_node_folds_once(reference):
         assert last_line(g2)["tokens_seen"] == last_line(g1)["tokens_seen"]
         # folded once: B's session is exactly A's, and goes on like the reference
         assert info(b, sid)["tokens_seen"] == len(PROMPT) + len(STEPS[0]) + len(STEPS[1]) + 5
-        assert redis.command("HLEN", [k for k in redis.command("KEYS", "recurd:*:idem")][0]) == 2
+        # the two records and the last commit's token
+        assert redis.command("HLEN", [k for k in redis.command("KEYS", "recurd:*:idem")][0]) == 3
 
 
 def test_sigterm_gives_leases_back():
@@ -502,3 +505,37 @@ def test_paused_redis_recovers_within_the_backoff_bound():
             assert t_up < 15, t_up  # the bound is 2 s + one round trip; loose for the load
             for sid in sids:  # the node serves every session with what Redis holds
                 assert info(a, sid)["tokens_seen"] == expected
+
+
+def test_a_commit_applied_after_its_timeout_is_not_fenced():
+    """A commit whose connection was reset (no answer within redis_timeout_ms) may still be
+    applied: its bytes were in Redis's socket when Redis stalled. The node's next commit of that
+    session expects the version before it: without more, Redis refuses it (version moved on), the
+    node drops its copy and the changes made since are lost (an acknowledged fold, redis_sync
+    off). The commit script recognises its own late commit (the last commit's token) and commits
+    over it: nothing is fenced, Redis ends with the node's state."""
+    with RedisServer() as redis:
+        with node(redis, sync=False, name="late-a", lease_ms=120000) as a:
+            wait_redis_up(a)
+            sid = create(a, PROMPT)
+            fold_ok(a, sid, STEPS[0])
+            want = len(PROMPT) + len(STEPS[0])
+            deadline = time.time() + 30
+            while redis_tokens_seen(redis, sid) != want:
+                assert time.time() < deadline, "the commit never reached Redis"
+                time.sleep(0.05)
+            os.kill(redis.proc.pid, signal.SIGSTOP)
+            try:
+                fold_ok(a, sid, STEPS[1])  # its commit waits in Redis's socket
+                wait_redis_up(a, up=False, timeout=30)  # reset: its answer is lost
+                fold_ok(a, sid, STEPS[2])  # changed again while Redis is down
+            finally:
+                os.kill(redis.proc.pid, signal.SIGCONT)
+            want += len(STEPS[1]) + len(STEPS[2])
+            wait_redis_up(a, timeout=60)
+            deadline = time.time() + 60
+            while redis_tokens_seen(redis, sid) != want:
+                assert time.time() < deadline, (redis_tokens_seen(redis, sid), want)
+                time.sleep(0.05)
+            assert metric(a, "recurd_redis_fenced_commits_total") == 0
+            assert info(a, sid)["tokens_seen"] == want
