@@ -17,6 +17,7 @@
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 2000
 #define READ_BUF_KEEP ((size_t)4 << 20)
+#define PATIENCE_MAX 16 /* a reset connection's successor allows up to 16 x timeout_ms */
 
 /* A command sent and not answered yet; in send order (replies come in that order). */
 typedef struct pend {
@@ -32,6 +33,8 @@ struct srv_redis {
     char ip[INET6_ADDRSTRLEN];
     int port, db;
     uint64_t timeout_ms;
+    uint64_t patience_ms;  /* the silence allowed now: timeout_ms, doubled by every reset for
+                            * silence, back to timeout_ms once the queue drains */
     srv_hist *latency;
     void (*on_state)(void *ctx, int up);
     void *ctx;
@@ -136,6 +139,8 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     pend_unlink(r, p);
     redisReply *rep = reply;
     if (rep) {
+        if (r->up && r->n_pending == 0) /* (not the handshake's PONG: the burst follows it) */
+            r->patience_ms = r->timeout_ms; /* Redis kept up with everything we sent */
         r->last_reply_ns = uv_hrtime();
         srv_hist_observe(r->latency, r->last_reply_ns - p->t_sent_ns);
     }
@@ -295,6 +300,17 @@ static int reply_waiting(const srv_redis *r)
  * burst of commits (every session dirty after Redis came back: ~200 KB each) is answered over
  * more than timeout_ms by a Redis that works, and resetting it then re-sends the whole burst,
  * again and again (a node saw Redis as down for minutes that way, 2026-12-02). */
+/* A Redis that answers, only slower than timeout_ms between two replies (a loaded machine, a
+ * slow disk under appendfsync always), would otherwise be reset forever: each reset re-sends the
+ * waiting commits and the next connection times out the same way. Each reset for silence
+ * doubles the silence the next connection allows (up to PATIENCE_MAX x timeout_ms); once every
+ * command sent has been answered it is timeout_ms again. */
+static void grow_patience(srv_redis *r)
+{
+    uint64_t cap = r->timeout_ms * PATIENCE_MAX;
+    r->patience_ms = r->patience_ms * 2 > cap ? cap : r->patience_ms * 2;
+}
+
 static void on_watchdog(uv_timer_t *t)
 {
     srv_redis *r = t->data;
@@ -302,16 +318,19 @@ static void on_watchdog(uv_timer_t *t)
     uint64_t since = r->head ? r->head->t_sent_ns : 0;
     if (r->last_reply_ns > since)
         since = r->last_reply_ns;
-    if (r->head && now_ns - since > r->timeout_ms * 1000000ull && !reply_waiting(r)) {
+    if (r->head && now_ns - since > r->patience_ms * 1000000ull && !reply_waiting(r)) {
         char why[96];
-        snprintf(why, sizeof why, "no reply within redis_timeout_ms (%llu)",
-                 (unsigned long long)r->timeout_ms);
+        snprintf(why, sizeof why, "no reply within %llu ms (redis_timeout_ms %llu)",
+                 (unsigned long long)r->patience_ms, (unsigned long long)r->timeout_ms);
+        grow_patience(r);
         reset(r, why);
         return;
     }
-    if (r->ac && !r->up && uv_now(r->loop) - r->connect_started_ms > r->timeout_ms &&
-        !reply_waiting(r))
-        reset(r, r->last_error[0] ? "connect: no PONG within redis_timeout_ms" : "connect: timed out");
+    if (r->ac && !r->up && uv_now(r->loop) - r->connect_started_ms > r->patience_ms &&
+        !reply_waiting(r)) {
+        grow_patience(r);
+        reset(r, r->last_error[0] ? "connect: no PONG in time" : "connect: timed out");
+    }
 }
 
 srv_redis *srv_redis_create(uv_loop_t *loop, const srv_redis_url *url, uint64_t timeout_ms,
@@ -336,6 +355,7 @@ srv_redis *srv_redis_create(uv_loop_t *loop, const srv_redis_url *url, uint64_t 
     r->port = url->port;
     r->db = url->db;
     r->timeout_ms = timeout_ms;
+    r->patience_ms = timeout_ms;
     r->latency = latency;
     r->on_state = on_state;
     r->ctx = ctx;

@@ -6,8 +6,12 @@
  *     reconnect never waits on DNS.
  *   - Every command gets its callback exactly once: with the reply, or with NULL when it could
  *     not be answered (the connection dropped, or it timed out).
- *   - Timeout: replies come in order, so when the oldest command waits longer than timeout_ms the
- *     connection is reset (every pending callback gets NULL) and a reconnect is scheduled.
+ *   - Timeout: commands are pending and no reply came for timeout_ms (from the later of the
+ *     oldest command's send and the last reply), none waiting unread: the connection is reset
+ *     (every pending callback gets NULL) and a reconnect is scheduled. Each such reset doubles the
+ *     silence the next connection allows (<= 16 x timeout_ms), back to timeout_ms once every
+ *     command sent has been answered.
+ *   - Up: after a PING on the new connection is answered (not at the TCP connect).
  *   - Reconnect with backoff: 50 ms doubling to 2 s while Redis cannot be reached.
  *   - Latency: the time from sending to the reply of every answered command is observed in the
  *     histogram given at create (seconds).

@@ -51,21 +51,29 @@ static const char ACQUIRE_LUA[] =
 
 /* Commit: compare-and-set on the version. ARGV: node, expected version, state, ttl_ms,
  * lease_ms (0: the lease is not taken — a new session's first commit), the records kept at
- * most, this commit's token, the token of this copy's earlier commit whose outcome is unknown
- * ("" none), then (Idempotency-Key, record) pairs: added to the idem hash, their keys queued in
- * idemq, the oldest past the bound forgotten. The token of the last commit is kept in the idem
- * hash under " commit" (a space: never an Idempotency-Key). A commit whose connection was reset
- * may still have been applied (its bytes were in Redis's socket): when the version is exactly
- * one past the expected one and the last commit is that unknown one, this copy descends from
- * what Redis holds, and it is committed over it instead of being fenced.
+ * most, this commit's token ("<incarnation>:<seq>"), this process's incarnation when the
+ * copy has commits whose outcome is unknown ("" none) and the seq of the first of them, then
+ * (Idempotency-Key, record) pairs: added to the idem hash, their keys queued in idemq, the
+ * oldest past the bound forgotten. The token of the last commit is kept in the idem hash under
+ * " commit" (a space: never an Idempotency-Key). A commit whose connection was reset may still
+ * have been applied (its bytes were in Redis's socket). All of this copy's unknown commits
+ * expected the same version, so at most one of them applied: when the version is exactly one
+ * past the expected one and the last commit is one of them (this incarnation, seq at least the
+ * first unknown one), this copy descends from what Redis holds, and it is committed over it
+ * instead of being fenced.
  * -> {0, ver} committed; {-1, holder} leased by another node; {-2, ver} the version moved on */
 static const char COMMIT_LUA[] =
     "local h = redis.call('GET', KEYS[3])\n"
     "if h and h ~= ARGV[1] then return {-1, h} end\n"
     "local v = tonumber(redis.call('GET', KEYS[2]) or '0')\n"
-    "if v ~= tonumber(ARGV[2]) and not (ARGV[8] ~= '' and v == tonumber(ARGV[2]) + 1 and\n"
-    "    redis.call('HGET', KEYS[4], ' commit') == ARGV[8]) then\n"
-    "  return {-2, tostring(v)}\n"
+    "if v ~= tonumber(ARGV[2]) then\n"
+    "  local last = ARGV[8] ~= '' and v == tonumber(ARGV[2]) + 1 and\n"
+    "              redis.call('HGET', KEYS[4], ' commit')\n"
+    "  local inc, seq\n"
+    "  if last then inc, seq = string.match(last, '^(%x+):(%d+)$') end\n"
+    "  if not (inc == ARGV[8] and tonumber(seq) >= tonumber(ARGV[9])) then\n"
+    "    return {-2, tostring(v)}\n"
+    "  end\n"
     "end\n"
     "v = v + 1\n"
     "local ttl = tonumber(ARGV[4])\n"
@@ -76,8 +84,8 @@ static const char COMMIT_LUA[] =
     "end\n"
     "if tonumber(ARGV[5]) > 0 then redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[5]) end\n"
     "redis.call('HSET', KEYS[4], ' commit', ARGV[7])\n"
-    "if #ARGV >= 9 then\n"
-    "  for i = 9, #ARGV, 2 do\n"
+    "if #ARGV >= 10 then\n"
+    "  for i = 10, #ARGV, 2 do\n"
     "    redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1]) redis.call('RPUSH', KEYS[5], ARGV[i])\n"
     "  end\n"
     "  while redis.call('LLEN', KEYS[5]) > tonumber(ARGV[6]) do\n"
@@ -292,8 +300,8 @@ static void commit_done(srv_redis *r, redisReply *rep, void *arg)
         } else if (rc == SRV_TIER_UNAVAILABLE) {
             s->rv_dirty = 1; /* sent again once Redis is back (tick) */
             srv_idem_mark(s, 1, 0);
-            if (!rep)
-                s->rv_unsure = j->token; /* no answer: Redis may still apply it */
+            if (!rep && !s->rv_unsure)
+                s->rv_unsure = j->token; /* no answer: Redis may still apply it (the first) */
         }
     }
     srv_op *waiter = j->waiter;
@@ -361,19 +369,21 @@ static void send_commit(srv_tier *t, srv_session *s, srv_op *waiter)
     int take = s->rv_version != 0 && !t->shutting_down; /* SIGTERM: its lease is given back */
     snprintf(lease, sizeof lease, "%llu", take ? (unsigned long long)t->lease_ms : 0ull);
     snprintf(maxk, sizeof maxk, "%d", app->cfg.max_idempotency_keys_per_session);
-    char token[48], unsure[48] = "";
+    char token[48], inc[24] = "", first[24] = "0";
     uint64_t seq = ++t->commit_seq;
     commit_token(t, seq, token, sizeof token);
-    if (s->rv_unsure)
-        commit_token(t, s->rv_unsure, unsure, sizeof unsure);
+    if (s->rv_unsure) {
+        snprintf(inc, sizeof inc, "%016llx", (unsigned long long)t->incarnation);
+        snprintf(first, sizeof first, "%llu", (unsigned long long)s->rv_unsure);
+    }
     size_t n_rec = 0;
     for (int i = 0; i < s->n_idem; i++)
         n_rec += s->idem[i].sent == 0;
-    argv_ctx c = {malloc((8 + 2 * n_rec) * sizeof *c.argv), malloc((8 + 2 * n_rec) * sizeof *c.lens), 0};
+    argv_ctx c = {malloc((9 + 2 * n_rec) * sizeof *c.argv), malloc((9 + 2 * n_rec) * sizeof *c.lens), 0};
     if (!c.argv || !c.lens)
         abort();
-    const char *fixed[8] = {t->node, ver, (const char *)buf, ttl, lease, maxk, token, unsure};
-    for (int i = 0; i < 8; i++)
+    const char *fixed[9] = {t->node, ver, (const char *)buf, ttl, lease, maxk, token, inc, first};
+    for (int i = 0; i < 9; i++)
         c.argv[c.n] = fixed[i], c.lens[c.n++] = i == 2 ? len : strlen(fixed[i]);
     srv_idem_each(s, 0, add_record, &c); /* the records not in Redis yet go with this state */
     job *j = job_new(t, s->id);

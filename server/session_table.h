@@ -51,8 +51,9 @@ typedef struct srv_session {
     int rv_dirty;            /* changed since the last commit was sent, or that commit failed */
     int rv_fenced;           /* a commit was refused: another node took it over; dropped when idle */
     int rv_renewing;         /* a lease renewal is in flight */
-    uint64_t rv_unsure;      /* the token (sequence) of a commit sent whose answer was lost (the
-                              * connection reset): Redis may have applied it; 0 none */
+    uint64_t rv_unsure;      /* the token (sequence) of the first commit sent whose answer was
+                              * lost (the connection reset) since the last one answered: Redis
+                              * may have applied it or a later one; 0 none */
     srv_op *rv_waiter;       /* redis_sync: the op whose response waits for the next commit */
     /* Idempotency-Key records (idempotency.h): [n_idem], oldest first, owned */
     struct srv_idem *idem;
