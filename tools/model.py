@@ -507,14 +507,51 @@ class RecurModel(nn.Module):
         return (logits, new_state) if return_state else logits
 
 
-def state_bytes(config):
-    """Per-session state bytes (docs/MODEL.md "Session state"): fp32, softmax at max_context."""
+def state_bytes(config, state_dtype="f32"):
+    """Per-session state bytes (docs/MODEL.md "Session state"): softmax at max_context (fp32), the
+    recurrent layers' state in state_dtype ("f32", or 2 bytes a value for "bf16" / "f16")."""
     cfg = validate_config(config)
     H, K, V = cfg["n_heads"], cfg["head_k"], cfg["head_v"]
+    e = 4 if state_dtype == "f32" else 2
     total = 0
     for kind in cfg["mixers"]:
         if kind == "softmax":
             total += cfg["max_context"] * H * (K + V) * 4
         else:
-            total += H * K * V * 4 + (H * K * 4 if kind == "linear" else 0)
+            total += (H * K * V + (H * K if kind == "linear" else 0)) * e
     return total
+
+
+STATE_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
+
+
+def round_state(state, mixers, state_dtype):
+    """The engine's half-precision state (docs/MODEL.md "State dtype"): every recurrent layer's
+    state as fp32 rounded once to bfloat16 / float16, nearest even (torch's conversions), kept in
+    the state's own dtype; softmax layers' KV rows are left as they are (fp32 in the engine)."""
+    if state_dtype in (None, "f32"):
+        return state
+    half = STATE_DTYPES[state_dtype]
+
+    def rnd(x):
+        if isinstance(x, (tuple, list)):
+            return type(x)(rnd(y) for y in x)
+        return x.to(torch.float32).to(half).to(x.dtype)
+    return [s if kind == "softmax" else rnd(s) for s, kind in zip(state, mixers)]
+
+
+@torch.no_grad()
+def decode_rounded(model, tokens, state_dtype, state=None):
+    """Token by token (recurrent form), the state rounded after every token as recurd stores a
+    bf16 / f16 session state at decode: tokens [B,T] -> (logits [B,T,vocab], state)."""
+    form = model.form
+    model.set_form("recurrent")
+    out = []
+    try:
+        for t in range(tokens.shape[1]):
+            logits, state = model(tokens[:, t:t + 1], state=state, return_state=True)
+            state = round_state(state, model.config["mixers"], state_dtype)
+            out.append(logits)
+    finally:
+        model.form = form
+    return torch.cat(out, 1), state

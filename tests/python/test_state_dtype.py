@@ -276,3 +276,50 @@ def test_cli_state_dtype(tmp_path):
     assert out["bf16"][:8] == out["f32"][:8]
     p = subprocess.run([recur, "info", dflt, "--state-dtype", "f64"], capture_output=True, timeout=60)
     assert p.returncode == 2 and b"--state-dtype" in p.stderr
+
+
+# ---------------------------------------------------------------- the twin simulates the rounding
+
+TWIN_CFG = {"name": "sd-twin", "vocab_size": 61, "d_model": 48, "n_layers": 4, "n_heads": 3, "head_k": 16,
+            "head_v": 12, "d_ff": 72, "mixers": ["gated_deltanet", "linear", "softmax", "gla"],
+            "tied_embeddings": True, "max_context": 512, "norm_eps": 1e-5}
+TWIN_TOL = {"bf16": 2e-3, "f16": 3e-4}   # rel. RMS of logits, C decode vs the rounding twin (measured
+# 3.4e-4 and 5.2e-5; against the unrounded twin 4.6e-3 and 4.1e-4)
+
+
+@pytest.fixture(scope="module")
+def twin_dir(tmp_path_factory):
+    import export as tw_export
+    d = str(tmp_path_factory.mktemp("twin"))
+    with open(os.path.join(d, "arch.json"), "w") as f:
+        json.dump(TWIN_CFG, f)
+    tw_export.main(["--config", os.path.join(d, "arch.json"), "--seed", "2", "--out", d, "--std", "0.3"])
+    return d
+
+
+def rel_rms(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.sqrt(np.mean((a - b) ** 2) / np.mean(b ** 2)))
+
+
+@pytest.mark.parametrize("d", ["bf16", "f16"])
+def test_twin_simulates_the_rounding(twin_dir, d):
+    """C decode with a half state against tools/model.py's decode_rounded (float64 arithmetic, the
+    state rounded after each token): within TWIN_TOL, and much closer than to the unrounded twin"""
+    import torch
+    import export as tw_export
+    import model as tw
+    m = rm.Model.load(twin_dir, state_dtype=d)
+    assert m.info["state_bytes"] == tw.state_bytes(TWIN_CFG, d)
+    toks = np.random.RandomState(3).randint(0, 61, 48).astype(np.int32)
+    s = m.state()
+    got = np.stack([m.step(s, int(t)) for t in toks])
+    twin, _ = tw_export.load(twin_dir)
+    twin = twin.double().eval()
+    x = torch.tensor(toks[None], dtype=torch.long)
+    ref, _ = tw.decode_rounded(twin, x, d)
+    with torch.no_grad():
+        exact = twin.set_form("recurrent")(x)[0].numpy()
+    e_round, e_exact = rel_rms(got, ref[0].numpy()), rel_rms(got, exact)
+    assert e_round <= TWIN_TOL[d], (e_round, e_exact)
+    assert e_round * 4 < e_exact, (e_round, e_exact)
