@@ -25,7 +25,8 @@ static const fault_name FAULTS[] = {
      "tokens_seen beyond what a session of this model may have seen"},
     {RECUR_ENONFINITE, "snapshot_nonfinite", "nonfinite", "a state value or logit is NaN or infinite"},
     {RECUR_ERANGE, "snapshot_range", "range",
-     "a state value is outside +-2^40 (or a linear layer's normaliser is negative)"},
+     "a state value is outside +-2^40 (into an f16 state: beyond F16's +-65504), or a linear layer's "
+     "normaliser is negative"},
 };
 
 static void set_fault(proto_state_fault *f, int rc, const char *detail)
@@ -196,7 +197,17 @@ const char *proto_state_toolarge_reason(const recur_model *m, const uint8_t *hea
     return recur_snapshot_check(m, head, n) == RECUR_EMISMATCH ? "othermodel" : "toolarge";
 }
 
+/* A state of this model held as fp32, whatever its state dtype: a snapshot of any dtype is at
+ * most this (the softmax KV rows are fp32 in every dtype, the recurrent values 2 or 4 bytes). */
+static size_t state_bytes_f32(const recur_model_info *info)
+{
+    size_t kv = (size_t)info->softmax_layers * (size_t)info->max_context * (size_t)info->n_heads *
+                (size_t)(info->head_k + info->head_v) * 4;
+    size_t rec = info->state_bytes - kv;
+    return strcmp(info->state_dtype, "F32") && info->state_dtype[0] ? kv + 2 * rec : info->state_bytes;
+}
+
 size_t proto_state_max_body(const recur_model_info *info)
 {
-    return info->state_bytes + PROTO_STATE_BODY_SLACK + 8 * (size_t)info->vocab_size;
+    return state_bytes_f32(info) + PROTO_STATE_BODY_SLACK + 8 * (size_t)info->vocab_size;
 }

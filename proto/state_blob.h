@@ -68,7 +68,8 @@ const char *proto_state_toolarge_reason(const recur_model *m, const uint8_t *hea
 
 /* The largest PUT …/state body a model can need, which max_body must admit: its state, the core
  * snapshot's framing and the logits trailer (16 + 4V + 8 bytes), bounded generously as
- * state_bytes + PROTO_STATE_BODY_SLACK + 8 bytes per vocabulary entry. */
+ * state bytes + PROTO_STATE_BODY_SLACK + 8 bytes per vocabulary entry; the state bytes as fp32
+ * whatever the daemon's state dtype (a snapshot of another dtype loads too: docs/API.md). */
 #define PROTO_STATE_BODY_SLACK 4096
 size_t proto_state_max_body(const recur_model_info *info);
 

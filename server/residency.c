@@ -1131,8 +1131,7 @@ int srv_residency_start(srv_app *app)
         return 0;
     }
     r->max_resident = cfg->max_resident_sessions;
-    r->snap_max = app->info->state_bytes + 4096 +
-                  proto_state_trailer_size(app->info->vocab_size);
+    r->snap_max = proto_state_max_body(app->info); /* a file of any state dtype: its state and trailer */
     /* and its checkpoints (checkpoints.h): each a state blob and its 32 bytes of framing */
     r->snap_max += (size_t)cfg->max_checkpoints_per_session * (proto_state_max_body(app->info) + 32) + 24;
     r->n_buckets = 1024;

@@ -236,6 +236,34 @@ def test_recurd_state_dtype_snapshots_across_daemons(tmp_path):
         assert got[1] == "f16" and got[2].tobytes() == narrow(parse_tiny(blob)[2], "f16").tobytes()
 
 
+def test_recurd_f32_state_dir_resumed_as_bf16_and_f16_refusal(tmp_path):
+    """an f32 daemon's session files (and checkpoints) load into a bf16 daemon, rounded once; an f16
+    daemon refuses an upload holding a value F16 cannot hold (400 snapshot_range, session unchanged)"""
+    sd = tmp_path / "state"
+    sd.mkdir()
+    with Daemon("--state-dir", str(sd)) as d:
+        sid = requests.post(d.url("/v1/sessions"), json={"tokens": TOKS}, timeout=30).json()["id"]
+        ck = requests.post(d.url("/v1/sessions/%s/checkpoints" % sid), timeout=10).json()["checkpoint"]
+        blob32 = requests.get(d.url("/v1/sessions/%s/state" % sid), timeout=10).content
+        requests.post(d.url("/v1/sessions/%s/tokens" % sid), json={"tokens": [1, 2, 3]}, timeout=30)
+    with Daemon("--state-dtype", "bf16", "--state-dir", str(sd)) as d:
+        r = requests.post(d.url("/v1/sessions/%s/rollback" % sid), json={"checkpoint": ck}, timeout=10)
+        assert r.status_code == 200, r.text
+        assert r.json()["state_bytes"] == requests.get(d.url("/v1/model"), timeout=10).json()["state_bytes"]
+        got = parse_tiny(requests.get(d.url("/v1/sessions/%s/state" % sid), timeout=10).content)
+        assert got[1] == "bf16" and got[2].tobytes() == narrow(parse_tiny(blob32)[2], "bf16").tobytes()
+    bad = bytearray(blob32)
+    core = 40 + struct.unpack_from("<Q", bad, 32)[0] + 8
+    struct.pack_into("<f", bad, 44, -1.0e6)
+    struct.pack_into("<Q", bad, core - 8, fnv1a(bytes(bad[:core - 8])))
+    with Daemon("--state-dtype", "f16") as d:
+        sid = requests.post(d.url("/v1/sessions"), json={"tokens": TOKS[:4]}, timeout=30).json()["id"]
+        before = requests.get(d.url("/v1/sessions/%s/state" % sid), timeout=10).content
+        r = requests.put(d.url("/v1/sessions/%s/state" % sid), data=bytes(bad), timeout=10)
+        assert r.status_code == 400 and r.json()["error"]["code"] == "snapshot_range", r.text
+        assert requests.get(d.url("/v1/sessions/%s/state" % sid), timeout=10).content == before
+
+
 def parse_tiny(blob):
     """(version, dtype, recurrent values) of a snapshot of the tiny e2e model (two gated DeltaNet
     layers, heads 2 x 32 x 32); a logits trailer after the core is ignored"""
