@@ -93,7 +93,7 @@ def state_table(models, dtypes, toks):
                 if base is None:
                     base = (bpb, top)
                 agree = float(np.mean(top == base[1]))
-                print("| %s | %s | %s | %.4f | %+.4f | %.4f | %d |" % (
+                print("| %s | %s | %s | %.5f | %+.5f | %.4f | %d |" % (
                     name, fold, m.info["state_dtype"], bpb, bpb - base[0], agree, m.info["state_bytes"]))
                 sys.stdout.flush()
 

@@ -2,14 +2,17 @@
  * bench_model.c — the C model's decode and prefill rates and the sgemm bound of batched decode
  * (issue 3, "Benchmarks"), for tools/bench/section_model.py. Prints one JSON object per line.
  *
- *   bench_model (--model DIR [--fp32-weights] | --config FILE [--seed N]) [--weights-dtype D] [--batches 1,8,64]
+ *   bench_model (--model DIR [--fp32-weights] | --config FILE [--seed N]) [--weights-dtype D] [--state-dtype S]
+ *               [--batches 1,8,64]
  *               [--reps R] [--tokens-per-rep N] [--prefill N] [--prefill-reps R] [--sgemm-m M]
  *               [--prefill-sgemm-m M] [--gemm-shapes N:K,N:K,...]
  *
  * --model loads DIR as recurd does (an F16 / BF16 file keeps its matrices half in memory);
  * --weights-dtype q8_0|q4_0 then quantizes them (recur_model_quantize, as recurd --weights-dtype);
  * --fp32-weights widens them to fp32 at load instead (the same function, bit for bit: the
- * before/after of keeping half weights). The info line gives weight_bytes and weights_dtype.
+ * before/after of keeping half weights). --state-dtype f32|bf16|f16 stores the sessions' states so
+ * (recur_model_set_state_dtype, as recurd --state-dtype). The info line gives weight_bytes,
+ * weights_dtype, state_bytes and state_dtype.
  *
  * decode:  recur_model_step_batch over B distinct sessions (B = 1 also recur_model_step); a rep
  *          is max(4, N/B) steps after 4 warm-up steps; tokens/s = B * steps / seconds.
@@ -266,7 +269,7 @@ static void dec_run(decoder *D, const recur_model *m, long steps, int single)
 
 int main(int argc, char **argv)
 {
-    const char *config = NULL, *dir = NULL, *batches = "1,8,64", *wdtype = NULL;
+    const char *config = NULL, *dir = NULL, *batches = "1,8,64", *wdtype = NULL, *sdtype = NULL;
     uint64_t seed = 1;
     int reps = 5, prefill_reps = 3, sgemm_m = 0, prefill_m = 256, fp32_weights = 0;
     long tokens_per_rep = 512, prefill = 4096;
@@ -277,6 +280,7 @@ int main(int argc, char **argv)
         if (!strcmp(a, "--model")) dir = v;
         else if (!strcmp(a, "--config")) config = v;
         else if (!strcmp(a, "--weights-dtype")) wdtype = v;
+        else if (!strcmp(a, "--state-dtype")) sdtype = v;
         else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--batches")) batches = v;
         else if (!strcmp(a, "--reps")) reps = atoi(v);
@@ -314,13 +318,18 @@ int main(int argc, char **argv)
         recur_model_free(m);
         m = q;
     }
+    if (sdtype) {
+        recur_state_dtype st;
+        if (recur_state_dtype_parse(sdtype, &st)) goto usage;
+        recur_model_set_state_dtype(m, st);
+    }
     const recur_model_info *in = recur_model_get_info(m);
     printf("{\"kind\": \"info\", \"name\": \"%s\", \"params\": %lld, \"d_model\": %d, \"n_layers\": %d, "
            "\"n_heads\": %d, \"head_k\": %d, \"head_v\": %d, \"d_ff\": %d, \"vocab\": %d, "
-           "\"state_bytes\": %zu, \"source\": \"%s\", \"weight_bytes\": %zu, \"weights_dtype\": \"%s\"}\n",
+           "\"state_bytes\": %zu, \"source\": \"%s\", \"weight_bytes\": %zu, \"weights_dtype\": \"%s\", \"state_dtype\": \"%s\"}\n",
            in->name, (long long)in->n_params, in->d_model, in->n_layers, in->n_heads, in->head_k, in->head_v,
            in->d_ff, in->vocab_size, in->state_bytes, dir ? "weights" : "seeded", in->weight_bytes,
-           in->weights_dtype);
+           in->weights_dtype, in->state_dtype);
     fflush(stdout);
 
     int bs[32], nb = 0, maxb = 1;
@@ -488,7 +497,7 @@ int main(int argc, char **argv)
     recur_model_free(m);
     return 0;
 usage:
-    fprintf(stderr, "usage: bench_model (--model DIR [--fp32-weights] | --config FILE [--seed N]) [--weights-dtype q8_0|q4_0]\n"
+    fprintf(stderr, "usage: bench_model (--model DIR [--fp32-weights] | --config FILE [--seed N]) [--weights-dtype q8_0|q4_0] [--state-dtype f32|bf16|f16]\n"
                     "                   [--batches 1,8,64] [--reps R]\n"
                     "                   [--tokens-per-rep N] [--prefill N] [--prefill-reps R] [--sgemm-m M]\n"
                     "                   [--prefill-sgemm-m M] [--gemm-shapes N:K,N:K,...]\n");
