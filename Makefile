@@ -103,7 +103,7 @@ ifneq ($(LOAD_SRC),)
 endif
 
 .SECONDARY:
-.PHONY: all deps test test-isa isa-builds test-unit test-python test-js-deps test-js-jinja-deps test-js-openai-deps test-js-playground-deps bench bench-tools run clean fuzz fuzz-build fuzz-replay
+.PHONY: all deps test test-isa isa-builds bench-portable test-unit test-python test-js-deps test-js-jinja-deps test-js-openai-deps test-js-playground-deps bench bench-tools run clean fuzz fuzz-build fuzz-replay
 all: $(BINS) $(TEST_BIN)
 
 # ---------------------------------------------------------------- deps
@@ -135,7 +135,32 @@ $(PUBLIC_INC)/recur.h: core/recur.h
 
 $(BUILD)/obj/%.o: %.c Makefile | $(PUBLIC_INC)/recur.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(call inc_of,$<) -c $< -o $@
+	$(CC) $(CFLAGS) $(ISA_CFLAGS) $(call inc_of,$<) -c $< -o $@
+
+# Per-ISA objects (core/isa.h, docs/DESIGN.md §4.1): the hot loops outside the GEMM (forward pass,
+# mixers, chunkwise products, blocks). Each file of ISA_FILES is compiled with its global names
+# suffixed (core/isa_rename.h): _base with the build's flags, and, in a build without
+# -march=native (ISA_MULTI=1: the portable build, the Dockerfile's), again as _avx2 and _avx512
+# with those instruction sets enabled. core/isa.c jumps to the running path's objects. A native
+# build compiles each file once (_base, which then runs for every path).
+ISA_FILES   := model_forward gated_linear delta_rule generalized_delta softmax_attention chunk_decay \
+               chunk_mm gla retention linear_attention short_conv block_mamba2 block_rwkv7
+ISA_SRC     := $(patsubst %,core/%.c,$(ISA_FILES))
+ISA_MULTI   ?= $(if $(findstring -march=native,$(OPT)),0,1)
+ISA_RENAME  := -include core/isa_rename.h
+ISA_FLAGS_avx2   := -mavx2 -mfma -mf16c
+ISA_FLAGS_avx512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c
+$(call obj,$(ISA_SRC)): ISA_CFLAGS = $(ISA_RENAME) -DRECUR_ISA_SUFFIX=base
+$(BUILD)/obj/core/isa.o: ISA_CFLAGS = -DRECUR_ISA_MULTI=$(ISA_MULTI)
+ifeq ($(ISA_MULTI),1)
+  CORE_OBJ += $(foreach s,avx2 avx512,$(patsubst core/%.c,$(BUILD)/obj/core/%.$(s).o,$(ISA_SRC)))
+endif
+$(BUILD)/obj/core/%.avx2.o: core/%.c Makefile | $(PUBLIC_INC)/recur.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(ISA_FLAGS_avx2) $(ISA_RENAME) -DRECUR_ISA_SUFFIX=avx2 $(INC_core) -c $< -o $@
+$(BUILD)/obj/core/%.avx512.o: core/%.c Makefile | $(PUBLIC_INC)/recur.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(ISA_FLAGS_avx512) $(ISA_RENAME) -DRECUR_ISA_SUFFIX=avx512 $(INC_core) -c $< -o $@
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
@@ -244,6 +269,9 @@ $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB_OBJ)
 # clang 14 takes over 9 minutes on packed_gemm.c's always-inline AVX-512/AVX2 tiles under the
 # sanitizers: the fuzz build leaves them out (RECUR_GEMM_PORTABLE_ONLY, the portable path only).
 $(FUZZ_BUILD)/obj/core/packed_gemm.o $(FUZZ_BUILD)/obj/core/quant_gemm.o: FUZZ_CFLAGS += -DRECUR_GEMM_PORTABLE_ONLY
+# ISA_FILES once, as _base (no per-ISA copies under the sanitizers either).
+$(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(ISA_SRC)): FUZZ_CFLAGS += $(ISA_RENAME) -DRECUR_ISA_SUFFIX=base
+$(FUZZ_BUILD)/obj/core/isa.o: FUZZ_CFLAGS += -DRECUR_ISA_MULTI=0
 
 fuzz-build: $(FUZZ_BIN)
 
@@ -267,7 +295,8 @@ fuzz: $(FUZZ_BIN)
 BENCH_DIR   := $(BUILD)/bench
 BENCH_TOOLS := $(BENCH_DIR)/bench_kernels $(BENCH_DIR)/bench_model $(BENCH_DIR)/load/bench_batch \
                $(BENCH_DIR)/load/hello_server $(BENCH_DIR)/tokenizer/bench_tokenizer
-BENCH_CORE_FLAGS := -std=c11 -O2 -march=native -Wall -Icore $(BLAS_CFLAGS)
+BENCH_MARCH ?= -march=native
+BENCH_CORE_FLAGS := -std=c11 -O2 $(BENCH_MARCH) -Wall -Icore $(BLAS_CFLAGS)
 BENCH_LOAD_FLAGS := -std=c11 -D_GNU_SOURCE -O3 -march=native -Wall -Wextra -Wstrict-prototypes \
                     -Werror -Icore -isystem $(LLHTTP_INC) $(BLAS_CFLAGS)
 
@@ -300,6 +329,10 @@ isa-builds:
 	@$(MAKE) --no-print-directory BUILD=build-portable OPT="$(PORTABLE_OPT)" build-portable/librecur.so \
 	  $(addprefix build-portable/tests-core/,$(ISA_UNIT))
 	@$(MAKE) --no-print-directory $(LIBRECUR_SO) $(addprefix $(BUILD)/tests-core/,$(ISA_UNIT))
+# The portable build's bench_model (tools/bench/section_portable.py): bench code also for x86-64.
+bench-portable:
+	@$(MAKE) --no-print-directory BUILD=build-portable OPT="$(PORTABLE_OPT)" BENCH_MARCH=-march=x86-64 \
+	  build-portable/bench/bench_model
 test-isa: isa-builds
 	PY=$(PY) tests/test_isa.sh build-portable $(BUILD)
 

@@ -83,11 +83,12 @@ static int dr_check(const recur_dims *d, const float *q, const float *k, const f
 /* One token of one head:
  *   S' = eg S ;  u = b (v - S'^T k) ;  S = S' + k u^T ;  o = scale S^T q
  * in two passes over S (the first only reads it: u = b (v - eg (S^T k))). Columns go in blocks of
- * NZ <= DR_ZB vectors of 16 (GCC/clang vector extensions: one zmm each with AVX-512), the block's
+ * NZ <= DR_ZB groups of 16 (GCC/clang vector extensions on the native width, mixer.h: 4 zmm, ymm
+ * or xmm per accumulator), the block's
  * u and o held in registers across all K rows (a V-long accumulator in memory made every row
  * wait on the previous row's store: 2-3x slower); the V % 16 last columns in plain loops.
  * Columns are independent, so the blocking changes nothing but speed. */
-#define DR_ZB 4
+#define DR_ZB (RECUR__VN / 4) /* groups of 16 columns per block: 4 native vectors (mixer.h) */
 static inline __attribute__((always_inline)) void dr_step_block(const int NZ, float *restrict S, int K,
                                                                int V, float eg, float b,
                                                                const float *restrict k,
@@ -95,35 +96,36 @@ static inline __attribute__((always_inline)) void dr_step_block(const int NZ, fl
                                                                const float *restrict v,
                                                                float *restrict o)
 {
-    recur__v16 u[DR_ZB], acc[DR_ZB];
+    enum { P = 16 / RECUR__VN, W = RECUR__VN }; /* P vectors of W floats per 16 columns */
+    recur__vn u[4 * P], acc[4 * P]; /* NZ <= DR_ZB <= 4 */
 #pragma GCC unroll 4
-    for (int z = 0; z < NZ; z++) {
-        u[z] = (recur__v16){0};
-        acc[z] = (recur__v16){0};
+    for (int z = 0; z < NZ * P; z++) {
+        u[z] = (recur__vn){0};
+        acc[z] = (recur__vn){0};
     }
     for (int i = 0; i < K; i++) {
         const float *row = S + (size_t)i * V;
         const float ki = k[i];
 #pragma GCC unroll 4
-        for (int z = 0; z < NZ; z++)
-            u[z] += ki * recur__v16_load(row + 16 * z);
+        for (int z = 0; z < NZ * P; z++)
+            u[z] += ki * recur__vn_load(row + W * z);
     }
 #pragma GCC unroll 4
-    for (int z = 0; z < NZ; z++)
-        u[z] = b * (recur__v16_load(v + 16 * z) - eg * u[z]);
+    for (int z = 0; z < NZ * P; z++)
+        u[z] = b * (recur__vn_load(v + W * z) - eg * u[z]);
     for (int i = 0; i < K; i++) {
         float *row = S + (size_t)i * V;
         const float ki = k[i], qi = scale * q[i];
 #pragma GCC unroll 4
-        for (int z = 0; z < NZ; z++) {
-            const recur__v16 r = ki * u[z] + eg * recur__v16_load(row + 16 * z);
-            recur__v16_store(row + 16 * z, r);
+        for (int z = 0; z < NZ * P; z++) {
+            const recur__vn r = ki * u[z] + eg * recur__vn_load(row + W * z);
+            recur__vn_store(row + W * z, r);
             acc[z] += qi * r;
         }
     }
 #pragma GCC unroll 4
-    for (int z = 0; z < NZ; z++)
-        recur__v16_store(o + 16 * z, acc[z]);
+    for (int z = 0; z < NZ * P; z++)
+        recur__vn_store(o + W * z, acc[z]);
 }
 
 static void dr_step(float *restrict S, const float *restrict q, const float *restrict k,

@@ -155,11 +155,12 @@ static void load_row(float *restrict dst, const float *restrict src, int n, recu
 /* One token of one head, decay a[i] = exp(g_t[i]) of key row i:
  *   S[i,:] = a_i S[i,:] + k_i v^T ;  o = sum_i q_i S[i,:]     (q already carries scale and phi)
  *   z[i]   = a_i z[i] + k_i       ;  den = sum_i q_i z[i]
- * Columns go in blocks of NZ <= 4 vectors of 16 (GL_ZB: 64 columns), the block's v and o held in
+ * Columns go in blocks of NZ <= GL_ZB groups of 16 (4 native vectors per accumulator, mixer.h:
+ * 64 columns with AVX-512, 32 with AVX2, 16 with SSE2), the block's v and o held in
  * registers across all K rows of S (a V-long o in memory made every row wait on the previous
  * row's store: ~2x slower); the V % 16 last columns row by row. Columns are independent, so the
  * blocking changes nothing but speed. */
-#define GL_ZB 4
+#define GL_ZB (RECUR__VN / 4) /* groups of 16 columns per block: 4 native vectors (mixer.h) */
 static inline __attribute__((always_inline)) void gl_step_block(const int NZ, float *restrict S, int K,
                                                                int V, const float *restrict a,
                                                                const float *restrict k,
@@ -167,25 +168,26 @@ static inline __attribute__((always_inline)) void gl_step_block(const int NZ, fl
                                                                const float *restrict v,
                                                                float *restrict o)
 {
-    recur__v16 vv[GL_ZB], acc[GL_ZB];
+    enum { P = 16 / RECUR__VN, W = RECUR__VN }; /* P vectors of W floats per 16 columns */
+    recur__vn vv[4 * P], acc[4 * P]; /* NZ <= GL_ZB <= 4 */
 #pragma GCC unroll 4
-    for (int z = 0; z < NZ; z++) {
-        vv[z] = recur__v16_load(v + 16 * z);
-        acc[z] = (recur__v16){0};
+    for (int z = 0; z < NZ * P; z++) {
+        vv[z] = recur__vn_load(v + W * z);
+        acc[z] = (recur__vn){0};
     }
     for (int i = 0; i < K; i++) {
         float *row = S + (size_t)i * V;
         const float ai = a[i], ki = k[i], qi = q[i];
 #pragma GCC unroll 4
-        for (int z = 0; z < NZ; z++) {
-            const recur__v16 r = ai * recur__v16_load(row + 16 * z) + ki * vv[z];
-            recur__v16_store(row + 16 * z, r);
+        for (int z = 0; z < NZ * P; z++) {
+            const recur__vn r = ai * recur__vn_load(row + W * z) + ki * vv[z];
+            recur__vn_store(row + W * z, r);
             acc[z] += qi * r;
         }
     }
 #pragma GCC unroll 4
-    for (int z = 0; z < NZ; z++)
-        recur__v16_store(o + 16 * z, acc[z]);
+    for (int z = 0; z < NZ * P; z++)
+        recur__vn_store(o + W * z, acc[z]);
 }
 
 static void gl_step(float *restrict S, float *restrict z, float *restrict o, float *den,

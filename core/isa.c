@@ -95,3 +95,86 @@ const char *recur_isa_name(void)
 {
     return recur__isa_str(recur__isa());
 }
+
+/* ---------------------------------------------------------------- per-ISA objects (isa.h) */
+
+#include "block_rwkv7.h"
+#include "chunk_decay.h"
+#include "chunk_mm.h"
+#include "generalized_delta.h"
+#include "mixer.h"
+#include "short_conv.h"
+
+#define RECUR_ISA_VOID(name, params, args) RECUR_ISA_ENTRY(void, name, params, args)
+
+/* the suffixed definitions of each compiled path */
+#define RECUR_ISA_ENTRY(ret, name, params, args) ret name##_base params;
+#include "isa_entry.def"
+#undef RECUR_ISA_ENTRY
+#if RECUR_ISA_MULTI
+#define RECUR_ISA_ENTRY(ret, name, params, args) ret name##_avx2 params; ret name##_avx512 params;
+#include "isa_entry.def"
+#undef RECUR_ISA_ENTRY
+#endif
+
+struct isa_entries {
+#define RECUR_ISA_ENTRY(ret, name, params, args) ret(*name) params;
+#include "isa_entry.def"
+#undef RECUR_ISA_ENTRY
+};
+
+#define RECUR_ISA_ENTRY(ret, name, params, args) .name = name##_base,
+static const struct isa_entries entries_base = {
+#include "isa_entry.def"
+};
+#undef RECUR_ISA_ENTRY
+#if RECUR_ISA_MULTI
+#define RECUR_ISA_ENTRY(ret, name, params, args) .name = name##_avx2,
+static const struct isa_entries entries_avx2 = {
+#include "isa_entry.def"
+};
+#undef RECUR_ISA_ENTRY
+#define RECUR_ISA_ENTRY(ret, name, params, args) .name = name##_avx512,
+static const struct isa_entries entries_avx512 = {
+#include "isa_entry.def"
+};
+#undef RECUR_ISA_ENTRY
+#endif
+
+/* The one dispatch point: the table of the path recur__isa() chose (the base objects when the
+ * build compiled ISA_FILES once, RECUR_ISA_MULTI=0: they then run for every path). */
+static const struct isa_entries *entries(void)
+{
+    static const struct isa_entries *cached;
+    const struct isa_entries *e = __atomic_load_n(&cached, __ATOMIC_ACQUIRE);
+    if (!e) {
+        e = &entries_base;
+#if RECUR_ISA_MULTI
+        switch (recur__isa()) {
+        case RECUR_ISA_AVX512: e = &entries_avx512; break;
+        case RECUR_ISA_AVX2: e = &entries_avx2; break;
+        case RECUR_ISA_PORTABLE: break;
+        }
+#endif
+        __atomic_store_n(&cached, e, __ATOMIC_RELEASE);
+    }
+    return e;
+}
+
+const char *recur__isa_objects(void)
+{
+    const struct isa_entries *e = entries();
+#if RECUR_ISA_MULTI
+    if (e == &entries_avx512) return "avx512";
+    if (e == &entries_avx2) return "avx2";
+#endif
+    return e == &entries_base ? "base" : "?";
+}
+
+/* the unsuffixed entry points: one jump through the table */
+#define RECUR_ISA_ENTRY(ret, name, params, args) ret name params { return entries()->name args; }
+#undef RECUR_ISA_VOID
+#define RECUR_ISA_VOID(name, params, args) void name params { entries()->name args; }
+#include "isa_entry.def"
+#undef RECUR_ISA_ENTRY
+#undef RECUR_ISA_VOID

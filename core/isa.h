@@ -34,6 +34,19 @@ int recur__isa_vnni(void);
 /* 0, or RECUR_EISA with err (may be NULL) naming RECUR_ISA's value and what the CPU lacks. */
 int recur__isa_check(char *err, size_t errlen);
 
+/* Per-ISA objects. The GEMMs above carry their vector kernels as target functions; the rest of
+ * the hot path (Makefile ISA_FILES: forward pass, mixers, chunkwise products, blocks) is plain C
+ * the compiler vectorises, so a -march=x86-64 build would run it as SSE2 on every path. The
+ * Makefile compiles each of those files once per path instead — the same source, its global
+ * names suffixed by isa_rename.h: _base with the build's flags, _avx2 with -mavx2 -mfma -mf16c,
+ * _avx512 with -mavx512f/bw/vl/dq too — and isa.c defines the unsuffixed entry points
+ * (isa_entry.def) as one jump through the table of the path recur__isa() chose (portable runs
+ * _base). A path's objects call only each other, so each path is deterministic and bit-identical
+ * across batch sizes. A -march=native build compiles them once (RECUR_ISA_MULTI=0: _base runs on
+ * every path, only the GEMMs follow RECUR_ISA there).
+ * "avx512", "avx2" or "base": whose objects the entry points run. */
+const char *recur__isa_objects(void);
+
 /* "avx512", "avx2" or "portable". */
 const char *recur__isa_str(recur_isa isa);
 

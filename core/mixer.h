@@ -53,6 +53,33 @@ static inline void recur__v16_store(float *p, recur__v16 x)
     memcpy(p, &x, sizeof x);
 }
 
+/* The widest vector of the instruction set this object is compiled for (per-ISA objects, isa.h):
+ * RECUR__VN floats, 16 with AVX-512, 8 with AVX2, 4 with SSE2. A recur__v16 loop compiled
+ * without AVX-512 is split by the compiler into pieces that go through the stack (the decode
+ * steps ran 10x slower as AVX2 code); the decode steps' column blocks are written on this type
+ * instead, RECUR__VN / 4 groups of 16 columns per block (four registers of each accumulator).
+ * Columns are independent, so the width changes nothing but speed. */
+#if defined(__AVX512F__)
+#define RECUR__VN 16
+#elif defined(__AVX__)
+#define RECUR__VN 8
+#else
+#define RECUR__VN 4
+#endif
+typedef float recur__vn __attribute__((vector_size(4 * RECUR__VN)));
+
+static inline recur__vn recur__vn_load(const float *p)
+{
+    recur__vn x;
+    memcpy(&x, p, sizeof x);
+    return x;
+}
+
+static inline void recur__vn_store(float *p, recur__vn x)
+{
+    memcpy(p, &x, sizeof x);
+}
+
 /* recur__lane16[l]: 1 in lane l, 0 in the others (mixer_check.c) */
 extern const recur__v16 recur__lane16[16];
 
