@@ -18,6 +18,10 @@
 #include <string.h>
 
 #ifdef CHUNK_MM_PORTABLE_TEST
+/* this copy's names get a suffix of their own (core/isa_rename.h), as each per-ISA object's do:
+ * librecur's unsuffixed recur__mm is core/isa.c's jump to the running path */
+#define RECUR_ISA_SUFFIX test
+#include "isa_rename.h"
 #include "chunk_mm.c"
 #else
 #include "chunk_mm.h"

@@ -73,8 +73,8 @@ def run(ctx):
     if not os.path.exists(os.path.join(ctx.root, d512, "model.safetensors")):
         ctx.run([ctx.python, "tools/export.py", "--config", D512_CONFIG, "--seed", "1", "--out", d512,
                  "--dtype", "F16"], timeout=600)
-    rounds = 1 if ctx.quick else 3
-    models = [("default", "models/default", 256, 3), ("d512", d512, 128, 3)]
+    rounds = 1 if ctx.quick else 2
+    models = [("default", "models/default", 256, 3), ("d512", d512, 64, 3)]
     paths = _paths()
     builds = {"native": os.path.relpath(native, ctx.root), "portable": os.path.relpath(portable, ctx.root)}
     outs = {}  # (model, path, build) -> [run outputs]
@@ -120,6 +120,7 @@ def run(ctx):
             "under RECUR_ISA=avx2 or portable the native build still runs its -march=native code outside the GEMMs "
             "(compiled once there), so for those rows native is the upper bound and a ratio below 1 is the price of "
             "the narrower instruction set, not of dispatch. "
-            f"{rounds} rounds, builds alternated; {reps} reps of decode ({tokens} tokens per rep at B = 1) and of "
-            f"prefill per run, medians over all reps; raw: `{os.path.relpath(raw, ctx.root)}`. "
+            f"{rounds} rounds, builds alternated; per run 3 reps of decode (tokens per rep at B = 1: "
+            + ", ".join(f"{m[0]} {m[2]}" for m in models) + ") and of prefill, medians over all reps; "
+            f"raw: `{os.path.relpath(raw, ctx.root)}`. "
             f"Load average before / after each round: {', '.join('/'.join(x) for x in load)}.\n")
