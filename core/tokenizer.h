@@ -26,7 +26,17 @@
 
 /* ---------------------------------------------------------------- util */
 
-typedef struct { char *p; size_t n, cap; } tk_buf;
+/* Large tables built at load (the vocabulary, the merges, the scan of tokenizer.json): zeroed;
+ * from 1 MB on, mappings advised for 2 MB transparent huge pages. tk_big_resize keeps the contents
+ * (the new bytes are zero); NULL when out of memory. Free only with tk_big_free. */
+void *tk_big_alloc(size_t n);
+void *tk_big_resize(void *p, size_t n);
+void tk_big_free(void *p);
+
+typedef struct {
+    char *p; size_t n, cap;
+    int big; /* p is a large table (tk_big_alloc), set before the first byte goes in */
+} tk_buf;
 int tk_buf_put(tk_buf *b, const void *s, size_t n);
 int tk_buf_reserve(tk_buf *b, size_t n); /* room for n more bytes */
 int tk_buf_putc(tk_buf *b, int c);
@@ -49,11 +59,11 @@ uint64_t tk_hash(const void *s, size_t n);
 /* Interning string map: each distinct key gets index 0, 1, 2, ... in insertion order. */
 typedef struct { uint32_t off, len; uint32_t hash; } tk_key;
 typedef struct {
-    uint32_t *slot; /* entry index + 1; 0 = empty */
+    uint64_t *slot; /* hash << 32 | entry index + 1; 0 = empty; [cap], a large table */
     size_t cap;     /* power of two */
-    tk_key *ent;
+    tk_key *ent;    /* [ent_cap], a large table */
     size_t n, ent_cap;
-    tk_buf keys;
+    tk_buf keys;    /* big */
 } tk_strmap;
 /* index of key, or -1 */
 int32_t tk_strmap_find(const tk_strmap *m, const char *s, size_t n);
@@ -74,8 +84,9 @@ int32_t tk_strmap_intern_hashed(tk_strmap *m, const char *s, size_t n, uint32_t 
 void tk_strmap_prefetch(const tk_strmap *m, uint32_t h, int stage);
 void tk_strmap_free(tk_strmap *m);
 
-/* uint64 -> int64 map (open addressing; key UINT64_MAX is reserved). */
-typedef struct { uint64_t *key; int64_t *val; size_t cap, n; } tk_u64map;
+/* uint64 -> int64 map (open addressing; key UINT64_MAX is reserved; slots are a large table). */
+typedef struct tk_u64slot tk_u64slot;
+typedef struct { tk_u64slot *slot; size_t cap, n; } tk_u64map;
 int tk_u64map_put(tk_u64map *m, uint64_t k, int64_t v); /* overwrites */
 int tk_u64map_get(const tk_u64map *m, uint64_t k, int64_t *v); /* 1 found, 0 not */
 int tk_u64map_reserve(tk_u64map *m, size_t n);

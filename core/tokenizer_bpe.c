@@ -37,7 +37,7 @@ int tk_bpe_init(tk_bpe *b)
 void tk_bpe_free(tk_bpe *b)
 {
     tk_strmap_free(&b->syms);
-    free(b->sym_id);
+    tk_big_free(b->sym_id);
     tk_u64map_free(&b->merges);
     free(b->prefix);
     free(b->suffix);
@@ -55,7 +55,7 @@ void tk_bpe_free(tk_bpe *b)
 int tk_bpe_reserve(tk_bpe *b, size_t n_syms, size_t key_bytes)
 {
     if (n_syms > b->sym_cap) {
-        int32_t *p = realloc(b->sym_id, n_syms * sizeof *p);
+        int32_t *p = tk_big_resize(b->sym_id, n_syms * sizeof *p);
         if (!p) return RECUR_ENOMEM;
         b->sym_id = p;
         b->sym_cap = n_syms;
@@ -77,7 +77,7 @@ int32_t tk_bpe_symbol_hashed(tk_bpe *b, const char *s, size_t n, uint32_t h)
     if (added) {
         if ((size_t)i >= b->sym_cap) {
             size_t c = b->sym_cap ? b->sym_cap * 2 : 1024;
-            int32_t *p = realloc(b->sym_id, c * sizeof *p);
+            int32_t *p = tk_big_resize(b->sym_id, c * sizeof *p);
             if (!p) return RECUR_ENOMEM;
             b->sym_id = p;
             b->sym_cap = c;

@@ -222,7 +222,7 @@ static int grow(void **p, size_t *cap, size_t n, size_t elem)
 {
     if (n < *cap) return 0;
     size_t c = *cap ? *cap * 2 : 1024;
-    void *q = realloc(*p, c * elem);
+    void *q = tk_big_resize(*p, c * elem);
     if (!q) return RECUR_ENOMEM;
     *p = q;
     *cap = c;
@@ -383,14 +383,15 @@ void tk_js_model_free(tk_js_model *m)
 {
     free(m->rest);
     tk_buf_free(&m->text);
-    free(m->vocab);
-    free(m->merges);
+    tk_big_free(m->vocab);
+    tk_big_free(m->merges);
     memset(m, 0, sizeof *m);
 }
 
 int tk_js_split(const char *json, size_t len, tk_js_model *m, char *err, size_t errlen)
 {
     memset(m, 0, sizeof *m);
+    m->text.big = 1;
     if (len > UINT32_MAX) { tk_err(err, errlen, "tokenizer.json: larger than 4 GB"); return RECUR_EFORMAT; }
     scan s = {(const unsigned char *)json, len, 0, NULL, "", 0};
     int rc = document(&s, m);

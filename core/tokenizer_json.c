@@ -551,8 +551,8 @@ static int model(tk_hf *h, const cJSON *root, const cJSON *m, const tk_js_model 
         if ((int32_t)id->valuedouble > max_id) max_id = (int32_t)id->valuedouble;
     }
     h->n_vocab = (size_t)(max_id + 1);
-    h->vocab = calloc(h->n_vocab ? h->n_vocab : 1, sizeof *h->vocab);
-    h->added_of_id = malloc((h->n_vocab ? h->n_vocab : 1) * sizeof *h->added_of_id);
+    h->vocab = tk_big_alloc((h->n_vocab ? h->n_vocab : 1) * sizeof *h->vocab);
+    h->added_of_id = tk_big_alloc((h->n_vocab ? h->n_vocab : 1) * sizeof *h->added_of_id);
     if (!h->vocab || !h->added_of_id) return RECUR_ENOMEM;
     for (size_t i = 0; i < h->n_vocab; i++) h->added_of_id[i] = -1;
 
@@ -560,6 +560,7 @@ static int model(tk_hf *h, const cJSON *root, const cJSON *m, const tk_js_model 
      * id -> token text */
     int rc = tk_bpe_reserve(b, jm->n_vocab + jm->n_merges / 4 + 256, key_bytes + 4096);
     if (!rc) rc = tk_u64map_reserve(&b->merges, jm->n_merges);
+    h->vocab_text.big = 1;
     if (!rc) rc = tk_buf_reserve(&h->vocab_text, key_bytes + 1);
     if (!rc) rc = load_vocab(h, jm, byte_level);
     if (!rc) rc = load_merges(h, jm, byte_level, e);
@@ -667,9 +668,9 @@ void tk_hf_free(tk_hf *h)
     for (size_t i = 0; i < h->n_dc; i++) { free(h->dc[i].a); free(h->dc[i].b); tk_regex_free(&h->dc[i].re); }
     free(h->dc);
     free(h->tmpl);
-    free(h->vocab);
+    tk_big_free(h->vocab);
     tk_buf_free(&h->vocab_text);
-    free(h->added_of_id);
+    tk_big_free(h->added_of_id);
     free(h);
 }
 

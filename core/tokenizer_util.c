@@ -1,8 +1,10 @@
 /* tokenizer_util.c — vectors, hash maps, byte tries and UTF-8 helpers of the tokenizer. */
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "tokenizer.h"
 
@@ -13,6 +15,76 @@ void tk_err(char *err, size_t errlen, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
+}
+
+/* ---------------------------------------------------------------- large tables */
+
+/* A table of at least BIG_MIN bytes is an anonymous mapping aligned to and advised for 2 MB
+ * transparent huge pages; a smaller one is calloc'd. Either way BIG_HDR bytes in front of it
+ * record how it was made. Why: loading a 128k vocabulary writes ~35 MB of fresh tables, and on
+ * the VMs we run on the first touch of a 4 KB page costs ~12 us (../shared/CONVENTIONS.md): one
+ * fault per page was over half of a llama3 load; a 2 MB page costs about as much as one 4 KB
+ * fault. Under AddressSanitizer every table is calloc'd so that its bounds stay checked. */
+#define BIG_HDR 64
+#define BIG_MIN ((size_t)1 << 20)
+#define HUGE_PAGE ((size_t)2 << 20)
+#if defined(__SANITIZE_ADDRESS__)
+#define BIG_MAP 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define BIG_MAP 0
+#endif
+#endif
+#ifndef BIG_MAP
+#define BIG_MAP 1
+#endif
+
+typedef struct { size_t map_len; size_t size; } big_hdr; /* map_len 0: calloc'd */
+
+void *tk_big_alloc(size_t n)
+{
+    if (n > SIZE_MAX / 2) return NULL;
+    size_t need = n + BIG_HDR, map_len = 0;
+    char *base;
+    if (!BIG_MAP || need < BIG_MIN) {
+        if (!(base = calloc(1, need))) return NULL;
+    } else {
+        map_len = (need + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+        size_t span = map_len + HUGE_PAGE;
+        char *m = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) return NULL;
+        base = (char *)(((uintptr_t)m + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+        if (base > m) munmap(m, (size_t)(base - m));
+        if (m + span > base + map_len) munmap(base + map_len, (size_t)(m + span - (base + map_len)));
+#ifdef MADV_HUGEPAGE
+        madvise(base, map_len, MADV_HUGEPAGE); /* advisory: without it the table works as well */
+#endif
+    }
+    big_hdr *hd = (big_hdr *)base;
+    hd->map_len = map_len;
+    hd->size = n;
+    return base + BIG_HDR;
+}
+
+void *tk_big_resize(void *p, size_t n)
+{
+    if (!p) return tk_big_alloc(n);
+    big_hdr *hd = (big_hdr *)((char *)p - BIG_HDR);
+    if (n <= hd->size) return p;
+    if (hd->map_len && n + BIG_HDR <= hd->map_len) { hd->size = n; return p; } /* the mapping has room: zero already */
+    void *q = tk_big_alloc(n);
+    if (!q) return NULL;
+    memcpy(q, p, hd->size);
+    tk_big_free(p);
+    return q;
+}
+
+void tk_big_free(void *p)
+{
+    if (!p) return;
+    big_hdr *hd = (big_hdr *)((char *)p - BIG_HDR);
+    if (hd->map_len) munmap(hd, hd->map_len);
+    else free(hd);
 }
 
 /* ---------------------------------------------------------------- vectors */
@@ -32,10 +104,27 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
     return 0;
 }
 
+/* grow() for a tk_buf: its bytes are a large table when b->big */
+static int buf_grow(tk_buf *b, size_t need)
+{
+    if (need <= b->cap) return 0;
+    if (!b->big) return grow((void **)&b->p, &b->cap, need, 1);
+    size_t c = b->cap ? b->cap : 4096;
+    while (c < need) {
+        if (c > SIZE_MAX / 4) return RECUR_ENOMEM;
+        c *= 2;
+    }
+    char *q = tk_big_resize(b->p, c);
+    if (!q) return RECUR_ENOMEM;
+    b->p = q;
+    b->cap = c;
+    return 0;
+}
+
 int tk_buf_put(tk_buf *b, const void *s, size_t n)
 {
     if (n > SIZE_MAX - b->n - 1) return RECUR_ENOMEM;
-    if (grow((void **)&b->p, &b->cap, b->n + n + 1, 1)) return RECUR_ENOMEM;
+    if (buf_grow(b, b->n + n + 1)) return RECUR_ENOMEM;
     if (n) memcpy(b->p + b->n, s, n);
     b->n += n;
     b->p[b->n] = 0;
@@ -44,7 +133,7 @@ int tk_buf_put(tk_buf *b, const void *s, size_t n)
 
 int tk_buf_reserve(tk_buf *b, size_t n)
 {
-    return n > SIZE_MAX - b->n - 1 || grow((void **)&b->p, &b->cap, b->n + n + 1, 1) ? RECUR_ENOMEM : 0;
+    return n > SIZE_MAX - b->n - 1 || buf_grow(b, b->n + n + 1) ? RECUR_ENOMEM : 0;
 }
 
 int tk_buf_putc(tk_buf *b, int c)
@@ -70,8 +159,11 @@ int tk_buf_put_cp(tk_buf *b, uint32_t cp)
 
 void tk_buf_free(tk_buf *b)
 {
-    free(b->p);
+    int big = b->big;
+    if (big) tk_big_free(b->p);
+    else free(b->p);
     memset(b, 0, sizeof *b);
+    b->big = big;
 }
 
 int tk_ids_push(tk_ids *v, int32_t id)
@@ -149,15 +241,21 @@ static inline uint64_t mix64(uint64_t k)
 
 /* ---------------------------------------------------------------- string map */
 
+/* A slot is (hash << 32 | entry index + 1), 0 when empty: a probe compares hashes without reading
+ * the entry, so a lookup touches the entry and the key bytes only for the (almost always one)
+ * slot whose hash is equal. */
+static inline uint64_t slot_of(uint32_t h, size_t e) { return (uint64_t)h << 32 | (uint32_t)(e + 1); }
+
 static int32_t find_hashed(const tk_strmap *m, const char *s, size_t n, uint32_t h)
 {
     if (!m->cap) return -1;
     size_t mask = m->cap - 1;
     for (size_t i = h & mask;; i = (i + 1) & mask) {
-        uint32_t e = m->slot[i];
-        if (!e) return -1;
-        const tk_key *k = &m->ent[e - 1];
-        if (k->hash == h && k->len == n && !memcmp(m->keys.p + k->off, s, n)) return (int32_t)(e - 1);
+        uint64_t v = m->slot[i];
+        if (!v) return -1;
+        if ((uint32_t)(v >> 32) != h) continue;
+        const tk_key *k = &m->ent[(uint32_t)v - 1];
+        if (k->len == n && !memcmp(m->keys.p + k->off, s, n)) return (int32_t)((uint32_t)v - 1);
     }
 }
 
@@ -174,30 +272,46 @@ static size_t table_cap(size_t n)
     return cap;
 }
 
-static inline void slot_put(uint32_t *slot, size_t mask, uint32_t hash, uint32_t e)
+static inline void slot_put(uint64_t *slot, size_t mask, uint32_t hash, size_t e)
 {
     size_t i = hash & mask;
     while (slot[i]) i = (i + 1) & mask;
-    slot[i] = e;
+    slot[i] = slot_of(hash, e);
 }
 
 static int strmap_rehash(tk_strmap *m, size_t cap)
 {
-    uint32_t *slot = calloc(cap, sizeof *slot);
+    uint64_t *slot = tk_big_alloc(cap * sizeof *slot);
     if (!slot) return RECUR_ENOMEM;
-    for (size_t e = 0; e < m->n; e++) slot_put(slot, cap - 1, m->ent[e].hash, (uint32_t)(e + 1));
-    free(m->slot);
+    for (size_t e = 0; e < m->n; e++) slot_put(slot, cap - 1, m->ent[e].hash, e);
+    tk_big_free(m->slot);
     m->slot = slot;
     m->cap = cap;
+    return 0;
+}
+
+/* the entries and the key bytes are large tables too (m->keys.big) */
+static int strmap_grow_ent(tk_strmap *m, size_t need)
+{
+    m->keys.big = 1;
+    if (need <= m->ent_cap) return 0;
+    size_t c = m->ent_cap ? m->ent_cap : 16;
+    while (c < need) {
+        if (c > SIZE_MAX / 4 / sizeof *m->ent) return RECUR_ENOMEM;
+        c *= 2;
+    }
+    tk_key *e = tk_big_resize(m->ent, c * sizeof *e);
+    if (!e) return RECUR_ENOMEM;
+    m->ent = e;
+    m->ent_cap = c;
     return 0;
 }
 
 int tk_strmap_reserve(tk_strmap *m, size_t n)
 {
     size_t cap = table_cap(n);
-    if (cap <= m->cap) return 0;
-    if (grow((void **)&m->ent, &m->ent_cap, n, sizeof *m->ent)) return RECUR_ENOMEM;
-    return strmap_rehash(m, cap);
+    if (strmap_grow_ent(m, n)) return RECUR_ENOMEM;
+    return cap <= m->cap ? 0 : strmap_rehash(m, cap);
 }
 
 int32_t tk_strmap_intern(tk_strmap *m, const char *s, size_t n, int *added)
@@ -212,11 +326,11 @@ int32_t tk_strmap_intern_hashed(tk_strmap *m, const char *s, size_t n, uint32_t 
     if (f >= 0) return f;
     if (n > UINT32_MAX / 2 || m->keys.n > UINT32_MAX / 2 || m->n >= INT32_MAX / 2) return RECUR_ESHAPE;
     if ((m->n + 1) * 2 > m->cap && strmap_rehash(m, m->cap ? m->cap * 2 : 64)) return RECUR_ENOMEM;
-    if (m->n == m->ent_cap && grow((void **)&m->ent, &m->ent_cap, m->n + 1, sizeof *m->ent)) return RECUR_ENOMEM;
+    if (strmap_grow_ent(m, m->n + 1)) return RECUR_ENOMEM;
     size_t off = m->keys.n;
     if (tk_buf_put(&m->keys, s, n)) return RECUR_ENOMEM;
     m->ent[m->n] = (tk_key){(uint32_t)off, (uint32_t)n, h};
-    slot_put(m->slot, m->cap - 1, h, (uint32_t)(m->n + 1));
+    slot_put(m->slot, m->cap - 1, h, m->n);
     if (added) *added = 1;
     return (int32_t)m->n++;
 }
@@ -224,90 +338,94 @@ int32_t tk_strmap_intern_hashed(tk_strmap *m, const char *s, size_t n, uint32_t 
 void tk_strmap_prefetch(const tk_strmap *m, uint32_t h, int stage)
 {
     if (!m->cap) return;
-    const uint32_t *slot = &m->slot[h & (m->cap - 1)];
-    if (stage == 0) { __builtin_prefetch(slot); return; }
-    uint32_t e = *slot;
-    if (!e) return;
-    const tk_key *k = &m->ent[e - 1];
+    size_t mask = m->cap - 1, i = h & mask;
+    if (stage == 0) { __builtin_prefetch(&m->slot[i]); return; }
+    uint64_t v;
+    while ((v = m->slot[i]) && (uint32_t)(v >> 32) != h) i = (i + 1) & mask;
+    if (!v) return;
+    const tk_key *k = &m->ent[(uint32_t)v - 1];
     if (stage == 1) __builtin_prefetch(k);
     else __builtin_prefetch(m->keys.p + k->off);
 }
 
 void tk_strmap_free(tk_strmap *m)
 {
-    free(m->slot);
-    free(m->ent);
+    tk_big_free(m->slot);
+    tk_big_free(m->ent);
     tk_buf_free(&m->keys);
     memset(m, 0, sizeof *m);
 }
 
 /* ---------------------------------------------------------------- u64 map */
 
-#define EMPTY_KEY UINT64_MAX
+/* A slot holds key + 1 (0: empty, so that a fresh table needs no filling) and its value, side by
+ * side: a probe reads one cache line. At most 2/3 full. */
+struct tk_u64slot { uint64_t key1; int64_t val; };
 
-/* the slot of k in key[0..mask], or the empty slot where it would go */
-static inline size_t u64_slot(const uint64_t *key, size_t mask, uint64_t k)
+static size_t u64_cap(size_t n)
 {
+    size_t cap = 64;
+    while (cap / 3 * 2 < n + 1) cap *= 2;
+    return cap;
+}
+
+/* the slot of k in s[0..mask], or the empty slot where it would go */
+static inline size_t u64_slot(const tk_u64slot *s, size_t mask, uint64_t k)
+{
+    uint64_t k1 = k + 1;
     size_t i = mix64(k) & mask;
-    while (key[i] != k && key[i] != EMPTY_KEY) i = (i + 1) & mask;
+    while (s[i].key1 != k1 && s[i].key1) i = (i + 1) & mask;
     return i;
 }
 
 static int u64map_rehash(tk_u64map *m, size_t cap)
 {
-    uint64_t *key = malloc(cap * sizeof *key);
-    int64_t *val = malloc(cap * sizeof *val);
-    if (!key || !val) { free(key); free(val); return RECUR_ENOMEM; }
-    memset(key, 0xff, cap * sizeof *key);
+    tk_u64slot *s = tk_big_alloc(cap * sizeof *s);
+    if (!s) return RECUR_ENOMEM;
     for (size_t j = 0; j < m->cap; j++) {
-        if (m->key[j] == EMPTY_KEY) continue;
-        size_t i = u64_slot(key, cap - 1, m->key[j]);
-        key[i] = m->key[j];
-        val[i] = m->val[j];
+        if (!m->slot[j].key1) continue;
+        s[u64_slot(s, cap - 1, m->slot[j].key1 - 1)] = m->slot[j];
     }
-    free(m->key);
-    free(m->val);
-    m->key = key;
-    m->val = val;
+    tk_big_free(m->slot);
+    m->slot = s;
     m->cap = cap;
     return 0;
 }
 
 int tk_u64map_reserve(tk_u64map *m, size_t n)
 {
-    size_t cap = table_cap(n);
+    size_t cap = u64_cap(n);
     return cap <= m->cap ? 0 : u64map_rehash(m, cap);
 }
 
 int tk_u64map_put(tk_u64map *m, uint64_t k, int64_t v)
 {
-    if (k == EMPTY_KEY) return RECUR_EINVAL;
-    if ((m->n + 1) * 2 > m->cap && u64map_rehash(m, m->cap ? m->cap * 2 : 64)) return RECUR_ENOMEM;
-    size_t i = u64_slot(m->key, m->cap - 1, k);
-    if (m->key[i] == EMPTY_KEY) m->n++;
-    m->key[i] = k;
-    m->val[i] = v;
+    if (k == UINT64_MAX) return RECUR_EINVAL;
+    if (m->n + 1 > m->cap / 3 * 2 && u64map_rehash(m, u64_cap(m->n + 1))) return RECUR_ENOMEM;
+    tk_u64slot *s = &m->slot[u64_slot(m->slot, m->cap - 1, k)];
+    if (!s->key1) m->n++;
+    s->key1 = k + 1;
+    s->val = v;
     return 0;
 }
 
 void tk_u64map_prefetch(const tk_u64map *m, uint64_t k)
 {
-    if (m->cap) __builtin_prefetch(&m->key[mix64(k) & (m->cap - 1)]);
+    if (m->cap) __builtin_prefetch(&m->slot[mix64(k) & (m->cap - 1)]);
 }
 
 int tk_u64map_get(const tk_u64map *m, uint64_t k, int64_t *v)
 {
     if (!m->cap) return 0;
-    size_t i = u64_slot(m->key, m->cap - 1, k);
-    if (m->key[i] == EMPTY_KEY) return 0;
-    *v = m->val[i];
+    const tk_u64slot *s = &m->slot[u64_slot(m->slot, m->cap - 1, k)];
+    if (!s->key1) return 0;
+    *v = s->val;
     return 1;
 }
 
 void tk_u64map_free(tk_u64map *m)
 {
-    free(m->key);
-    free(m->val);
+    tk_big_free(m->slot);
     memset(m, 0, sizeof *m);
 }
 
