@@ -57,30 +57,27 @@ void tk_pieces_free(tk_pieces *p);
 uint64_t tk_hash(const void *s, size_t n);
 
 /* Interning string map: each distinct key gets index 0, 1, 2, ... in insertion order. */
-typedef struct { uint32_t off, len; uint32_t hash; } tk_key;
 typedef struct {
-    uint64_t *slot; /* hash << 32 | entry index + 1; 0 = empty; [cap], a large table */
+    uint64_t *slot; /* hash << 32 | record offset + 1; 0 = empty; [cap], a large table */
     size_t cap;     /* power of two */
-    tk_key *ent;    /* [ent_cap], a large table */
-    size_t n, ent_cap;
-    tk_buf keys;    /* big */
+    uint32_t *rec;  /* index -> offset of its record in keys; [rec_cap], a large table */
+    size_t n, rec_cap;
+    tk_buf keys;    /* records: uint32 index, uint32 length, the key's bytes (big) */
 } tk_strmap;
 /* index of key, or -1 */
 int32_t tk_strmap_find(const tk_strmap *m, const char *s, size_t n);
 /* index of key, inserting it when absent (*added = 1); negative RECUR_E* on failure */
 int32_t tk_strmap_intern(tk_strmap *m, const char *s, size_t n, int *added);
-static inline const char *tk_strmap_key(const tk_strmap *m, int32_t i, size_t *n)
-{
-    *n = m->ent[i].len;
-    return m->keys.p + m->ent[i].off;
-}
-int tk_strmap_reserve(tk_strmap *m, size_t n); /* room for n keys without rehashing */
+/* the key of index i (valid until the next insertion) */
+const char *tk_strmap_key(const tk_strmap *m, int32_t i, size_t *n);
+/* room for n keys of key_bytes bytes in all without rehashing or regrowing */
+int tk_strmap_reserve(tk_strmap *m, size_t n, size_t key_bytes);
 static inline uint32_t tk_strmap_hash(const char *s, size_t n) { return (uint32_t)tk_hash(s, n); }
 /* tk_strmap_intern for a key whose tk_strmap_hash is h */
 int32_t tk_strmap_intern_hashed(tk_strmap *m, const char *s, size_t n, uint32_t h, int *added);
-/* Warm what a lookup of a key of hash h will read (its first probe): stage 0 the slot, stage 1
- * the entry the slot names, stage 2 that entry's key bytes. Loading a vocabulary, lookups are
- * issued in batches, each stage for the whole batch, so their cache misses overlap. */
+/* Warm what a lookup of a key of hash h will read: stage 0 its first slot, stage 1 the record
+ * of the slot with that hash. Loading a vocabulary, lookups are issued in batches, each stage
+ * for the whole batch, so their cache misses overlap. */
 void tk_strmap_prefetch(const tk_strmap *m, uint32_t h, int stage);
 void tk_strmap_free(tk_strmap *m);
 
@@ -208,19 +205,27 @@ typedef struct {
 #define TK_MAX_MERGES (1 << 23) /* at most this many merges */
 #define TK_JS_MAX_DEPTH 512     /* JSON nesting */
 
-typedef struct { uint32_t off, len; int32_t id; } tk_js_entry; /* key bytes in text; id, -1 when not an integer >= 0 */
-typedef struct { uint32_t a, an, b, bn; int form; } tk_js_merge; /* form 1 "a b" (all in a), 2 [a, b], 0 anything else */
+/* A string of model.vocab / model.merges: ref is an offset into the document, or TK_JS_IN_TEXT |
+ * an offset into text (a string with escapes, decoded); tk_js_str resolves it. */
+#define TK_JS_IN_TEXT 0x80000000u
+typedef struct { uint32_t off, len; int32_t id; } tk_js_entry; /* key (a ref) and length; id, -1 when not an integer >= 0 */
+typedef struct { uint32_t a, an, b, bn; int form; } tk_js_merge; /* refs; form 1 "a b" (all in a), 2 [a, b], 0 anything else */
 typedef struct {
+    const char *json;             /* the document (borrowed) */
     char *rest; size_t rest_len;  /* the document with model.vocab / model.merges emptied, for cJSON */
     int has_vocab, has_merges;    /* model.vocab was an object / model.merges an array */
     size_t vocab_at, vocab_end, merges_at, merges_end;
-    tk_buf text;                  /* decoded strings of both */
+    tk_buf text;                  /* the strings of both that hold escapes, decoded */
     tk_js_entry *vocab; size_t n_vocab, cap_vocab;
     tk_js_merge *merges; size_t n_merges, cap_merges;
 } tk_js_model;
 /* Check json (RFC 8259) and read model.vocab / model.merges; RECUR_EFORMAT with a message naming
  * the rule (and the byte) or RECUR_ENOMEM. */
 int tk_js_split(const char *json, size_t len, tk_js_model *m, char *err, size_t errlen);
+static inline const char *tk_js_str(const tk_js_model *m, uint32_t ref)
+{
+    return ref & TK_JS_IN_TEXT ? m->text.p + (ref & ~TK_JS_IN_TEXT) : m->json + ref;
+}
 void tk_js_model_free(tk_js_model *m);
 
 /* ---------------------------------------------------------------- the tokenizer */

@@ -60,8 +60,7 @@ int tk_bpe_reserve(tk_bpe *b, size_t n_syms, size_t key_bytes)
         b->sym_id = p;
         b->sym_cap = n_syms;
     }
-    int rc = tk_strmap_reserve(&b->syms, n_syms);
-    return rc ? rc : tk_buf_reserve(&b->syms.keys, key_bytes);
+    return tk_strmap_reserve(&b->syms, n_syms, key_bytes);
 }
 
 int32_t tk_bpe_symbol(tk_bpe *b, const char *s, size_t n)

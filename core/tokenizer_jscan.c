@@ -7,8 +7,9 @@
  *     zeros, bare control characters in strings, bad escapes, lone UTF-16 surrogates, content
  *     after the value), nesting at most TK_JS_MAX_DEPTH deep — as JSON.parse would refuse;
  *   - the members "vocab" (an object) and "merges" (an array) of the root's "model" object are
- *     decoded into one byte buffer and two flat arrays (no allocation per entry), at most
- *     TK_MAX_ID vocabulary entries and TK_MAX_MERGES merges;
+ *     read into two flat arrays (no allocation per entry), at most TK_MAX_ID vocabulary entries
+ *     and TK_MAX_MERGES merges; their strings are referenced where they stand in the document,
+ *     and only those with escapes are decoded, into one byte buffer;
  *   - "model", "vocab" and "merges" may each appear once (JSON.parse would keep the last and
  *     cJSON the first: refused instead);
  *   - the rest of the text, with those two values replaced by {} and [], is handed back for
@@ -105,6 +106,27 @@ static int string(scan *s, tk_buf *out)
         }
         if (out && tk_buf_putc(out, c)) return RECUR_ENOMEM;
     }
+}
+
+/* The string at s->i as a reference (tk_js_str): into the document itself when it holds no escape
+ * (nearly every string of a vocabulary: nothing is copied), else decoded into m->text. */
+static int string_ref(scan *s, tk_js_model *m, uint32_t *ref, uint32_t *len)
+{
+    const unsigned char *p = s->p;
+    size_t i = s->i + 1, n = s->n;
+    while (i < n && p[i] != '"' && p[i] != '\\' && p[i] >= 0x20) i++;
+    if (i < n && p[i] == '"') {
+        *ref = (uint32_t)(s->i + 1);
+        *len = (uint32_t)(i - s->i - 1);
+        s->i = i + 1;
+        return 0;
+    }
+    size_t off = m->text.n;
+    int r = string(s, &m->text);
+    if (r) return r;
+    *ref = TK_JS_IN_TEXT | (uint32_t)off;
+    *len = (uint32_t)(m->text.n - off);
+    return 0;
 }
 
 /* RFC 8259 number grammar at s->i; [*a, s->i) is the number afterwards */
@@ -234,10 +256,12 @@ static int grow(void **p, size_t *cap, size_t n, size_t elem)
 static int vocab_entry(scan *s, tk_js_model *m, void *entry, int depth)
 {
     tk_js_entry *e = entry;
-    e->off = (uint32_t)m->text.n;
-    int r = key_colon(s, &m->text);
+    int r = string_ref(s, m, &e->off, &e->len);
     if (r) return r;
-    e->len = (uint32_t)(m->text.n - e->off);
+    ws(s);
+    if (!at(s, ':')) return bad(s, "expected ':' after an object key");
+    s->i++;
+    ws(s);
     e->id = -1;
     if (!at(s, '-') && !(s->i < s->n && s->p[s->i] >= '0' && s->p[s->i] <= '9')) return skip(s, depth + 1);
     size_t a;
@@ -255,10 +279,7 @@ static int merge_entry(scan *s, tk_js_model *m, void *entry, int depth)
     int r;
     if (at(s, '"')) {
         e->form = 1;
-        e->a = (uint32_t)m->text.n;
-        if ((r = string(s, &m->text))) return r;
-        e->an = (uint32_t)(m->text.n - e->a);
-        return 0;
+        return string_ref(s, m, &e->a, &e->an);
     }
     if (!at(s, '[') || depth + 1 >= TK_JS_MAX_DEPTH) return skip(s, depth + 1);
     s->i++;
@@ -268,10 +289,7 @@ static int merge_entry(scan *s, tk_js_model *m, void *entry, int depth)
         if ((r = more(s, ']', j)) < 0) return r;
         if (!r) break;
         if (j < 2 && at(s, '"')) {
-            uint32_t off = (uint32_t)m->text.n;
-            if ((r = string(s, &m->text))) return r;
-            if (j == 0) { e->a = off; e->an = (uint32_t)(m->text.n - off); }
-            else { e->b = off; e->bn = (uint32_t)(m->text.n - off); }
+            if ((r = j == 0 ? string_ref(s, m, &e->a, &e->an) : string_ref(s, m, &e->b, &e->bn))) return r;
             strings++;
         } else if ((r = skip(s, depth + 2))) return r;
     }
@@ -379,6 +397,21 @@ static int build_rest(const char *json, size_t len, tk_js_model *m)
     return 0;
 }
 
+/* The two arrays sized once from the bound the length gives (an entry takes two bytes at least),
+ * capped by the entry limits. Only what is written is ever touched (tk_big_alloc maps lazily), so
+ * the slack costs address space, not memory; growing by doubling copied and re-zeroed ~15 MB for
+ * llama3, and counting the quotes first cost a pass over the file. */
+static int presize(size_t len, tk_js_model *m)
+{
+    size_t strings = len / 2 + 1;
+    m->cap_vocab = strings < TK_MAX_ID ? strings : TK_MAX_ID;
+    m->cap_merges = strings < TK_MAX_MERGES ? strings : TK_MAX_MERGES;
+    m->vocab = tk_big_alloc(m->cap_vocab * sizeof *m->vocab);
+    m->merges = tk_big_alloc(m->cap_merges * sizeof *m->merges);
+    if (!m->vocab || !m->merges) return RECUR_ENOMEM;
+    return 0;
+}
+
 void tk_js_model_free(tk_js_model *m)
 {
     free(m->rest);
@@ -392,9 +425,11 @@ int tk_js_split(const char *json, size_t len, tk_js_model *m, char *err, size_t 
 {
     memset(m, 0, sizeof *m);
     m->text.big = 1;
-    if (len > UINT32_MAX) { tk_err(err, errlen, "tokenizer.json: larger than 4 GB"); return RECUR_EFORMAT; }
+    m->json = json;
+    if (len >= TK_JS_IN_TEXT) { tk_err(err, errlen, "tokenizer.json: larger than 2 GB"); return RECUR_EFORMAT; }
     scan s = {(const unsigned char *)json, len, 0, NULL, "", 0};
-    int rc = document(&s, m);
+    int rc = presize(len, m);
+    if (!rc) rc = document(&s, m);
     if (!rc) rc = build_rest(json, len, m);
     if (rc == RECUR_EFORMAT) {
         if (s.refused) tk_err(err, errlen, "tokenizer.json: %s", s.msg);

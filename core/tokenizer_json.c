@@ -36,16 +36,24 @@ static void build_tabs(void)
     }
 }
 
-/* mapped characters (valid UTF-8) -> raw bytes appended to o; 0 when a character is outside the
- * alphabet (o unchanged) */
+/* mapped characters -> raw bytes appended to o; 0 when s is not a sequence of the alphabet's
+ * characters in UTF-8 (o unchanged): a character outside it, or invalid UTF-8 — the alphabet is
+ * code points below 324, one byte or a two-byte sequence led by C2..C5, checked here in full */
 static int unmap_append(const char *s, size_t n, tk_buf *o)
 {
     size_t n0 = o->n;
     if (tk_buf_reserve(o, n)) return RECUR_ENOMEM;
     char *d = o->p + n0;
+    const unsigned char *u = (const unsigned char *)s;
     for (size_t i = 0; i < n;) {
-        uint32_t cp;
-        i += tk_utf8_next(s + i, &cp);
+        uint32_t cp = u[i];
+        if (cp >= 0x80) {
+            if (cp < 0xC2 || cp > 0xC5 || i + 1 >= n || (u[i + 1] & 0xC0) != 0x80) { o->p[n0] = 0; return 0; }
+            cp = (cp & 0x1F) << 6 | (u[i + 1] & 0x3F);
+            i += 2;
+        } else {
+            i++;
+        }
         if (cp >= 324 || unmap_tab[cp] < 0) { o->p[n0] = 0; return 0; }
         *d++ = (char)unmap_tab[cp];
     }
@@ -408,7 +416,7 @@ static int batch_join(batch *q, size_t i, size_t j)
 static void batch_prefetch(batch *q, const tk_strmap *m)
 {
     for (size_t i = 0; i < q->n; i++) q->hash[i] = tk_strmap_hash(q->bytes.p + q->off[i], q->len[i]);
-    for (int stage = 0; stage < 3; stage++)
+    for (int stage = 0; stage < 2; stage++)
         for (size_t i = 0; i < q->n; i++) tk_strmap_prefetch(m, q->hash[i], stage);
 }
 
@@ -423,7 +431,7 @@ static int load_vocab(tk_hf *h, const tk_js_model *jm, int byte_level)
         q.n = q.bytes.n = 0;
         for (size_t j = 0; !rc && j < nb; j++) {
             const tk_js_entry *v = &jm->vocab[i0 + j];
-            int ok = batch_add(&q, jm->text.p + v->off, v->len, byte_level);
+            int ok = batch_add(&q, tk_js_str(jm, v->off), v->len, byte_level);
             if (ok < 0) rc = ok;
             str_of[j] = ok > 0 ? (int32_t)q.n - 1 : -1;
         }
@@ -431,7 +439,7 @@ static int load_vocab(tk_hf *h, const tk_js_model *jm, int byte_level)
         batch_prefetch(&q, &b->syms);
         for (size_t j = 0; !rc && j < nb; j++) {
             const tk_js_entry *v = &jm->vocab[i0 + j];
-            if (str_of[j] < 0) { rc = set_vocab_entry(h, v->id, jm->text.p + v->off, v->len); continue; } /* decodes as its UTF-8 */
+            if (str_of[j] < 0) { rc = set_vocab_entry(h, v->id, tk_js_str(jm, v->off), v->len); continue; } /* decodes as its UTF-8 */
             const char *k = q.bytes.p + q.off[str_of[j]];
             size_t kn = q.len[str_of[j]];
             if ((rc = set_vocab_entry(h, v->id, k, kn))) break;
@@ -453,7 +461,6 @@ static inline uint64_t pair_key(int32_t l, int32_t r)
 static int load_merges(tk_hf *h, const tk_js_model *jm, int byte_level, ectx *e)
 {
     tk_bpe *b = &h->bpe;
-    const char *text = jm->text.p;
     batch q = {0};
     uint32_t rank_of[BATCH];
     int32_t sym[3 * BATCH]; /* left, right, joined per merge of the batch */
@@ -466,7 +473,7 @@ static int load_merges(tk_hf *h, const tk_js_model *jm, int byte_level, ectx *e)
             const char *a, *c;
             size_t an, cn;
             if (x->form == 1) {
-                a = text + x->a;
+                a = tk_js_str(jm, x->a);
                 const char *sp = memchr(a, ' ', x->an);
                 if (!sp) continue; /* never matches, as in the reference */
                 an = (size_t)(sp - a);
@@ -475,13 +482,14 @@ static int load_merges(tk_hf *h, const tk_js_model *jm, int byte_level, ectx *e)
                 const char *sp2 = memchr(c, ' ', rest);
                 cn = sp2 ? (size_t)(sp2 - c) : rest;
             } else if (x->form == 2) {
-                a = text + x->a; an = x->an;
-                c = text + x->b; cn = x->bn;
+                a = tk_js_str(jm, x->a); an = x->an;
+                c = tk_js_str(jm, x->b); cn = x->bn;
             } else {
                 tk_buf_free(&q.bytes);
                 FAIL("model BPE: merge %zu is neither \"a b\" nor [a, b]", m);
             }
-            if (tk_utf8_valid_prefix(a, an) != an || tk_utf8_valid_prefix(c, cn) != cn) continue;
+            /* invalid UTF-8 never matches (byte-level: unmap_append refuses it) */
+            if (!byte_level && (tk_utf8_valid_prefix(a, an) != an || tk_utf8_valid_prefix(c, cn) != cn)) continue;
             size_t n0 = q.n, bytes0 = q.bytes.n;
             int ok = batch_add(&q, a, an, byte_level);
             if (ok > 0) ok = batch_add(&q, c, cn, byte_level);
@@ -530,14 +538,13 @@ static int model(tk_hf *h, const cJSON *root, const cJSON *m, const tk_js_model 
 
     /* ids: the vocabulary and the added tokens */
     int32_t max_id = -1;
-    const char *text = jm->text.p;
     size_t key_bytes = 0;
     for (size_t i = 0; i < jm->n_vocab; i++) {
         const tk_js_entry *v = &jm->vocab[i];
         key_bytes += v->len;
         if (v->id < 0 || v->id >= MAX_ID)
             FAIL("model BPE: vocab ids must be integers in [0, %d)", MAX_ID);
-        if (tk_utf8_valid_prefix(text + v->off, v->len) != v->len) FAIL("model BPE: vocab key is not valid UTF-8");
+        if (tk_utf8_valid_prefix(tk_js_str(jm, v->off), v->len) != v->len) FAIL("model BPE: vocab key is not valid UTF-8");
         if (v->id > max_id) max_id = v->id;
     }
     const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), *v;
@@ -556,9 +563,10 @@ static int model(tk_hf *h, const cJSON *root, const cJSON *m, const tk_js_model 
     if (!h->vocab || !h->added_of_id) return RECUR_ENOMEM;
     for (size_t i = 0; i < h->n_vocab; i++) h->added_of_id[i] = -1;
 
-    /* every table sized once: the symbols (vocabulary, merge parts and results), the merges and the
-     * id -> token text */
-    int rc = tk_bpe_reserve(b, jm->n_vocab + jm->n_merges / 4 + 256, key_bytes + 4096);
+    /* every table sized once: the symbols (the vocabulary; the table has room for a third more, merge
+     * parts and results outside the vocabulary, before it must grow), the merges and the id -> token
+     * text */
+    int rc = tk_bpe_reserve(b, jm->n_vocab + 256, key_bytes + 4096);
     if (!rc) rc = tk_u64map_reserve(&b->merges, jm->n_merges);
     h->vocab_text.big = 1;
     if (!rc) rc = tk_buf_reserve(&h->vocab_text, key_bytes + 1);

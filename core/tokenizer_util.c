@@ -28,6 +28,7 @@ void tk_err(char *err, size_t errlen, const char *fmt, ...)
 #define BIG_HDR 64
 #define BIG_MIN ((size_t)1 << 20)
 #define HUGE_PAGE ((size_t)2 << 20)
+#define HUGE_TAIL ((size_t)256 << 10)
 #if defined(__SANITIZE_ADDRESS__)
 #define BIG_MAP 0
 #elif defined(__has_feature)
@@ -49,7 +50,10 @@ void *tk_big_alloc(size_t n)
     if (!BIG_MAP || need < BIG_MIN) {
         if (!(base = calloc(1, need))) return NULL;
     } else {
-        map_len = (need + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+        /* a tail of at most HUGE_TAIL past the last whole 2 MB stays in 4 KB pages (a few faults);
+         * a longer one is rounded up to a huge page (zeroing 2 MB costs less than 64 faults) */
+        map_len = (need + 4095) & ~(size_t)4095;
+        if ((map_len & (HUGE_PAGE - 1)) > HUGE_TAIL) map_len = (map_len + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
         size_t span = map_len + HUGE_PAGE;
         char *m = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (m == MAP_FAILED) return NULL;
@@ -241,10 +245,27 @@ static inline uint64_t mix64(uint64_t k)
 
 /* ---------------------------------------------------------------- string map */
 
-/* A slot is (hash << 32 | entry index + 1), 0 when empty: a probe compares hashes without reading
- * the entry, so a lookup touches the entry and the key bytes only for the (almost always one)
- * slot whose hash is equal. */
-static inline uint64_t slot_of(uint32_t h, size_t e) { return (uint64_t)h << 32 | (uint32_t)(e + 1); }
+/* Each key is a record in m->keys: its index and length (two uint32) then its bytes. A slot is
+ * (hash << 32 | record offset + 1), 0 when empty. A probe compares hashes without leaving the
+ * slot, and the slot whose hash is equal (almost always the one) leads straight to the record:
+ * a lookup costs two cache misses (slot, record), which tk_strmap_prefetch can take ahead. */
+#define REC_HDR 8
+
+static inline uint64_t slot_of(uint32_t h, size_t rec) { return (uint64_t)h << 32 | (uint32_t)(rec + 1); }
+
+static inline uint32_t rec_u32(const char *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static inline int same_bytes(const char *a, const char *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (a[i] != b[i]) return 0;
+    return 1;
+}
 
 static int32_t find_hashed(const tk_strmap *m, const char *s, size_t n, uint32_t h)
 {
@@ -254,8 +275,8 @@ static int32_t find_hashed(const tk_strmap *m, const char *s, size_t n, uint32_t
         uint64_t v = m->slot[i];
         if (!v) return -1;
         if ((uint32_t)(v >> 32) != h) continue;
-        const tk_key *k = &m->ent[(uint32_t)v - 1];
-        if (k->len == n && !memcmp(m->keys.p + k->off, s, n)) return (int32_t)((uint32_t)v - 1);
+        const char *r = m->keys.p + (uint32_t)v - 1;
+        if (rec_u32(r + 4) == n && same_bytes(r + REC_HDR, s, n)) return (int32_t)rec_u32(r);
     }
 }
 
@@ -264,53 +285,65 @@ int32_t tk_strmap_find(const tk_strmap *m, const char *s, size_t n)
     return find_hashed(m, s, n, tk_strmap_hash(s, n));
 }
 
-/* open addressing with linear probing, at most half full */
+const char *tk_strmap_key(const tk_strmap *m, int32_t i, size_t *n)
+{
+    const char *r = m->keys.p + m->rec[i];
+    *n = rec_u32(r + 4);
+    return r + REC_HDR;
+}
+
+/* open addressing with linear probing, at most 2/3 full (probes compare hashes in the slot) */
 static size_t table_cap(size_t n)
 {
     size_t cap = 64;
-    while (cap < 2 * n + 2) cap *= 2;
+    while (cap / 3 * 2 < n + 1) cap *= 2;
     return cap;
 }
 
-static inline void slot_put(uint64_t *slot, size_t mask, uint32_t hash, size_t e)
+static inline void slot_put(uint64_t *slot, size_t mask, uint32_t hash, size_t rec)
 {
     size_t i = hash & mask;
     while (slot[i]) i = (i + 1) & mask;
-    slot[i] = slot_of(hash, e);
+    slot[i] = slot_of(hash, rec);
 }
 
 static int strmap_rehash(tk_strmap *m, size_t cap)
 {
     uint64_t *slot = tk_big_alloc(cap * sizeof *slot);
     if (!slot) return RECUR_ENOMEM;
-    for (size_t e = 0; e < m->n; e++) slot_put(slot, cap - 1, m->ent[e].hash, e);
+    for (size_t e = 0; e < m->n; e++) {
+        size_t n;
+        const char *k = tk_strmap_key(m, (int32_t)e, &n);
+        slot_put(slot, cap - 1, tk_strmap_hash(k, n), m->rec[e]);
+    }
     tk_big_free(m->slot);
     m->slot = slot;
     m->cap = cap;
     return 0;
 }
 
-/* the entries and the key bytes are large tables too (m->keys.big) */
-static int strmap_grow_ent(tk_strmap *m, size_t need)
+/* the record offsets and the records are large tables too (m->keys.big) */
+static int strmap_grow_rec(tk_strmap *m, size_t need)
 {
     m->keys.big = 1;
-    if (need <= m->ent_cap) return 0;
-    size_t c = m->ent_cap ? m->ent_cap : 16;
+    if (need <= m->rec_cap) return 0;
+    size_t c = m->rec_cap ? m->rec_cap : 16;
     while (c < need) {
-        if (c > SIZE_MAX / 4 / sizeof *m->ent) return RECUR_ENOMEM;
+        if (c > SIZE_MAX / 4 / sizeof *m->rec) return RECUR_ENOMEM;
         c *= 2;
     }
-    tk_key *e = tk_big_resize(m->ent, c * sizeof *e);
-    if (!e) return RECUR_ENOMEM;
-    m->ent = e;
-    m->ent_cap = c;
+    uint32_t *r = tk_big_resize(m->rec, c * sizeof *r);
+    if (!r) return RECUR_ENOMEM;
+    m->rec = r;
+    m->rec_cap = c;
     return 0;
 }
 
-int tk_strmap_reserve(tk_strmap *m, size_t n)
+int tk_strmap_reserve(tk_strmap *m, size_t n, size_t key_bytes)
 {
     size_t cap = table_cap(n);
-    if (strmap_grow_ent(m, n)) return RECUR_ENOMEM;
+    if (strmap_grow_rec(m, n)) return RECUR_ENOMEM;
+    if (key_bytes > SIZE_MAX / 2 - n * REC_HDR || tk_buf_reserve(&m->keys, key_bytes + n * REC_HDR)) return RECUR_ENOMEM;
     return cap <= m->cap ? 0 : strmap_rehash(m, cap);
 }
 
@@ -324,13 +357,14 @@ int32_t tk_strmap_intern_hashed(tk_strmap *m, const char *s, size_t n, uint32_t 
     if (added) *added = 0;
     int32_t f = find_hashed(m, s, n, h);
     if (f >= 0) return f;
-    if (n > UINT32_MAX / 2 || m->keys.n > UINT32_MAX / 2 || m->n >= INT32_MAX / 2) return RECUR_ESHAPE;
-    if ((m->n + 1) * 2 > m->cap && strmap_rehash(m, m->cap ? m->cap * 2 : 64)) return RECUR_ENOMEM;
-    if (strmap_grow_ent(m, m->n + 1)) return RECUR_ENOMEM;
+    if (n > UINT32_MAX / 4 || m->keys.n > UINT32_MAX / 4 || m->n >= INT32_MAX / 2) return RECUR_ESHAPE;
+    if (m->n + 1 > m->cap / 3 * 2 && strmap_rehash(m, m->cap ? m->cap * 2 : 64)) return RECUR_ENOMEM;
+    if (strmap_grow_rec(m, m->n + 1)) return RECUR_ENOMEM;
     size_t off = m->keys.n;
-    if (tk_buf_put(&m->keys, s, n)) return RECUR_ENOMEM;
-    m->ent[m->n] = (tk_key){(uint32_t)off, (uint32_t)n, h};
-    slot_put(m->slot, m->cap - 1, h, m->n);
+    uint32_t hdr[2] = {(uint32_t)m->n, (uint32_t)n};
+    if (tk_buf_put(&m->keys, hdr, REC_HDR) || tk_buf_put(&m->keys, s, n)) return RECUR_ENOMEM;
+    m->rec[m->n] = (uint32_t)off;
+    slot_put(m->slot, m->cap - 1, h, off);
     if (added) *added = 1;
     return (int32_t)m->n++;
 }
@@ -342,16 +376,13 @@ void tk_strmap_prefetch(const tk_strmap *m, uint32_t h, int stage)
     if (stage == 0) { __builtin_prefetch(&m->slot[i]); return; }
     uint64_t v;
     while ((v = m->slot[i]) && (uint32_t)(v >> 32) != h) i = (i + 1) & mask;
-    if (!v) return;
-    const tk_key *k = &m->ent[(uint32_t)v - 1];
-    if (stage == 1) __builtin_prefetch(k);
-    else __builtin_prefetch(m->keys.p + k->off);
+    if (v) __builtin_prefetch(m->keys.p + (uint32_t)v - 1);
 }
 
 void tk_strmap_free(tk_strmap *m)
 {
     tk_big_free(m->slot);
-    tk_big_free(m->ent);
+    tk_big_free(m->rec);
     tk_buf_free(&m->keys);
     memset(m, 0, sizeof *m);
 }
@@ -520,6 +551,11 @@ size_t tk_utf8_valid_prefix(const char *s, size_t n)
     const unsigned char *u = (const unsigned char *)s;
     size_t i = 0;
     while (i < n) {
+        if (n - i >= 8) { /* eight ASCII bytes at a time */
+            uint64_t w;
+            memcpy(&w, u + i, 8);
+            if (!(w & 0x8080808080808080ull)) { i += 8; continue; }
+        }
         if (u[i] < 0x80) { i++; continue; }
         int ok;
         size_t l = utf8_step(u + i, n - i, &ok);
