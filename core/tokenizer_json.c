@@ -420,7 +420,8 @@ static void batch_prefetch(batch *q, const tk_strmap *m)
         for (size_t i = 0; i < q->n; i++) tk_strmap_prefetch(m, q->hash[i], stage);
 }
 
-static int load_vocab(tk_hf *h, const tk_js_model *jm, int byte_level)
+/* byte-level keys are checked for UTF-8 here: one that maps back to bytes is valid already */
+static int load_vocab(tk_hf *h, const tk_js_model *jm, int byte_level, ectx *e)
 {
     tk_bpe *b = &h->bpe;
     batch q = {0};
@@ -439,7 +440,15 @@ static int load_vocab(tk_hf *h, const tk_js_model *jm, int byte_level)
         batch_prefetch(&q, &b->syms);
         for (size_t j = 0; !rc && j < nb; j++) {
             const tk_js_entry *v = &jm->vocab[i0 + j];
-            if (str_of[j] < 0) { rc = set_vocab_entry(h, v->id, tk_js_str(jm, v->off), v->len); continue; } /* decodes as its UTF-8 */
+            if (str_of[j] < 0) { /* decodes as its UTF-8 */
+                const char *k = tk_js_str(jm, v->off);
+                if (tk_utf8_valid_prefix(k, v->len) != v->len) {
+                    tk_buf_free(&q.bytes);
+                    FAIL("model BPE: vocab key is not valid UTF-8");
+                }
+                rc = set_vocab_entry(h, v->id, k, v->len);
+                continue;
+            }
             const char *k = q.bytes.p + q.off[str_of[j]];
             size_t kn = q.len[str_of[j]];
             if ((rc = set_vocab_entry(h, v->id, k, kn))) break;
@@ -474,13 +483,11 @@ static int load_merges(tk_hf *h, const tk_js_model *jm, int byte_level, ectx *e)
             size_t an, cn;
             if (x->form == 1) {
                 a = tk_js_str(jm, x->a);
-                const char *sp = memchr(a, ' ', x->an);
-                if (!sp) continue; /* never matches, as in the reference */
-                an = (size_t)(sp - a);
-                c = sp + 1;
+                for (an = 0; an < x->an && a[an] != ' '; an++) {} /* short strings: no memchr call */
+                if (an == x->an) continue; /* no space: never matches, as in the reference */
+                c = a + an + 1;
                 size_t rest = x->an - an - 1;
-                const char *sp2 = memchr(c, ' ', rest);
-                cn = sp2 ? (size_t)(sp2 - c) : rest;
+                for (cn = 0; cn < rest && c[cn] != ' '; cn++) {}
             } else if (x->form == 2) {
                 a = tk_js_str(jm, x->a); an = x->an;
                 c = tk_js_str(jm, x->b); cn = x->bn;
@@ -544,7 +551,7 @@ static int model(tk_hf *h, const cJSON *root, const cJSON *m, const tk_js_model 
         key_bytes += v->len;
         if (v->id < 0 || v->id >= MAX_ID)
             FAIL("model BPE: vocab ids must be integers in [0, %d)", MAX_ID);
-        if (tk_utf8_valid_prefix(tk_js_str(jm, v->off), v->len) != v->len) FAIL("model BPE: vocab key is not valid UTF-8");
+        if (!byte_level && tk_utf8_valid_prefix(tk_js_str(jm, v->off), v->len) != v->len) FAIL("model BPE: vocab key is not valid UTF-8");
         if (v->id > max_id) max_id = v->id;
     }
     const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), *v;
@@ -570,7 +577,7 @@ static int model(tk_hf *h, const cJSON *root, const cJSON *m, const tk_js_model 
     if (!rc) rc = tk_u64map_reserve(&b->merges, jm->n_merges);
     h->vocab_text.big = 1;
     if (!rc) rc = tk_buf_reserve(&h->vocab_text, key_bytes + 1);
-    if (!rc) rc = load_vocab(h, jm, byte_level);
+    if (!rc) rc = load_vocab(h, jm, byte_level, e);
     if (!rc) rc = load_merges(h, jm, byte_level, e);
     tk_buf raw = {0};
 

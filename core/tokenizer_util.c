@@ -222,8 +222,17 @@ uint64_t tk_hash(const void *s, size_t n)
         p += 8;
         n -= 8;
     }
+    /* the last 0-7 bytes as one word from at most two loads (a byte-wise copy into a word on the
+     * stack stalled store forwarding: the largest cost of hashing short keys); n is in h */
     uint64_t w = 0;
-    memcpy(&w, p, n);
+    if (n >= 4) {
+        uint32_t lo, hi;
+        memcpy(&lo, p, 4);
+        memcpy(&hi, p + n - 4, 4);
+        w = lo | (uint64_t)hi << 32;
+    } else if (n) {
+        w = p[0] | (uint64_t)p[n / 2] << 8 | (uint64_t)p[n - 1] << 16;
+    }
     h = (h ^ w) * 0x100000001b3ull;
     h ^= h >> 33;
     h *= 0xff51afd7ed558ccdull;
