@@ -5,19 +5,21 @@ thread, the same 1 MB seeded corpus (tests/python/tokenizer_corpus.py), the same
 and tokens/s of tools/bench/bench_tokenizer.c (built here against build/librecur.a) and of the
 reference (tests/js/reference.mjs --bench, Debian's node), both as CPU time of the encoding thread
 / process (the machine is shared; wall time is listed too); load time and the RSS of the loaded
-tokenizer. Targets (issue 12): >= 3x the reference and >= 20 MB/s for the byte-level BPEs, load of
+tokenizer (medians of 5 processes). Targets (issue 12): >= 3x the reference and >= 20 MB/s for the byte-level BPEs, load of
 the 128k/151k vocabularies <= 100 ms, a loaded 151k tokenizer <= 30 MB RSS.
 Run alone:  /usr/bin/python3 tools/bench/section_tokenizer.py > /tmp/tok.md
 Needs tests/js/node_modules (`make test-js-deps`).
 """
 import json
 import os
+import statistics
 import subprocess
 import sys
 
 import benchutil
 
 TITLE = "Tokenizer: encode throughput, load time, memory (issue 12)"
+LOAD_RUNS = 5
 ORDER = 60
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -67,7 +69,14 @@ def run(ctx=None):
     _run(ctx, benchutil.make_target(ROOT, BUILD, exe))  # the Makefile's bench-tools
     rows = []
     for name, path, byte_level in VOCABS:
-        ours = json.loads(_run(ctx, [exe, path, nul, "3"]))
+        # LOAD_RUNS processes per vocabulary: the load figures are their medians (one load on a
+        # shared machine swings 2x), the encode figures the best pass of all, the RSS the median.
+        runs = [json.loads(_run(ctx, [exe, path, nul, "3"])) for _ in range(LOAD_RUNS)]
+        ours = dict(runs[0])
+        for k in ("load_ms", "load_cpu_ms", "rss_mb"):
+            ours[k] = statistics.median(r[k] for r in runs)
+        best = min(runs, key=lambda r: r["encode_cpu_s"])
+        ours["encode_cpu_s"], ours["encode_wall_s"] = best["encode_cpu_s"], best["encode_wall_s"]
         ref = None
         if path.endswith(".json"):
             ref = json.loads(_run(ctx, ["/usr/bin/node", os.path.join(JS, "reference.mjs"), path, jsonl, "--bench"]))
@@ -75,6 +84,8 @@ def run(ctx=None):
     lines = [
         f"Corpus: {len(items)} items, {rows[0][2]['bytes'] / 1e6:.2f} MB (tests/python/tokenizer_corpus.py, seed 12), "
         "each item encoded on its own, no special tokens added; best of 3 passes after a warm-up. "
+        f"librecur's tool runs {LOAD_RUNS} times per vocabulary: load time and RSS are the medians of the "
+        f"{LOAD_RUNS} processes (one load each), encode the best pass of all. "
         "Throughput is per CPU second of the one encoding thread (C) or of the node process (reference); "
         "wall-clock MB/s in brackets.",
         "",
