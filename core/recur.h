@@ -301,6 +301,11 @@ int recur_snapshot_length(const uint8_t *buf, size_t len, size_t *out);
 int recur_snapshot_check(const recur_model *m, const uint8_t *buf, size_t len);
 /* recur_snapshot_check, then apply; on any error s is unchanged. */
 int recur_snapshot_read(recur_state *s, const uint8_t *buf, size_t len);
+/* Apply a snapshot this process wrote (recur_snapshot_write) and kept in its own memory since:
+ * only its framing, version, model and size are checked (O(1)); neither the checksum nor the
+ * values are (recur_snapshot_write checked the values, and the bytes never left the process).
+ * Bytes from anywhere else go through recur_snapshot_read. On any error s is unchanged. */
+int recur_snapshot_read_own(recur_state *s, const uint8_t *buf, size_t len);
 /* A checkpoint of what a fold or a generation changes in s: tokens_seen and the recurrent
  * layers' state (softmax KV rows are only appended; rows past the saved tokens_seen are dead).
  * buf holds recur_state_checkpoint_bytes(s) bytes; rollback puts s back exactly. */

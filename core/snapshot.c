@@ -266,16 +266,12 @@ static void convert_values(void *dst, recur_state_dtype to, const uint8_t *p, re
     }
 }
 
-int recur_snapshot_read(recur_state *s, const uint8_t *buf, size_t len)
+/* Copy a snapshot's payload into s, converting to s's dtype (buf's framing, model and size
+ * already checked; len its whole length). */
+static void apply(recur_state *s, const uint8_t *buf, size_t len)
 {
-    if (!s || (!buf && len)) return RECUR_EINVAL;
     const recur_model *m = s->m;
     const recur_config *c = &m->cfg;
-    if (s->dtype != m->sdtype) return RECUR_EMISMATCH;
-    int rc = recur_snapshot_check(m, buf, len);
-    if (rc) return rc;
-
-    /* valid: now, and only now, overwrite the state */
     uint64_t n = get_u64(buf + 24);
     recur_state_dtype t;
     snapshot_dtype(buf, len - SNAP_HEADER - 8, &t); /* checked */
@@ -295,6 +291,39 @@ int recur_snapshot_read(recur_state *s, const uint8_t *buf, size_t len)
         }
     }
     s->tokens_seen = n;
+}
+
+int recur_snapshot_read(recur_state *s, const uint8_t *buf, size_t len)
+{
+    if (!s || (!buf && len)) return RECUR_EINVAL;
+    if (s->dtype != s->m->sdtype) return RECUR_EMISMATCH;
+    int rc = recur_snapshot_check(s->m, buf, len);
+    if (rc) return rc;
+    apply(s, buf, len); /* valid: now, and only now, overwrite the state */
+    return RECUR_OK;
+}
+
+int recur_snapshot_read_own(recur_state *s, const uint8_t *buf, size_t len)
+{
+    if (!s || (!buf && len)) return RECUR_EINVAL;
+    const recur_model *m = s->m;
+    if (s->dtype != m->sdtype) return RECUR_EMISMATCH;
+    size_t total;
+    int rc = recur_snapshot_length(buf, len, &total);
+    if (rc) return rc;
+    uint32_t version = get_u32(buf + 8);
+    if (total != len || (version != SNAP_VERSION && version != SNAP_VERSION_HALF)) return RECUR_EFORMAT;
+    size_t P = total - SNAP_HEADER - 8;
+    recur_state_dtype t;
+    rc = snapshot_dtype(buf, P, &t);
+    if (rc) return rc;
+    if (t != s->dtype) return RECUR_EMISMATCH; /* this process writes its states' own dtype */
+    if (!same_model(m, buf)) return RECUR_EMISMATCH;
+    uint64_t want;
+    rc = payload_bytes(m, get_u64(buf + 24), t, &want);
+    if (rc) return rc;
+    if (want != (uint64_t)P) return RECUR_EFORMAT;
+    apply(s, buf, len);
     return RECUR_OK;
 }
 

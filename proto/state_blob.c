@@ -60,7 +60,11 @@ void proto_state_trailer_write(uint8_t *dst, const uint8_t *core, size_t core_le
         recur_put_le32(dst + 16 + 4 * (size_t)i, bits);
     }
     size_t n = 16 + 4 * (size_t)vocab;
-    uint64_t h = recur_fnv1a64(recur_fnv1a64(RECUR_FNV_OFFSET, core, core_len), dst, n);
+    /* FNV-1a over the core, continued over the trailer. The core's own last 8 bytes are its
+     * checksum, FNV-1a of every byte before them (recur_snapshot_write): the hash of the whole
+     * core continues from that value over those 8 bytes alone, not over the core again. */
+    uint64_t h = recur_fnv1a64(recur_get_le64(core + core_len - 8), core + core_len - 8, 8);
+    h = recur_fnv1a64(h, dst, n);
     recur_put_le64(dst + n, h);
 }
 
@@ -189,6 +193,21 @@ int proto_state_load(const recur_model *m, recur_state *s, int vocab, const uint
     } else {
         *has_logits = 0;
     }
+    return 0;
+}
+
+int proto_state_load_own(const recur_model *m, recur_state *s, int vocab, const uint8_t *body,
+                         size_t len, float *logits, int *has_logits)
+{
+    size_t clen = core_length(body, len);
+    size_t tlen = proto_state_trailer_size(vocab);
+    if (clen < len && (len - clen != tlen || memcmp(body + clen, TRAILER_MAGIC, 8) != 0))
+        return -1;
+    if (recur_snapshot_read_own(s, body, clen) != 0)
+        return -1;
+    *has_logits = clen < len;
+    if (clen < len)
+        memcpy(logits, body + clen + 16, (size_t)vocab * sizeof(float));
     return 0;
 }
 

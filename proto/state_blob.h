@@ -62,6 +62,12 @@ int proto_state_write(const recur_state *s, const float *logits, int has_logits,
 int proto_state_load(const recur_model *m, recur_state *s, int vocab, const uint8_t *body,
                      size_t len, float *logits, int *has_logits, proto_state_fault *f);
 
+/* Apply a body this process wrote (proto_state_write) and kept in its own memory since, with
+ * only O(1) framing checks (recur_snapshot_read_own): no checksum, no value scan. 0, or -1 (s
+ * unchanged) for bytes that are not such a body. */
+int proto_state_load_own(const recur_model *m, recur_state *s, int vocab, const uint8_t *body,
+                         size_t len, float *logits, int *has_logits);
+
 /* The quarantine reason of a file too large for any snapshot of m, from its first n bytes:
  * "othermodel" when its header names another model, else "toolarge". */
 const char *proto_state_toolarge_reason(const recur_model *m, const uint8_t *head, size_t n);

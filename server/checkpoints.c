@@ -43,6 +43,23 @@ int srv_state_restore(const recur_model *m, int vocab, srv_session *s, const uin
     return 0;
 }
 
+int srv_state_restore_own(const recur_model *m, int vocab, srv_session *s, const uint8_t *blob,
+                          size_t len, const char **why)
+{
+    int has = 0;
+    /* logits straight into s: proto_state_load_own checks the framing before it writes
+     * anything, and after that nothing can fail */
+    if (proto_state_load_own(m, s->state, vocab, blob, len, s->logits, &has) != 0) {
+        if (why)
+            *why = "format";
+        return -1;
+    }
+    s->has_logits = has;
+    s->tokens_seen = recur_state_tokens_seen(s->state);
+    s->snapshot_bytes = srv_session_state_bytes(s, vocab);
+    return 0;
+}
+
 /* ---------------------------------------------------------------- a session's checkpoints */
 
 static int valid_ckpt_id(const char *id)

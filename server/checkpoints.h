@@ -42,6 +42,12 @@ int srv_state_capture(const srv_session *s, int vocab, uint8_t **out, size_t *le
  * log-softmax constants are recomputed at the next step. 0 or -1. */
 int srv_state_restore(const recur_model *m, int vocab, srv_session *s, const uint8_t *blob,
                       size_t len, const char **why);
+/* The same for a blob this process captured (srv_state_capture) and kept in its own memory
+ * since (the prefix cache's memory entries): O(1) framing checks, no checksum or value scan
+ * (proto_state_load_own). A blob read from disk or the network goes through
+ * srv_state_restore. */
+int srv_state_restore_own(const recur_model *m, int vocab, srv_session *s, const uint8_t *blob,
+                          size_t len, const char **why);
 
 /* Take a checkpoint of s: 0 with its id in id_out, -1 when s holds max checkpoints already,
  * -2 when the state could not be captured (no memory, or a state the loader would refuse). */

@@ -437,8 +437,13 @@ static void pc_after_fold(srv_op *op)
     srv_session *s = op->sess;
     srv_app *app = op->app;
     if (op->kind == SRV_OP_CREATE && op->pc_lookup && srv_pcache_enabled(app->pcache)) {
-        srv_pcache_hist_drop(s);
-        srv_pcache_hist_append(s, op->tokens, op->n, pc_hist_max(app));
+        /* the prompt's ids become the history, its hash carried over from the prefill */
+        op->pc_h = srv_pcache_hash(op->pc_h, op->tokens + op->pc_h_n, op->n - op->pc_h_n);
+        op->pc_h_n = op->n;
+        if (op->tokens && srv_pcache_hist_adopt(s, op->tokens, op->n, op->pc_h, pc_hist_max(app)) == 0)
+            op->tokens = NULL; /* the session's now */
+        else
+            srv_pcache_hist_append(s, op->tokens, op->n, pc_hist_max(app));
     } else if (op->kind == SRV_OP_FOLD && s->pc_hist) {
         if (s->pc_hist_n + op->n != s->tokens_seen) { /* cannot happen: the history was exact */
             srv_pcache_hist_drop(s);
@@ -447,7 +452,7 @@ static void pc_after_fold(srv_op *op)
         srv_pcache_hist_append(s, op->tokens, op->n, pc_hist_max(app));
     }
     if (s->pc_hist && s->pc_hist_n == s->tokens_seen)
-        srv_pcache_store(app->pcache, s->pc_hist, s->pc_hist_n, s);
+        srv_pcache_store_h(app->pcache, s->pc_hist, s->pc_hist_n, s->pc_hist_h, s);
 }
 
 /* A cached create's prefill slice ends at the next multiple of prefix_checkpoint_interval, where
@@ -465,8 +470,11 @@ static void pc_after_slice(srv_op *op)
 {
     srv_session *s = op->sess;
     uint64_t iv = op->pc_lookup ? srv_pcache_interval(op->app->pcache) : 0;
-    if (iv && op->done < op->n && s->tokens_seen % iv == 0 && s->tokens_seen == op->done)
-        srv_pcache_store(op->app->pcache, op->tokens, op->done, s);
+    if (iv && op->done < op->n && s->tokens_seen % iv == 0 && s->tokens_seen == op->done) {
+        op->pc_h = srv_pcache_hash(op->pc_h, op->tokens + op->pc_h_n, op->done - op->pc_h_n);
+        op->pc_h_n = op->done;
+        srv_pcache_store_h(op->app->pcache, op->tokens, op->done, op->pc_h, s);
+    }
 }
 
 /* ---------------------------------------------------------------- compute submission */
@@ -569,7 +577,7 @@ static void end_generation(srv_op *op, int reason)
     if (s->pc_hist && op->gen_ids) { /* prompt + completion: the next turn's prefix */
         srv_pcache_hist_append(s, op->gen_ids, (size_t)op->run.generated, pc_hist_max(app));
         if (s->pc_hist && s->pc_hist_n == s->tokens_seen)
-            srv_pcache_store(app->pcache, s->pc_hist, s->pc_hist_n, s);
+            srv_pcache_store_h(app->pcache, s->pc_hist, s->pc_hist_n, s->pc_hist_h, s);
     }
     char cid[SRV_CKPT_ID_LEN + 1];
     const char *ck = reason == REASON_CANCELLED ? NULL : ckpt_at_end(op, cid);
@@ -880,8 +888,7 @@ int srv_ops_copy_session(srv_app *app, srv_session *src, srv_session **out)
         srv_table_remove(app->table, dst);
         return SRV_COPY_CKPT;
     }
-    if (src->pc_hist)
-        srv_pcache_hist_append(dst, src->pc_hist, src->pc_hist_n, pc_hist_max(app));
+    srv_pcache_hist_copy(dst, src);
     *out = dst;
     return SRV_COPY_OK;
 }
@@ -1089,8 +1096,9 @@ static void start_fold(srv_op *op)
         return;
     if (op->kind == SRV_OP_CREATE && op->pc_lookup) {
         /* nothing folded yet: the longest stored prefix of the prompt, if any, becomes the state */
-        s->pc_cached = srv_pcache_restore(app->pcache, op->tokens, op->n, s);
+        s->pc_cached = srv_pcache_restore_h(app->pcache, op->tokens, op->n, s, &op->pc_h);
         op->done = (size_t)s->pc_cached;
+        op->pc_h_n = op->done;
     }
     if (op->kind == SRV_OP_FOLD) {
         op_checkpoint(op);

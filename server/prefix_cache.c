@@ -29,7 +29,7 @@
 #define SPILL_INFLIGHT 4
 
 typedef struct pentry {
-    uint64_t h;               /* hash of tokens[0..n) (prefix_hashes) */
+    uint64_t h;               /* hash of tokens[0..n) (srv_pcache_hash) */
     size_t n;
     int32_t *tokens;          /* [n], in memory only */
     uint8_t *blob;            /* state blob, in memory only */
@@ -105,17 +105,18 @@ static void d_push(plist *l, pentry *e)
 
 /* ---------------------------------------------------------------- hashing, names */
 
-/* h(t[0..k)) for every k in [0, n]: FNV-1a 64 over each id's 4 little-endian bytes. out[n+1]. */
-static void prefix_hashes(const int32_t *t, size_t n, uint64_t *out)
+uint64_t srv_pcache_hash(uint64_t h, const int32_t *t, size_t n)
 {
-    uint64_t h = RECUR_FNV_OFFSET;
-    out[0] = h;
+    /* FNV-1a 64 over each id's 4 little-endian bytes, inline: this is the one pass over a
+     * prompt's ids that a request pays (a call per id was most of a 32k-token lookup) */
     for (size_t i = 0; i < n; i++) {
-        uint8_t le[4];
-        recur_put_le32(le, (uint32_t)t[i]);
-        h = recur_fnv1a64(h, le, 4);
-        out[i + 1] = h;
+        uint32_t v = (uint32_t)t[i];
+        for (int b = 0; b < 4; b++) {
+            h ^= (v >> (8 * b)) & 0xffu;
+            h *= 0x100000001b3ULL;
+        }
     }
+    return h;
 }
 
 static void entry_id(const pentry *e, char id[33])
@@ -398,13 +399,10 @@ static int check_file(const srv_pcache *pc, const pentry *e, const uint8_t *b, s
     uint64_t n = recur_get_le64(b + 24), bl = recur_get_le64(b + 32);
     if (n != e->n || n > (len - PX_HEAD - 8) / 4 || bl != len - PX_HEAD - 8 - 4 * n)
         return -1;
-    uint64_t h = RECUR_FNV_OFFSET;
+    uint64_t h = recur_fnv1a64(RECUR_FNV_OFFSET, b + PX_HEAD, 4 * n);
     int same = 1;
-    for (size_t i = 0; i < n; i++) {
-        const uint8_t *t = b + PX_HEAD + 4 * i;
-        h = recur_fnv1a64(h, t, 4);
-        same &= (int32_t)recur_get_le32(t) == prompt[i];
-    }
+    for (size_t i = 0; i < n; i++)
+        same &= (int32_t)recur_get_le32(b + PX_HEAD + 4 * i) == prompt[i];
     if (h != e->h) {
         *why = "prefix_hash"; /* its ids are not what its name says */
         return -1;
@@ -545,70 +543,82 @@ uint64_t srv_pcache_interval(const srv_pcache *pc)
     return srv_pcache_enabled(pc) ? pc->cfg.interval : 0;
 }
 
-size_t srv_pcache_restore(srv_pcache *pc, const int32_t *tokens, size_t n, srv_session *s)
+static int by_length(const void *a, const void *b)
 {
+    size_t x = (*(pentry *const *)a)->n, y = (*(pentry *const *)b)->n;
+    return x < y ? -1 : x > y;
+}
+
+size_t srv_pcache_restore_h(srv_pcache *pc, const int32_t *tokens, size_t n, srv_session *s,
+                            uint64_t *h_out)
+{
+    *h_out = RECUR_FNV_OFFSET;
     if (!srv_pcache_enabled(pc) || n == 0)
         return 0;
-    uint64_t *ph = malloc((n + 1) * sizeof *ph);
-    if (!ph)
+    /* The entries a prefix of the prompt could be, shortest first; one pass over the prompt's
+     * ids computes h(t[0..k)) at each of their lengths and keeps those whose hash matches. */
+    size_t nc = 0, cap = pc->st.entries + pc->st.disk_entries;
+    pentry **cand = malloc((cap ? cap : 1) * sizeof *cand);
+    if (!cand)
         abort();
-    prefix_hashes(tokens, n, ph);
-    /* Candidates are tried longest first; a candidate that turns out not to be a hit (another
-     * prefix with the same hash, or a bad file) is skipped and the next one tried. */
-    size_t tried_below = n + 1, got = 0;
-    for (;;) {
-        pentry *best = NULL;
-        for (int list = 0; list < 2; list++)
-            for (pentry *e = list ? pc->disk.head : pc->mem.head; e;
-                 e = list ? e->dnext : e->mnext) {
-                if (list && e->in_mem)
-                    continue; /* seen in the memory list */
-                if (e->n < tried_below && e->n <= n && ph[e->n] == e->h && (!best || e->n > best->n))
-                    best = e;
-            }
-        if (!best)
-            break;
-        tried_below = best->n;
+    for (int list = 0; list < 2; list++)
+        for (pentry *e = list ? pc->disk.head : pc->mem.head; e; e = list ? e->dnext : e->mnext)
+            if (!(list && e->in_mem) && e->n <= n && nc < cap)
+                cand[nc++] = e;
+    qsort(cand, nc, sizeof *cand, by_length);
+    size_t matched = 0, at = 0;
+    uint64_t h = RECUR_FNV_OFFSET;
+    for (size_t i = 0; i < nc; i++) {
+        h = srv_pcache_hash(h, tokens + at, cand[i]->n - at);
+        at = cand[i]->n;
+        if (h == cand[i]->h)
+            cand[matched++] = cand[i]; /* still shortest first */
+    }
+    /* Longest first; a candidate that turns out not to be a hit (another prefix with the same
+     * hash, or a bad file) is skipped and the next one tried. Trying one frees at most itself. */
+    size_t got = 0;
+    uint64_t got_h = RECUR_FNV_OFFSET;
+    while (matched > 0) {
+        pentry *best = cand[--matched];
+        size_t bn = best->n;
+        uint64_t bh = best->h;
         if (best->in_mem) {
             if (memcmp(best->tokens, tokens, best->n * sizeof *tokens) != 0)
                 continue;
             const char *why;
-            if (srv_state_restore(pc->m, pc->vocab, s, best->blob, best->blob_len, &why) != 0) {
+            if (srv_state_restore_own(pc->m, pc->vocab, s, best->blob, best->blob_len, &why) != 0) {
                 /* our own bytes: cannot fail; forget the entry rather than trust it */
                 free_mem_part(pc, best);
                 entry_free_if_empty(best);
                 continue;
             }
             touch(pc, best);
-            got = best->n;
+            got = bn;
+            got_h = bh;
             break;
         }
-        size_t bn = best->n;
         if (restore_from_disk(pc, best, tokens, s, pc->m) == 0) {
             got = bn;
+            got_h = bh;
             break;
         }
     }
-    free(ph);
+    free(cand);
     if (got) {
         pc->st.hits++;
         pc->st.hit_tokens += got;
+        *h_out = got_h;
     } else {
         pc->st.misses++;
     }
     return got;
 }
 
-void srv_pcache_store(srv_pcache *pc, const int32_t *tokens, size_t n, const srv_session *s)
+void srv_pcache_store_h(srv_pcache *pc, const int32_t *tokens, size_t n, uint64_t h,
+                        const srv_session *s)
 {
     if (!srv_pcache_enabled(pc) || n == 0 || n > PX_MAX_N || s->tokens_seen != n)
         return;
-    uint64_t *ph = malloc((n + 1) * sizeof *ph);
-    if (!ph)
-        abort();
-    prefix_hashes(tokens, n, ph);
-    uint64_t h = ph[n];
-    free(ph);
     for (int list = 0; list < 2; list++)
         for (pentry *e = list ? pc->disk.head : pc->mem.head, *next; e; e = next) {
             next = list ? e->dnext : e->mnext;
@@ -645,6 +655,18 @@ void srv_pcache_store(srv_pcache *pc, const int32_t *tokens, size_t n, const srv
     memcpy(t, tokens, n * sizeof *t);
     pc->st.stores++;
     put_mem(pc, e, t, blob, blob_len);
+}
+
+size_t srv_pcache_restore(srv_pcache *pc, const int32_t *tokens, size_t n, srv_session *s)
+{
+    uint64_t h;
+    return srv_pcache_restore_h(pc, tokens, n, s, &h);
+}
+
+void srv_pcache_store(srv_pcache *pc, const int32_t *tokens, size_t n, const srv_session *s)
+{
+    if (srv_pcache_enabled(pc))
+        srv_pcache_store_h(pc, tokens, n, srv_pcache_hash(RECUR_FNV_OFFSET, tokens, n), s);
 }
 
 void srv_pcache_shutdown(srv_pcache *pc)
@@ -714,6 +736,7 @@ void srv_pcache_hist_drop(srv_session *s)
     free(s->pc_hist);
     s->pc_hist = NULL;
     s->pc_hist_n = s->pc_hist_cap = 0;
+    s->pc_hist_h = 0;
 }
 
 void srv_pcache_hist_append(srv_session *s, const int32_t *ids, size_t n, size_t max_tokens)
@@ -722,6 +745,8 @@ void srv_pcache_hist_append(srv_session *s, const int32_t *ids, size_t n, size_t
         srv_pcache_hist_drop(s);
         return;
     }
+    if (!s->pc_hist)
+        s->pc_hist_h = RECUR_FNV_OFFSET;
     if (!s->pc_hist || s->pc_hist_n + n > s->pc_hist_cap) {
         size_t cap = s->pc_hist_cap ? s->pc_hist_cap : 64;
         while (cap < s->pc_hist_n + n)
@@ -735,4 +760,31 @@ void srv_pcache_hist_append(srv_session *s, const int32_t *ids, size_t n, size_t
     if (n)
         memcpy(s->pc_hist + s->pc_hist_n, ids, n * sizeof *ids);
     s->pc_hist_n += n;
+    s->pc_hist_h = srv_pcache_hash(s->pc_hist_h, ids, n);
+}
+
+int srv_pcache_hist_adopt(srv_session *s, int32_t *ids, size_t n, uint64_t h, size_t max_tokens)
+{
+    srv_pcache_hist_drop(s);
+    if (n > max_tokens || !ids)
+        return -1;
+    s->pc_hist = ids;
+    s->pc_hist_n = s->pc_hist_cap = n;
+    s->pc_hist_h = h;
+    return 0;
+}
+
+void srv_pcache_hist_copy(srv_session *dst, const srv_session *src)
+{
+    srv_pcache_hist_drop(dst);
+    if (!src->pc_hist)
+        return;
+    size_t cap = src->pc_hist_n ? src->pc_hist_n : 1;
+    dst->pc_hist = malloc(cap * sizeof *dst->pc_hist);
+    if (!dst->pc_hist)
+        abort();
+    memcpy(dst->pc_hist, src->pc_hist, src->pc_hist_n * sizeof *dst->pc_hist);
+    dst->pc_hist_n = src->pc_hist_n;
+    dst->pc_hist_cap = cap;
+    dst->pc_hist_h = src->pc_hist_h;
 }

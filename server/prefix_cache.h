@@ -9,9 +9,17 @@
  *     proto/state_blob.h (core snapshot with tokens_seen = n, model fingerprint and checksum,
  *     plus the next-token logits), so a restored session scores and samples its next token
  *     exactly like the session that stored it;
- *   - a lookup hashes every prefix of the prompt once (FNV-1a 64 over the ids), takes the
- *     longest stored entry whose length and hash match, and uses it only when its token ids
- *     equal the prompt's first n ids, every one (a hash never decides a hit);
+ *   - an entry is found by (n, h(t[0..n))), h = FNV-1a 64 over the ids' little-endian bytes
+ *     (srv_pcache_hash). A lookup makes one pass over the prompt's ids, computing h at the
+ *     length of every entry no longer than the prompt (sorted by length), takes the longest
+ *     entry whose hash matches, and uses it only when its token ids equal the prompt's first n
+ *     ids, every one (a hash never decides a hit). The hash is never recomputed afterwards: the
+ *     prefill carries it forward over the ids it folds (srv_op.pc_h), and a session that tracks
+ *     its tokens carries h(pc_hist) as it grows (pc_hist_h), so a store costs the state blob
+ *     and a copy of the ids, never a pass over the history;
+ *   - an entry restored from memory is applied without re-checking its blob (the bytes were
+ *     written and checked by this process and never left it: srv_state_restore_own); a blob
+ *     read from a spill file is checked in full (below) when it is loaded;
  *   - entries are stored at the end of every prompt (create with the cache), every
  *     prefix_checkpoint_interval tokens of a long prefill (absolute positions k * interval, so
  *     an edit late in a long prompt resumes from the last multiple of the interval before it),
@@ -77,14 +85,25 @@ void srv_pcache_free(srv_pcache *pc);
 int srv_pcache_enabled(const srv_pcache *pc);          /* pc && max_bytes > 0 */
 uint64_t srv_pcache_interval(const srv_pcache *pc);    /* 0 when off */
 
+/* h continued over the ids t[0..n): FNV-1a 64 over each id's 4 little-endian bytes; h(empty) =
+ * RECUR_FNV_OFFSET. h(t[0..a+b)) = srv_pcache_hash(h(t[0..a)), t + a, b). */
+uint64_t srv_pcache_hash(uint64_t h, const int32_t *t, size_t n);
+
 /* Restore into s (a fresh session: tokens_seen 0, nothing in flight) the state after the longest
- * stored prefix t[0..m) of tokens[0..n), m <= n. Returns m (0: a miss, s unchanged). Counts a hit
- * (and m hit tokens) or a miss. */
+ * stored prefix t[0..m) of tokens[0..n), m <= n. Returns m (0: a miss, s unchanged) and *h =
+ * h(t[0..m)). Counts a hit (and m hit tokens) or a miss. One pass over tokens. */
+size_t srv_pcache_restore_h(srv_pcache *pc, const int32_t *tokens, size_t n, srv_session *s,
+                            uint64_t *h);
+/* The same, without *h. */
 size_t srv_pcache_restore(srv_pcache *pc, const int32_t *tokens, size_t n, srv_session *s);
 
-/* Store s's state (nothing in flight; s->tokens_seen == n) as the state after tokens[0..n).
- * An entry for the same ids is only marked recently used. Entries larger than the whole bound
- * are not stored. n == 0 stores nothing. */
+/* Store s's state (nothing in flight; s->tokens_seen == n) as the state after tokens[0..n),
+ * whose hash the caller has carried: h == srv_pcache_hash(RECUR_FNV_OFFSET, tokens, n) (a wrong
+ * h only makes an entry no lookup finds). An entry for the same ids is only marked recently
+ * used. Entries larger than the whole bound are not stored. n == 0 stores nothing. */
+void srv_pcache_store_h(srv_pcache *pc, const int32_t *tokens, size_t n, uint64_t h,
+                        const srv_session *s);
+/* The same, hashing tokens (tests; the daemon carries h). */
 void srv_pcache_store(srv_pcache *pc, const int32_t *tokens, size_t n, const srv_session *s);
 
 /* Figures for /metrics and tests. */
@@ -98,10 +117,15 @@ srv_pcache_stats srv_pcache_get_stats(const srv_pcache *pc);
 /* The recurd_prefix_cache_* lines. */
 void srv_pcache_metrics(const srv_pcache *pc, proto_buf *b);
 
-/* The session's token history (srv_session.pc_hist): append n ids, or stop tracking (free it)
- * when the history would pass max_tokens (2 * max_tokens_per_request: the longest prefix a
- * request can store). */
+/* The session's token history (srv_session.pc_hist, its hash pc_hist_h): append n ids (the hash
+ * continues over them alone), or stop tracking (free it) when the history would pass max_tokens
+ * (2 * max_tokens_per_request: the longest prefix a request can store). */
 void srv_pcache_hist_append(srv_session *s, const int32_t *ids, size_t n, size_t max_tokens);
+/* The history becomes ids[0..n) (malloc'd; s owns it on 0) with hash h, without a copy; -1 (s
+ * tracks nothing, ids still the caller's) when n > max_tokens. */
+int srv_pcache_hist_adopt(srv_session *s, int32_t *ids, size_t n, uint64_t h, size_t max_tokens);
+/* dst tracks a copy of src's history (a fork), hash included. */
+void srv_pcache_hist_copy(srv_session *dst, const srv_session *src);
 void srv_pcache_hist_drop(srv_session *s);
 
 #endif /* SRV_PREFIX_CACHE_H */

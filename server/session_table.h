@@ -40,6 +40,7 @@ typedef struct srv_session {
      * state upload, a rollback, a cancelled or failed request, or an eviction to disk) */
     int32_t *pc_hist;       /* [pc_hist_n], capacity pc_hist_cap, owned */
     size_t pc_hist_n, pc_hist_cap;
+    uint64_t pc_hist_h;     /* srv_pcache_hash of pc_hist[0..pc_hist_n) */
     uint64_t pc_cached;     /* tokens of its create's prompt that came from the cache */
     /* checkpoints (checkpoints.h): [n_ckpts], oldest first, owned */
     struct srv_ckpt *ckpts;

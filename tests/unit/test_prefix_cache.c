@@ -165,12 +165,46 @@ Test(prefix_cache, a_matching_hash_is_not_a_hit)
     seq(u, 20, 2);
     srv_session *a = sess(t, 12);
     srv_pcache_store(pc, t, 12, a);
-    uint64_t ph[21];
-    prefix_hashes(u, 20, ph);
-    pc->mem.head->h = ph[12]; /* a forged collision */
+    pc->mem.head->h = srv_pcache_hash(RECUR_FNV_OFFSET, u, 12); /* a forged collision */
     srv_session *f = sess(NULL, 0);
     cr_assert_eq(srv_pcache_restore(pc, u, 20, f), 0);
     cr_assert_eq(f->tokens_seen, 0);
+    sess_free(f);
+    sess_free(a);
+    srv_pcache_free(pc);
+}
+
+Test(prefix_cache, the_carried_hash_is_fnv1a_of_the_ids_bytes)
+{
+    /* Reference: FNV-1a 64 over the ids' little-endian bytes in one call (the spill files'
+     * names and checks use it); the carried hash continues over any split of the ids. */
+    int32_t t[40];
+    uint8_t le[160];
+    seq(t, 40, 3);
+    t[7] = -5; /* a negative id: its two's-complement bytes */
+    for (int i = 0; i < 40; i++)
+        recur_put_le32(le + 4 * i, (uint32_t)t[i]);
+    for (size_t k = 0; k <= 40; k++) {
+        uint64_t want = recur_fnv1a64(RECUR_FNV_OFFSET, le, 4 * k);
+        cr_assert_eq(srv_pcache_hash(RECUR_FNV_OFFSET, t, k), want, "k=%zu", k);
+        for (size_t a = 0; a <= k; a += 3)
+            cr_assert_eq(srv_pcache_hash(srv_pcache_hash(RECUR_FNV_OFFSET, t, a), t + a, k - a), want);
+    }
+    /* restore_h says the hash of the prefix it restored */
+    seq(t, 40, 3);
+    for (int i = 0; i < 40; i++)
+        recur_put_le32(le + 4 * i, (uint32_t)t[i]);
+    srv_pcache *pc = cache(1 << 20, 0, 0);
+    srv_session *a = sess(t, 17);
+    srv_pcache_store(pc, t, 17, a);
+    srv_session *f = sess(NULL, 0);
+    uint64_t h = 0;
+    cr_assert_eq(srv_pcache_restore_h(pc, t, 40, f, &h), 17);
+    cr_assert_eq(h, recur_fnv1a64(RECUR_FNV_OFFSET, le, 4 * 17));
+    srv_session *g = sess(NULL, 0);
+    cr_assert_eq(srv_pcache_restore_h(pc, t, 16, g, &h), 0);
+    cr_assert_eq(h, RECUR_FNV_OFFSET);
+    sess_free(g);
     sess_free(f);
     sess_free(a);
     srv_pcache_free(pc);
