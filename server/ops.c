@@ -430,20 +430,24 @@ static size_t pc_hist_max(const srv_app *app)
     return 2 * app->cfg.max_tokens_per_request;
 }
 
+/* A cached create's history follows its prefill: the prompt's ids folded so far (from the
+ * restored prefix on) are appended, so the history and its hash are never rebuilt. */
+static void pc_create_hist(srv_op *op)
+{
+    srv_session *s = op->sess;
+    if (s->pc_hist && s->pc_hist_n < op->done && s->tokens_seen == op->done)
+        srv_pcache_hist_append(s, op->tokens + s->pc_hist_n, op->done - s->pc_hist_n,
+                               pc_hist_max(op->app));
+}
+
 /* A fold or create completed: the session's history grows by its tokens (a create's prompt is
  * the whole history), and the state after them is stored. */
 static void pc_after_fold(srv_op *op)
 {
     srv_session *s = op->sess;
     srv_app *app = op->app;
-    if (op->kind == SRV_OP_CREATE && op->pc_lookup && srv_pcache_enabled(app->pcache)) {
-        /* the prompt's ids become the history, its hash carried over from the prefill */
-        op->pc_h = srv_pcache_hash(op->pc_h, op->tokens + op->pc_h_n, op->n - op->pc_h_n);
-        op->pc_h_n = op->n;
-        if (op->tokens && srv_pcache_hist_adopt(s, op->tokens, op->n, op->pc_h, pc_hist_max(app)) == 0)
-            op->tokens = NULL; /* the session's now */
-        else
-            srv_pcache_hist_append(s, op->tokens, op->n, pc_hist_max(app));
+    if (op->kind == SRV_OP_CREATE && op->pc_lookup) {
+        pc_create_hist(op); /* the prompt's ids not yet in the history (usually none) */
     } else if (op->kind == SRV_OP_FOLD && s->pc_hist) {
         if (s->pc_hist_n + op->n != s->tokens_seen) { /* cannot happen: the history was exact */
             srv_pcache_hist_drop(s);
@@ -452,7 +456,7 @@ static void pc_after_fold(srv_op *op)
         srv_pcache_hist_append(s, op->tokens, op->n, pc_hist_max(app));
     }
     if (s->pc_hist && s->pc_hist_n == s->tokens_seen)
-        srv_pcache_store_h(app->pcache, s->pc_hist, s->pc_hist_n, s->pc_hist_h, s);
+        srv_pcache_store_hist(app->pcache, s);
 }
 
 /* A cached create's prefill slice ends at the next multiple of prefix_checkpoint_interval, where
@@ -470,11 +474,11 @@ static void pc_after_slice(srv_op *op)
 {
     srv_session *s = op->sess;
     uint64_t iv = op->pc_lookup ? srv_pcache_interval(op->app->pcache) : 0;
-    if (iv && op->done < op->n && s->tokens_seen % iv == 0 && s->tokens_seen == op->done) {
-        op->pc_h = srv_pcache_hash(op->pc_h, op->tokens + op->pc_h_n, op->done - op->pc_h_n);
-        op->pc_h_n = op->done;
-        srv_pcache_store_h(op->app->pcache, op->tokens, op->done, op->pc_h, s);
-    }
+    if (!op->pc_lookup || op->kind != SRV_OP_CREATE)
+        return;
+    pc_create_hist(op);
+    if (iv && op->done < op->n && s->tokens_seen % iv == 0 && s->pc_hist_n == op->done)
+        srv_pcache_store_hist(op->app->pcache, s);
 }
 
 /* ---------------------------------------------------------------- compute submission */
@@ -577,7 +581,7 @@ static void end_generation(srv_op *op, int reason)
     if (s->pc_hist && op->gen_ids) { /* prompt + completion: the next turn's prefix */
         srv_pcache_hist_append(s, op->gen_ids, (size_t)op->run.generated, pc_hist_max(app));
         if (s->pc_hist && s->pc_hist_n == s->tokens_seen)
-            srv_pcache_store_h(app->pcache, s->pc_hist, s->pc_hist_n, s->pc_hist_h, s);
+            srv_pcache_store_hist(app->pcache, s);
     }
     char cid[SRV_CKPT_ID_LEN + 1];
     const char *ck = reason == REASON_CANCELLED ? NULL : ckpt_at_end(op, cid);
@@ -1096,9 +1100,11 @@ static void start_fold(srv_op *op)
         return;
     if (op->kind == SRV_OP_CREATE && op->pc_lookup) {
         /* nothing folded yet: the longest stored prefix of the prompt, if any, becomes the state */
-        s->pc_cached = srv_pcache_restore_h(app->pcache, op->tokens, op->n, s, &op->pc_h);
+        uint64_t h;
+        s->pc_cached = srv_pcache_restore_h(app->pcache, op->tokens, op->n, s, &h);
         op->done = (size_t)s->pc_cached;
-        op->pc_h_n = op->done;
+        if (srv_pcache_enabled(app->pcache) && !s->pc_hist) /* a miss: tracking starts empty */
+            srv_pcache_hist_append(s, NULL, 0, pc_hist_max(app));
     }
     if (op->kind == SRV_OP_FOLD) {
         op_checkpoint(op);

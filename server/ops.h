@@ -71,8 +71,6 @@ struct srv_op {
     /* CREATE: look the prompt up in the prefix cache first, store its states (prefix_cache.h);
      * the session then tracks its tokens and reports pc_cached as "cached_tokens" */
     int pc_lookup;
-    uint64_t pc_h;      /* CREATE with pc_lookup: srv_pcache_hash of tokens[0..pc_h_n) */
-    size_t pc_h_n;
     int pc_report;      /* CREATE: the response carries "cached_tokens" (asked for the cache) */
     /* FOLD / GENERATE: take a checkpoint at the end ("checkpoint": true), its id in the done line */
     int ckpt_at_end;

@@ -31,7 +31,7 @@
 typedef struct pentry {
     uint64_t h;               /* hash of tokens[0..n) (srv_pcache_hash) */
     size_t n;
-    int32_t *tokens;          /* [n], in memory only */
+    srv_ids *ids;             /* its ids are ids->ids[0..n); in memory only (a reference) */
     uint8_t *blob;            /* state blob, in memory only */
     size_t blob_len;
     int in_mem, on_disk;
@@ -140,9 +140,45 @@ static int parse_id(const char *id, size_t *n, uint64_t *h)
     return 0;
 }
 
+/* An entry's own bytes; the id buffer it refers to is charged once, however many entries share
+ * it (ids_cost, while entry_refs > 0). */
 static size_t mem_cost(const pentry *e)
 {
-    return sizeof *e + e->n * sizeof(int32_t) + e->blob_len;
+    return sizeof *e + e->blob_len;
+}
+
+static size_t ids_cost(const srv_ids *b)
+{
+    return sizeof *b + b->cap * sizeof *b->ids;
+}
+
+/* ---------------------------------------------------------------- id buffers */
+
+static srv_ids *ids_new(size_t cap)
+{
+    srv_ids *b = calloc(1, sizeof *b);
+    if (!b)
+        abort();
+    b->ids = malloc((cap ? cap : 1) * sizeof *b->ids);
+    if (!b->ids)
+        abort();
+    b->cap = cap;
+    b->refs = 1;
+    return b;
+}
+
+static srv_ids *ids_ref(srv_ids *b)
+{
+    b->refs++;
+    return b;
+}
+
+static void ids_unref(srv_ids *b)
+{
+    if (b && --b->refs == 0) {
+        free(b->ids);
+        free(b);
+    }
 }
 
 static size_t file_size(size_t n, size_t blob_len)
@@ -157,11 +193,13 @@ static void free_mem_part(srv_pcache *pc, pentry *e)
     if (!e->in_mem)
         return;
     pc->st.bytes -= mem_cost(e);
+    if (--e->ids->entry_refs == 0)
+        pc->st.bytes -= ids_cost(e->ids);
     pc->st.entries--;
     m_unlink(&pc->mem, e);
-    free(e->tokens);
+    ids_unref(e->ids);
     free(e->blob);
-    e->tokens = NULL;
+    e->ids = NULL;
     e->blob = NULL;
     e->in_mem = 0;
 }
@@ -220,7 +258,7 @@ static uint8_t *file_bytes(const srv_pcache *pc, const pentry *e, size_t *len)
     recur_put_le64(b + 24, e->n);
     recur_put_le64(b + 32, e->blob_len);
     for (size_t i = 0; i < e->n; i++)
-        recur_put_le32(b + PX_HEAD + 4 * i, (uint32_t)e->tokens[i]);
+        recur_put_le32(b + PX_HEAD + 4 * i, (uint32_t)e->ids->ids[i]);
     memcpy(b + PX_HEAD + 4 * e->n, e->blob, e->blob_len);
     recur_put_le64(b + n - 8, 0);
     *len = n;
@@ -343,21 +381,25 @@ static void trim_mem(srv_pcache *pc, const pentry *keep)
     }
 }
 
-/* Make e a memory entry (it owns tokens and blob from now on), most recently used; an entry
- * larger than the whole bound is not kept (tokens and blob are freed). */
-static void put_mem(srv_pcache *pc, pentry *e, int32_t *tokens, uint8_t *blob, size_t blob_len)
+/* Make e a memory entry (it owns blob and a reference to ids from now on: the caller's
+ * reference is taken over), most recently used; an entry larger than the whole bound is not
+ * kept (the blob is freed, the reference dropped). */
+static void put_mem(srv_pcache *pc, pentry *e, srv_ids *ids, uint8_t *blob, size_t blob_len)
 {
-    if (sizeof *e + e->n * sizeof *tokens + blob_len > pc->cfg.max_bytes) {
-        free(tokens);
+    size_t extra = ids->entry_refs ? 0 : ids_cost(ids);
+    if (sizeof *e + blob_len + extra > pc->cfg.max_bytes) {
+        ids_unref(ids);
         free(blob);
         entry_free_if_empty(e);
         return;
     }
-    e->tokens = tokens;
+    e->ids = ids;
     e->blob = blob;
     e->blob_len = blob_len;
     e->in_mem = 1;
     m_push(&pc->mem, e);
+    if (ids->entry_refs++ == 0)
+        pc->st.bytes += extra;
     pc->st.bytes += mem_cost(e);
     pc->st.entries++;
     trim_mem(pc, e);
@@ -468,11 +510,12 @@ static int restore_from_disk(srv_pcache *pc, pentry *e, const int32_t *tokens, s
     if (rc == 0) {
         pc->st.spill_loads++;
         if (!e->in_mem) {
-            int32_t *t = malloc(e->n * sizeof *t);
+            srv_ids *t = ids_new(e->n);
             uint8_t *b = malloc(blob_len);
-            if (!t || !b)
+            if (!b)
                 abort();
-            memcpy(t, tokens, e->n * sizeof *t);
+            memcpy(t->ids, tokens, e->n * sizeof *t->ids);
+            t->used = e->n;
             memcpy(b, blob, blob_len);
             touch(pc, e);
             put_mem(pc, e, t, b, blob_len);
@@ -578,12 +621,13 @@ size_t srv_pcache_restore_h(srv_pcache *pc, const int32_t *tokens, size_t n, srv
      * hash, or a bad file) is skipped and the next one tried. Trying one frees at most itself. */
     size_t got = 0;
     uint64_t got_h = RECUR_FNV_OFFSET;
+    pentry *got_e = NULL; /* the hit's entry (still valid: nothing is freed after the hit) */
     while (matched > 0) {
         pentry *best = cand[--matched];
         size_t bn = best->n;
         uint64_t bh = best->h;
         if (best->in_mem) {
-            if (memcmp(best->tokens, tokens, best->n * sizeof *tokens) != 0)
+            if (memcmp(best->ids->ids, tokens, best->n * sizeof *tokens) != 0)
                 continue;
             const char *why;
             if (srv_state_restore_own(pc->m, pc->vocab, s, best->blob, best->blob_len, &why) != 0) {
@@ -595,11 +639,13 @@ size_t srv_pcache_restore_h(srv_pcache *pc, const int32_t *tokens, size_t n, srv
             touch(pc, best);
             got = bn;
             got_h = bh;
+            got_e = best;
             break;
         }
         if (restore_from_disk(pc, best, tokens, s, pc->m) == 0) {
             got = bn;
             got_h = bh;
+            got_e = best; /* on disk still, so not freed even when memory could not keep it */
             break;
         }
     }
@@ -608,10 +654,65 @@ size_t srv_pcache_restore_h(srv_pcache *pc, const int32_t *tokens, size_t n, srv
         pc->st.hits++;
         pc->st.hit_tokens += got;
         *h_out = got_h;
+        /* s's history is the entry's ids: shared, not copied (a later append by s writes
+         * past them in place when no one has written there yet, srv_pcache_hist_append) */
+        srv_pcache_hist_drop(s);
+        if (got_e && got_e->in_mem) {
+            s->pc_hist = ids_ref(got_e->ids);
+            s->pc_hist_n = got;
+            s->pc_hist_h = got_h;
+        } else {
+            srv_pcache_hist_append(s, tokens, got, got);
+        }
     } else {
         pc->st.misses++;
     }
     return got;
+}
+
+/* Store s's state as the state after ids->ids[0..n) (hash h); the entry takes a reference to
+ * ids, or the caller's reference is dropped. */
+static void store_ids(srv_pcache *pc, srv_ids *ids, size_t n, uint64_t h, const srv_session *s)
+{
+    for (int list = 0; list < 2; list++)
+        for (pentry *e = list ? pc->disk.head : pc->mem.head, *next; e; e = next) {
+            next = list ? e->dnext : e->mnext;
+            if (e->n != n || e->h != h)
+                continue;
+            if (e->in_mem &&
+                (e->ids == ids || !memcmp(e->ids->ids, ids->ids, n * sizeof *ids->ids))) {
+                touch(pc, e);
+                ids_unref(ids);
+                return;
+            }
+            if (list && !e->in_mem) {
+                if (e->pending) {
+                    ids_unref(ids);
+                    return; /* its file is being written: it stays the entry of that name */
+                }
+                drop_disk_part(pc, e, 1); /* superseded: the new entry takes its name */
+                entry_free_if_empty(e);
+            }
+        }
+    uint8_t *blob;
+    size_t blob_len;
+    if (srv_state_capture(s, pc->vocab, &blob, &blob_len) != 0) {
+        ids_unref(ids);
+        return;
+    }
+    pentry *e = calloc(1, sizeof *e);
+    if (!e)
+        abort();
+    e->n = n;
+    e->h = h;
+    if (mem_cost(e) + blob_len + (ids->entry_refs ? 0 : ids_cost(ids)) > pc->cfg.max_bytes) {
+        free(blob); /* larger than the whole cache */
+        free(e);
+        ids_unref(ids);
+        return;
+    }
+    pc->st.stores++;
+    put_mem(pc, e, ids, blob, blob_len);
 }
 
 void srv_pcache_store_h(srv_pcache *pc, const int32_t *tokens, size_t n, uint64_t h,
@@ -619,42 +720,18 @@ void srv_pcache_store_h(srv_pcache *pc, const int32_t *tokens, size_t n, uint64_
 {
     if (!srv_pcache_enabled(pc) || n == 0 || n > PX_MAX_N || s->tokens_seen != n)
         return;
-    for (int list = 0; list < 2; list++)
-        for (pentry *e = list ? pc->disk.head : pc->mem.head, *next; e; e = next) {
-            next = list ? e->dnext : e->mnext;
-            if (e->n != n || e->h != h)
-                continue;
-            if (e->in_mem && !memcmp(e->tokens, tokens, n * sizeof *tokens)) {
-                touch(pc, e);
-                return;
-            }
-            if (list && !e->in_mem) {
-                if (e->pending)
-                    return; /* its file is being written: it stays the entry of that name */
-                drop_disk_part(pc, e, 1); /* superseded: the new entry takes its name */
-                entry_free_if_empty(e);
-            }
-        }
-    uint8_t *blob;
-    size_t blob_len;
-    if (srv_state_capture(s, pc->vocab, &blob, &blob_len) != 0)
+    srv_ids *ids = ids_new(n);
+    memcpy(ids->ids, tokens, n * sizeof *tokens);
+    ids->used = n;
+    store_ids(pc, ids, n, h, s);
+}
+
+void srv_pcache_store_hist(srv_pcache *pc, const srv_session *s)
+{
+    size_t n = s->pc_hist_n;
+    if (!srv_pcache_enabled(pc) || !s->pc_hist || n == 0 || n > PX_MAX_N || s->tokens_seen != n)
         return;
-    pentry *e = calloc(1, sizeof *e);
-    if (!e)
-        abort();
-    e->n = n;
-    e->h = h;
-    if (mem_cost(e) + blob_len > pc->cfg.max_bytes) { /* larger than the whole cache */
-        free(blob);
-        free(e);
-        return;
-    }
-    int32_t *t = malloc(n * sizeof *t);
-    if (!t)
-        abort();
-    memcpy(t, tokens, n * sizeof *t);
-    pc->st.stores++;
-    put_mem(pc, e, t, blob, blob_len);
+    store_ids(pc, ids_ref(s->pc_hist), n, s->pc_hist_h, s);
 }
 
 size_t srv_pcache_restore(srv_pcache *pc, const int32_t *tokens, size_t n, srv_session *s)
@@ -733,45 +810,40 @@ void srv_pcache_metrics(const srv_pcache *pc, proto_buf *b)
 
 void srv_pcache_hist_drop(srv_session *s)
 {
-    free(s->pc_hist);
+    ids_unref(s->pc_hist);
     s->pc_hist = NULL;
-    s->pc_hist_n = s->pc_hist_cap = 0;
+    s->pc_hist_n = 0;
     s->pc_hist_h = 0;
 }
 
 void srv_pcache_hist_append(srv_session *s, const int32_t *ids, size_t n, size_t max_tokens)
 {
-    if (s->pc_hist_n + n > max_tokens) {
+    size_t need = s->pc_hist_n + n;
+    if (need > max_tokens) {
         srv_pcache_hist_drop(s);
         return;
     }
-    if (!s->pc_hist)
-        s->pc_hist_h = RECUR_FNV_OFFSET;
-    if (!s->pc_hist || s->pc_hist_n + n > s->pc_hist_cap) {
-        size_t cap = s->pc_hist_cap ? s->pc_hist_cap : 64;
-        while (cap < s->pc_hist_n + n)
-            cap *= 2;
-        int32_t *h = realloc(s->pc_hist, cap * sizeof *h);
-        if (!h)
-            abort();
-        s->pc_hist = h;
-        s->pc_hist_cap = cap;
+    srv_ids *b = s->pc_hist;
+    if (!b || s->pc_hist_n != b->used || need > b->cap) {
+        /* no buffer, or another holder has written past our end, or no room: a new buffer
+         * (room for as much again, so appends cost O(1) per id amortized) */
+        size_t cap = need < 32 ? 64 : 2 * need;
+        if (cap > max_tokens)
+            cap = max_tokens > need ? max_tokens : need;
+        srv_ids *nb = ids_new(cap);
+        if (b)
+            memcpy(nb->ids, b->ids, s->pc_hist_n * sizeof *b->ids);
+        else
+            s->pc_hist_h = RECUR_FNV_OFFSET;
+        nb->used = s->pc_hist_n;
+        ids_unref(b);
+        s->pc_hist = b = nb;
     }
     if (n)
-        memcpy(s->pc_hist + s->pc_hist_n, ids, n * sizeof *ids);
-    s->pc_hist_n += n;
+        memcpy(b->ids + b->used, ids, n * sizeof *ids);
+    b->used += n;
+    s->pc_hist_n = need;
     s->pc_hist_h = srv_pcache_hash(s->pc_hist_h, ids, n);
-}
-
-int srv_pcache_hist_adopt(srv_session *s, int32_t *ids, size_t n, uint64_t h, size_t max_tokens)
-{
-    srv_pcache_hist_drop(s);
-    if (n > max_tokens || !ids)
-        return -1;
-    s->pc_hist = ids;
-    s->pc_hist_n = s->pc_hist_cap = n;
-    s->pc_hist_h = h;
-    return 0;
 }
 
 void srv_pcache_hist_copy(srv_session *dst, const srv_session *src)
@@ -779,12 +851,7 @@ void srv_pcache_hist_copy(srv_session *dst, const srv_session *src)
     srv_pcache_hist_drop(dst);
     if (!src->pc_hist)
         return;
-    size_t cap = src->pc_hist_n ? src->pc_hist_n : 1;
-    dst->pc_hist = malloc(cap * sizeof *dst->pc_hist);
-    if (!dst->pc_hist)
-        abort();
-    memcpy(dst->pc_hist, src->pc_hist, src->pc_hist_n * sizeof *dst->pc_hist);
+    dst->pc_hist = ids_ref(src->pc_hist); /* shared: whichever appends second copies */
     dst->pc_hist_n = src->pc_hist_n;
-    dst->pc_hist_cap = cap;
     dst->pc_hist_h = src->pc_hist_h;
 }

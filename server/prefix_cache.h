@@ -13,10 +13,12 @@
  *     (srv_pcache_hash). A lookup makes one pass over the prompt's ids, computing h at the
  *     length of every entry no longer than the prompt (sorted by length), takes the longest
  *     entry whose hash matches, and uses it only when its token ids equal the prompt's first n
- *     ids, every one (a hash never decides a hit). The hash is never recomputed afterwards: the
- *     prefill carries it forward over the ids it folds (srv_op.pc_h), and a session that tracks
- *     its tokens carries h(pc_hist) as it grows (pc_hist_h), so a store costs the state blob
- *     and a copy of the ids, never a pass over the history;
+ *     ids, every one (a hash never decides a hit). The hash is never recomputed afterwards: a
+ *     session that tracks its tokens carries h(pc_hist) as its history grows (pc_hist_h; a
+ *     cached create's history grows slice by slice of its prefill), so a store costs the state
+ *     blob, never a copy of or a pass over the history: an entry shares the id buffer of the
+ *     session it was stored from (srv_ids), and a restored session's history is the entry's
+ *     buffer, to which the next turn's ids are appended in place;
  *   - an entry restored from memory is applied without re-checking its blob (the bytes were
  *     written and checked by this process and never left it: srv_state_restore_own); a blob
  *     read from a spill file is checked in full (below) when it is loaded;
@@ -29,9 +31,10 @@
  *     generation samples a token and folds it in the same work item: scheduler.c run_steps), so
  *     the state stored is that of prompt + every completion token, and its logits predict the
  *     token after them;
- *   - memory is bounded by prefix_cache_bytes, byte-accurate: an entry costs its struct, its
- *     token array and its blob (malloc's own overhead is not counted); least recently used
- *     entries go first;
+ *   - memory is bounded by prefix_cache_bytes, byte-accurate: an entry costs its struct and
+ *     its blob, and each id buffer entries refer to costs its struct and its capacity once,
+ *     however many entries share it (malloc's own overhead is not counted); least recently
+ *     used entries go first;
  *   - with state_dir, an entry evicted from memory is written (threadpool, atomic, persist.h) to
  *     state_dir/prefix_cache/<id>.snap, and at SIGTERM every entry not yet on disk is; files are
  *     bounded by prefix_cache_disk_bytes (least recently used removed first). A file is read
@@ -63,6 +66,18 @@
 
 typedef struct srv_pcache srv_pcache;
 
+/* A buffer of token ids shared by a session's history and the cache entries stored from it:
+ * ids[0..used) are written once and never change, so each holder reads its own prefix
+ * [0..n) of them; the holder whose history is `used` long (the frontier) appends in place while
+ * cap allows, any other holder copies first (srv_pcache_hist_append). A conversation's turns
+ * thus share one buffer, and a store costs no copy of the ids. */
+typedef struct srv_ids {
+    int refs;          /* sessions and entries holding it */
+    int entry_refs;    /* entries holding it: charged to prefix_cache_bytes once while > 0 */
+    size_t cap, used;
+    int32_t *ids;      /* [cap] */
+} srv_ids;
+
 typedef struct {
     size_t max_bytes;      /* prefix_cache_bytes: memory bound; 0 = the cache is off */
     size_t disk_bytes;     /* prefix_cache_disk_bytes: spill files bound (0 = no spill) */
@@ -91,7 +106,8 @@ uint64_t srv_pcache_hash(uint64_t h, const int32_t *t, size_t n);
 
 /* Restore into s (a fresh session: tokens_seen 0, nothing in flight) the state after the longest
  * stored prefix t[0..m) of tokens[0..n), m <= n. Returns m (0: a miss, s unchanged) and *h =
- * h(t[0..m)). Counts a hit (and m hit tokens) or a miss. One pass over tokens. */
+ * h(t[0..m)). On a hit s tracks t[0..m) as its history (the entry's id buffer, shared). Counts
+ * a hit (and m hit tokens) or a miss. One pass over tokens. */
 size_t srv_pcache_restore_h(srv_pcache *pc, const int32_t *tokens, size_t n, srv_session *s,
                             uint64_t *h);
 /* The same, without *h. */
@@ -105,6 +121,9 @@ void srv_pcache_store_h(srv_pcache *pc, const int32_t *tokens, size_t n, uint64_
                         const srv_session *s);
 /* The same, hashing tokens (tests; the daemon carries h). */
 void srv_pcache_store(srv_pcache *pc, const int32_t *tokens, size_t n, const srv_session *s);
+/* Store s's state as the state after its history (s->pc_hist_n == s->tokens_seen): the entry
+ * shares the history's id buffer (no copy, no hash: O(state)). */
+void srv_pcache_store_hist(srv_pcache *pc, const srv_session *s);
 
 /* Figures for /metrics and tests. */
 typedef struct {
@@ -117,15 +136,15 @@ srv_pcache_stats srv_pcache_get_stats(const srv_pcache *pc);
 /* The recurd_prefix_cache_* lines. */
 void srv_pcache_metrics(const srv_pcache *pc, proto_buf *b);
 
-/* The session's token history (srv_session.pc_hist, its hash pc_hist_h): append n ids (the hash
- * continues over them alone), or stop tracking (free it) when the history would pass max_tokens
- * (2 * max_tokens_per_request: the longest prefix a request can store). */
+/* The session's token history (srv_session.pc_hist[0..pc_hist_n), its hash pc_hist_h): append n
+ * ids (the hash continues over them alone; the ids go in place when s is the buffer's frontier
+ * and it has room, else into a new buffer of twice the length), or stop tracking (drop it) when
+ * the history would pass max_tokens (2 * max_tokens_per_request: the longest prefix a request
+ * can store). n == 0 on a session that tracks nothing starts tracking. */
 void srv_pcache_hist_append(srv_session *s, const int32_t *ids, size_t n, size_t max_tokens);
-/* The history becomes ids[0..n) (malloc'd; s owns it on 0) with hash h, without a copy; -1 (s
- * tracks nothing, ids still the caller's) when n > max_tokens. */
-int srv_pcache_hist_adopt(srv_session *s, int32_t *ids, size_t n, uint64_t h, size_t max_tokens);
-/* dst tracks a copy of src's history (a fork), hash included. */
+/* dst tracks src's history (a fork): the same buffer, hash included. */
 void srv_pcache_hist_copy(srv_session *dst, const srv_session *src);
+/* Stop tracking: drop s's reference to its buffer. */
 void srv_pcache_hist_drop(srv_session *s);
 
 #endif /* SRV_PREFIX_CACHE_H */

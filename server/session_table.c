@@ -1,5 +1,7 @@
 /* session_table.c — resident sessions keyed by random 128-bit ids (session_table.h). */
 #include "session_table.h"
+
+#include "prefix_cache.h"
 #include "idempotency.h"
 #include "checkpoints.h"
 #include "state_blob.h"
@@ -156,7 +158,7 @@ srv_table *srv_table_create(const recur_model *m, int max_sessions)
 static void free_extras(srv_session *s)
 {
     srv_ckpt_clear(s);
-    free(s->pc_hist);
+    srv_pcache_hist_drop(s);
     srv_idem_clear(s);
 }
 

@@ -38,9 +38,10 @@ typedef struct srv_session {
     /* prefix cache (prefix_cache.h): the exact token ids this session's state holds, from
      * position 0, while it tracks them (created with the cache; NULL otherwise, and after a
      * state upload, a rollback, a cancelled or failed request, or an eviction to disk) */
-    int32_t *pc_hist;       /* [pc_hist_n], capacity pc_hist_cap, owned */
-    size_t pc_hist_n, pc_hist_cap;
-    uint64_t pc_hist_h;     /* srv_pcache_hash of pc_hist[0..pc_hist_n) */
+    struct srv_ids *pc_hist; /* its ids are pc_hist->ids[0..pc_hist_n) (a shared buffer, one
+                              * reference: srv_pcache_hist_drop) */
+    size_t pc_hist_n;
+    uint64_t pc_hist_h;     /* srv_pcache_hash of those ids */
     uint64_t pc_cached;     /* tokens of its create's prompt that came from the cache */
     /* checkpoints (checkpoints.h): [n_ckpts], oldest first, owned */
     struct srv_ckpt *ckpts;

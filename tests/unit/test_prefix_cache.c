@@ -61,6 +61,7 @@ static srv_session *sess(const int32_t *t, size_t n)
 
 static void sess_free(srv_session *s)
 {
+    srv_pcache_hist_drop(s); /* a restored session shares its entry's ids */
     recur_state_destroy(s->state);
     free(s->logits);
     free(s);
@@ -105,7 +106,7 @@ static size_t cost(size_t n, const srv_session *s)
     size_t bl;
     uint8_t *b = blob_of(s, &bl);
     free(b);
-    return sizeof(pentry) + n * sizeof(int32_t) + bl;
+    return sizeof(pentry) + sizeof(srv_ids) + n * sizeof(int32_t) + bl; /* its own id buffer */
 }
 
 TestSuite(prefix_cache, .init = setup, .fini = teardown, .timeout = 60);
@@ -204,6 +205,55 @@ Test(prefix_cache, the_carried_hash_is_fnv1a_of_the_ids_bytes)
     srv_session *g = sess(NULL, 0);
     cr_assert_eq(srv_pcache_restore_h(pc, t, 16, g, &h), 0);
     cr_assert_eq(h, RECUR_FNV_OFFSET);
+    sess_free(g);
+    sess_free(f);
+    sess_free(a);
+    srv_pcache_free(pc);
+}
+
+Test(prefix_cache, a_conversation_shares_one_id_buffer)
+{
+    /* A store from a session's history and a session restored from it share the ids (no
+     * copy); the frontier appends in place, another holder copies first; entries keep their
+     * prefix; the buffer is charged once. Reference: the ids themselves and their hash. */
+    int32_t t[64], u[5] = {1, 2, 3, 4, 5};
+    seq(t, 64, 6);
+    srv_pcache *pc = cache(1 << 22, 0, 0);
+    srv_session *a = sess(t, 20);
+    srv_pcache_hist_append(a, t, 20, 1000);
+    srv_pcache_store_hist(pc, a);
+    size_t bl;
+    free(blob_of(a, &bl));
+    const srv_ids *buf = a->pc_hist;
+    size_t one = sizeof(pentry) + bl, shared = sizeof(srv_ids) + buf->cap * sizeof(int32_t);
+    cr_assert_eq(srv_pcache_get_stats(pc).bytes, one + shared);
+    srv_session *f = sess(NULL, 0);
+    uint64_t h;
+    cr_assert_eq(srv_pcache_restore_h(pc, t, 40, f, &h), 20);
+    cr_assert_eq(f->pc_hist, buf, "the restored history is the entry's buffer");
+    cr_assert_eq(f->pc_hist_n, 20);
+    srv_pcache_hist_append(f, t + 20, 10, 1000); /* the next turn: in place */
+    cr_assert_eq(f->pc_hist, buf);
+    cr_assert_eq(f->pc_hist_h, srv_pcache_hash(RECUR_FNV_OFFSET, t, 30));
+    srv_pcache_hist_append(a, u, 5, 1000); /* not the frontier any more: its own copy */
+    cr_assert_neq(a->pc_hist, buf);
+    cr_assert(memcmp(a->pc_hist->ids, t, 20 * sizeof(int32_t)) == 0);
+    cr_assert(memcmp(a->pc_hist->ids + 20, u, 5 * sizeof(int32_t)) == 0);
+    cr_assert(memcmp(buf->ids, t, 30 * sizeof(int32_t)) == 0, "f's ids were not overwritten");
+    /* a session at 30 tokens with f's history: its entry costs its struct and blob alone */
+    srv_session *g = sess(t, 30);
+    srv_pcache_hist_copy(g, f);
+    srv_pcache_store_hist(pc, g);
+    size_t bl30;
+    free(blob_of(g, &bl30));
+    cr_assert_eq(srv_pcache_get_stats(pc).bytes, one + shared + sizeof(pentry) + bl30);
+    srv_session *k = sess(NULL, 0);
+    cr_assert_eq(srv_pcache_restore_h(pc, t, 64, k, &h), 30);
+    assert_same_state(k, g);
+    srv_session *m = sess(NULL, 0);
+    cr_assert_eq(srv_pcache_restore_h(pc, t, 25, m, &h), 20, "the 20-token entry still holds t");
+    sess_free(m);
+    sess_free(k);
     sess_free(g);
     sess_free(f);
     sess_free(a);
