@@ -48,8 +48,8 @@ size_t proto_state_trailer_size(int vocab)
     return 16 + 4 * (size_t)vocab + 8;
 }
 
-void proto_state_trailer_write(uint8_t *dst, const uint8_t *core, size_t core_len,
-                               const float *logits, int vocab)
+/* The trailer at dst, its checksum continuing h_core = FNV-1a 64 of the core before it. */
+static void trailer_write_h(uint8_t *dst, uint64_t h_core, const float *logits, int vocab)
 {
     memcpy(dst, TRAILER_MAGIC, 8);
     recur_put_le32(dst + 8, (uint32_t)vocab);
@@ -60,12 +60,13 @@ void proto_state_trailer_write(uint8_t *dst, const uint8_t *core, size_t core_le
         recur_put_le32(dst + 16 + 4 * (size_t)i, bits);
     }
     size_t n = 16 + 4 * (size_t)vocab;
-    /* FNV-1a over the core, continued over the trailer. The core's own last 8 bytes are its
-     * checksum, FNV-1a of every byte before them (recur_snapshot_write): the hash of the whole
-     * core continues from that value over those 8 bytes alone, not over the core again. */
-    uint64_t h = recur_fnv1a64(recur_get_le64(core + core_len - 8), core + core_len - 8, 8);
-    h = recur_fnv1a64(h, dst, n);
-    recur_put_le64(dst + n, h);
+    recur_put_le64(dst + n, recur_fnv1a64(h_core, dst, n));
+}
+
+void proto_state_trailer_write(uint8_t *dst, const uint8_t *core, size_t core_len,
+                               const float *logits, int vocab)
+{
+    trailer_write_h(dst, recur_fnv1a64(RECUR_FNV_OFFSET, core, core_len), logits, vocab);
 }
 
 /* Where the core ends: its own length when the header says one that fits, else the whole body. */
@@ -153,7 +154,11 @@ int proto_state_write(const recur_state *s, const float *logits, int has_logits,
         return rc;
     }
     if (extra) {
-        proto_state_trailer_write(buf + written, buf, written, logits, vocab);
+        /* FNV-1a of the core without a second pass over it: the core's last 8 bytes are its
+         * checksum, FNV-1a of every byte before them (recur_snapshot_write), so the hash of the
+         * whole core continues from that value over those 8 bytes alone */
+        const uint8_t *sum = buf + written - 8;
+        trailer_write_h(buf + written, recur_fnv1a64(recur_get_le64(sum), sum, 8), logits, vocab);
         written += extra;
     }
     *out = buf;
