@@ -156,7 +156,7 @@ int proto_state_write(const recur_state *s, const float *logits, int has_logits,
     if (extra) {
         /* FNV-1a of the core without a second pass over it: the core's last 8 bytes are its
          * checksum, FNV-1a of every byte before them (recur_snapshot_write), so the hash of the
-         * whole core continues from that value over those 8 bytes alone */
+         * whole core continues from that value over those 8 bytes alone (as trailer_check) */
         const uint8_t *sum = buf + written - 8;
         trailer_write_h(buf + written, recur_fnv1a64(recur_get_le64(sum), sum, 8), logits, vocab);
         written += extra;
