@@ -351,3 +351,21 @@ def test_twin_simulates_the_rounding(twin_dir, d):
     e_round, e_exact = rel_rms(got, ref[0].numpy()), rel_rms(got, exact)
     assert e_round <= TWIN_TOL[d], (e_round, e_exact)
     assert e_round * 4 < e_exact, (e_round, e_exact)
+
+@pytest.mark.parametrize("dtype", ("bf16", "f16"))
+def test_prefix_cache_hit_of_a_half_state_is_exact(dtype):
+    """A prefix-cache entry kept in memory is applied without its checks (recur_snapshot_read_own):
+    under a half dtype too, the restored state is the stored one, byte for byte (reference: the
+    state downloaded from the session that stored it)."""
+    toks = list(b"A half-precision state, stored by the prefix cache and restored from memory.")
+    with Daemon("--state-dtype", dtype) as d:
+        a = requests.post(d.url("/v1/sessions"), json={"tokens": toks, "prefix_cache": True},
+                          timeout=30).json()
+        assert a["cached_tokens"] == 0
+        want = requests.get(d.url("/v1/sessions/%s/state" % a["id"]), timeout=10).content
+        b = requests.post(d.url("/v1/sessions"), json={"tokens": toks, "prefix_cache": True},
+                          timeout=30).json()
+        assert b["cached_tokens"] == len(toks)
+        got = requests.get(d.url("/v1/sessions/%s/state" % b["id"]), timeout=10).content
+        assert got == want
+        assert parse_tiny(got)[1] == dtype
