@@ -34,6 +34,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include "dlist.h"
 #include "http_internal.h"
 
 static void srv_conn_send_error(srv_conn *c, const srv_http_error *e); /* respond + close */
@@ -933,13 +934,7 @@ static void on_handle_closed(uv_handle_t *h)
     }
     if (--c->handles_open == 0) {
         srv_server *s = c->srv;
-        if (c->prev)
-            c->prev->next = c->next;
-        else
-            s->conns = c->next;
-        if (c->next)
-            c->next->prev = c->prev;
-        c->prev = c->next = NULL;
+        DLIST_UNLINK(s->conns, s->conns_tail, c, prev, next);
         c->unlinked = 1;
         s->stats.connections_open--;
         srv_server_conn_gone(s);
@@ -1120,10 +1115,7 @@ void srv_conn_accept(srv_server *s)
     uv_timer_init(s->loop, &c->stall);
     c->tcp.data = c->timer.data = c->stall.data = c;
     c->handles_open = 3;
-    c->next = s->conns;
-    if (s->conns)
-        s->conns->prev = c;
-    s->conns = c;
+    DLIST_APPEND(s->conns, s->conns_tail, c, prev, next);
     s->stats.connections_open++;
     if (uv_accept((uv_stream_t *)&s->listener, (uv_stream_t *)&c->tcp)) {
         srv_conn_close_now(c);

@@ -191,7 +191,7 @@ struct srv_server {
     srv_http_callbacks cb;
     void *app;
     llhttp_settings_t settings;
-    srv_conn *conns;
+    srv_conn *conns, *conns_tail; /* open connections, oldest first (dlist.h) */
     int draining;
     int free_pending;
     void (*drain_done)(srv_server *s, void *app);

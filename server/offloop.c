@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dlist.h"
+
 /* ---------------------------------------------------------------- decoding */
 
 /* The bodies that decode into a token request (srv_body.tr). */
@@ -276,19 +278,11 @@ static void held_add(srv_app *app, srv_conn *c, const srv_request *req, const ch
             app->held.gates = g;
         }
         h->gate = g;
-        if (g->tail)
-            g->tail->next = h;
-        else
-            g->head = h;
-        g->tail = h;
+        QUEUE_APPEND(g->head, g->tail, h, next);
     }
     if (offload) {
         srv_held_state *st = &app->held;
-        if (st->wait_tail)
-            st->wait_tail->wnext = h;
-        else
-            st->wait_head = h;
-        st->wait_tail = h;
+        QUEUE_APPEND(st->wait_head, st->wait_tail, h, wnext);
         start_decodes(app);
         return;
     }

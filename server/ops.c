@@ -6,6 +6,7 @@
 #include <sys/random.h>
 
 #include "checkpoints.h"
+#include "dlist.h"
 #include "idempotency.h"
 #include "log.h"
 #include "openai.h"
@@ -1214,12 +1215,7 @@ void srv_ops_enqueue(srv_op *op)
 {
     srv_app *app = op->app;
     srv_session *s = op->sess;
-    op->next = NULL;
-    if (s->q_tail)
-        s->q_tail->next = op;
-    else
-        s->q_head = op;
-    s->q_tail = op;
+    QUEUE_APPEND(s->q_head, s->q_tail, op, next);
     s->q_len++;
     op->t_enqueued_ns = uv_hrtime();
     srv_table_touch(app->table, s, uv_now(app->loop));

@@ -12,6 +12,7 @@
 #include <hiredis/adapters/libuv.h>
 
 #include "errf.h"
+#include "dlist.h"
 #include "log.h"
 
 #define BACKOFF_MIN_MS 50
@@ -121,14 +122,7 @@ int srv_redis_url_parse(const char *url, srv_redis_url *out, char *err, size_t e
 
 static void pend_unlink(srv_redis *r, pend *p)
 {
-    if (p->prev)
-        p->prev->next = p->next;
-    else
-        r->head = p->next;
-    if (p->next)
-        p->next->prev = p->prev;
-    else
-        r->tail = p->prev;
+    DLIST_UNLINK(r->head, r->tail, p, prev, next);
     r->n_pending--;
 }
 
@@ -392,12 +386,7 @@ int srv_redis_command(srv_redis *r, srv_redis_cb *cb, void *arg, int argc, const
         free(p);
         return -1;
     }
-    p->prev = r->tail;
-    if (r->tail)
-        r->tail->next = p;
-    else
-        r->head = p;
-    r->tail = p;
+    DLIST_APPEND(r->head, r->tail, p, prev, next);
     r->n_pending++;
     return 0;
 }

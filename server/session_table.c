@@ -4,6 +4,7 @@
 #include "prefix_cache.h"
 #include "idempotency.h"
 #include "checkpoints.h"
+#include "dlist.h"
 #include "state_blob.h"
 
 #include <errno.h>
@@ -26,33 +27,19 @@ struct srv_table {
     int n_pool;
     srv_table_hooks hooks; /* persistence / residency (all NULL: memory only) */
     srv_session *lru_head, *lru_tail; /* recency list: head least recently used */
-    srv_session *chg_head;            /* changed list (order does not matter) */
+    srv_session *chg_head, *chg_tail; /* changed list (order does not matter) */
 };
 
 /* ---------------------------------------------------------------- the two lists */
 
 static void lru_unlink(srv_table *t, srv_session *s)
 {
-    if (s->lru_prev)
-        s->lru_prev->lru_next = s->lru_next;
-    else
-        t->lru_head = s->lru_next;
-    if (s->lru_next)
-        s->lru_next->lru_prev = s->lru_prev;
-    else
-        t->lru_tail = s->lru_prev;
-    s->lru_prev = s->lru_next = NULL;
+    DLIST_UNLINK(t->lru_head, t->lru_tail, s, lru_prev, lru_next);
 }
 
 static void lru_append(srv_table *t, srv_session *s)
 {
-    s->lru_prev = t->lru_tail;
-    s->lru_next = NULL;
-    if (t->lru_tail)
-        t->lru_tail->lru_next = s;
-    else
-        t->lru_head = s;
-    t->lru_tail = s;
+    DLIST_APPEND(t->lru_head, t->lru_tail, s, lru_prev, lru_next);
 }
 
 void srv_table_touch(srv_table *t, srv_session *s, uint64_t now_ms)
@@ -73,11 +60,7 @@ static void chg_link(srv_table *t, srv_session *s)
 {
     if (s->chg_linked)
         return;
-    s->chg_prev = NULL;
-    s->chg_next = t->chg_head;
-    if (t->chg_head)
-        t->chg_head->chg_prev = s;
-    t->chg_head = s;
+    DLIST_APPEND(t->chg_head, t->chg_tail, s, chg_prev, chg_next);
     s->chg_linked = 1;
 }
 
@@ -85,13 +68,7 @@ void srv_table_changed_unlink(srv_table *t, srv_session *s)
 {
     if (!s->chg_linked)
         return;
-    if (s->chg_prev)
-        s->chg_prev->chg_next = s->chg_next;
-    else
-        t->chg_head = s->chg_next;
-    if (s->chg_next)
-        s->chg_next->chg_prev = s->chg_prev;
-    s->chg_prev = s->chg_next = NULL;
+    DLIST_UNLINK(t->chg_head, t->chg_tail, s, chg_prev, chg_next);
     s->chg_linked = 0;
 }
 

@@ -124,6 +124,13 @@ class Daemon:
         self.stop()
 
 
+def check_config(*flags):
+    """recurd --check-config on the tiny seeded model with these flags: (exit code, its output)."""
+    p = subprocess.run([RECURD, "--config", "", "--port", "0", "--model-config", TINY_MODEL, *flags,
+                        "--check-config"], cwd=ROOT, capture_output=True, timeout=20)
+    return p.returncode, p.stderr + p.stdout
+
+
 def read_to_eof(sock):
     """Everything the peer sends until it closes the connection; closes sock."""
     data = bytearray()

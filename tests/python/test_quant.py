@@ -13,7 +13,7 @@ import pytest
 import requests
 
 import recur_model as rm
-from daemon import Daemon, RECURD, ROOT, TINY_MODEL
+from daemon import Daemon, RECURD, ROOT, TINY_MODEL, check_config
 
 DEFAULT = os.path.join(ROOT, "models", "default")
 WT = {"F32": 0, "Q8_0": 3, "Q4_0": 4}
@@ -233,10 +233,9 @@ def test_recurd_serves_quantized_default_model(models):
 
 
 def test_recurd_refuses_unknown_weights_dtype():
-    p = subprocess.run([RECURD, "--config", "", "--port", "0", "--model-config", TINY_MODEL,
-                        "--weights-dtype", "q3_k", "--check-config"], cwd=ROOT, capture_output=True, timeout=20)
-    assert p.returncode != 0
-    assert b"weights_dtype must be auto, q8_0 or q4_0" in p.stderr + p.stdout
+    rc, out = check_config("--weights-dtype", "q3_k")
+    assert rc != 0
+    assert b"weights_dtype must be auto, q8_0 or q4_0" in out
 
 
 def test_cli_info_and_score_quantized(tmp_path):

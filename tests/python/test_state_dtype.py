@@ -15,7 +15,7 @@ import pytest
 import requests
 
 import recur_model as rm
-from daemon import Daemon, RECURD, ROOT, TINY_MODEL
+from daemon import Daemon, RECURD, ROOT, TINY_MODEL, check_config
 
 HYBRID = {"name": "sd-hybrid", "vocab_size": 256, "d_model": 64, "n_layers": 4, "n_heads": 2, "head_k": 32,
           "head_v": 32, "d_ff": 128, "mixers": ["linear", "softmax", "gla", "gated_deltanet"],
@@ -283,10 +283,9 @@ def parse_tiny(blob):
 
 
 def test_recurd_refuses_unknown_state_dtype():
-    p = subprocess.run([RECURD, "--config", "", "--port", "0", "--model-config", TINY_MODEL,
-                        "--state-dtype", "f8", "--check-config"], cwd=ROOT, capture_output=True, timeout=20)
-    assert p.returncode != 0
-    assert b"state_dtype must be f32, bf16 or f16" in p.stderr + p.stdout
+    rc, out = check_config("--state-dtype", "f8")
+    assert rc != 0
+    assert b"state_dtype must be f32, bf16 or f16" in out
 
 
 def test_cli_state_dtype(tmp_path):
