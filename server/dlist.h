@@ -14,17 +14,6 @@
 
 #include <stddef.h>
 
-#define DLIST_APPEND(head, tail, n, prev, next)                                                    \
-    do {                                                                                           \
-        (n)->prev = (tail);                                                                        \
-        (n)->next = NULL;                                                                          \
-        if (tail)                                                                                  \
-            (tail)->next = (n);                                                                    \
-        else                                                                                       \
-            (head) = (n);                                                                          \
-        (tail) = (n);                                                                              \
-    } while (0)
-
 #define DLIST_UNLINK(head, tail, n, prev, next)                                                    \
     do {                                                                                           \
         if ((n)->prev)                                                                             \
@@ -46,6 +35,12 @@
         else                                                                                       \
             (head) = (n);                                                                          \
         (tail) = (n);                                                                              \
+    } while (0)
+
+#define DLIST_APPEND(head, tail, n, prev, next)                                                    \
+    do {                                                                                           \
+        (n)->prev = (tail);                                                                        \
+        QUEUE_APPEND(head, tail, n, next);                                                         \
     } while (0)
 
 #endif /* SRV_DLIST_H */
