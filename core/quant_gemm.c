@@ -239,7 +239,7 @@ void recur__quant_gemm(int M, int N, int K, const float *x, int ldx, const void 
     if (chunk < M) {
         heap = malloc(row_bytes * (size_t)M);
         if (heap) { buf = heap; chunk = M; }
-        else if (chunk < 1) abort(); /* one row of K > 100k on the stack: out of memory (CONVENTIONS) */
+        else if (chunk < 1) abort(); /* K > 100k: out of memory (docs/DESIGN.md §7) */
     }
     for (int m0 = 0; m0 < M; m0 += chunk) {
         const int rows = M - m0 < chunk ? M - m0 : chunk;

@@ -22,7 +22,7 @@ void tk_err(char *err, size_t errlen, const char *fmt, ...)
 /* A table of at least BIG_MIN bytes is an anonymous mapping aligned to and advised for 2 MB
  * transparent huge pages; a smaller one is calloc'd. Either way BIG_HDR bytes in front of it
  * record how it was made. Why: loading a 128k vocabulary writes ~35 MB of fresh tables, and on
- * the VMs we run on the first touch of a 4 KB page costs ~12 us (../shared/CONVENTIONS.md): one
+ * the VMs we run on the first touch of a 4 KB page costs ~12 us (docs/DESIGN.md §7): one
  * fault per page was over half of a llama3 load; a 2 MB page costs about as much as one 4 KB
  * fault. Under AddressSanitizer every table is calloc'd so that its bounds stay checked. */
 #define BIG_HDR 64
