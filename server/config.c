@@ -99,6 +99,9 @@ static const opt OPTS[] = {
      "eviction and SIGTERM)"},
     {"evict_idle_ms", OPT_U64, F(evict_idle_ms), 0, BIG,
      "with state_dir: write and drop from memory sessions idle this long (0 = never)"},
+    {"resume_cached_on_loop", OPT_BOOL, F(resume_cached_on_loop), 0, 1,
+     "with state_dir: a resumed session's snapshot found in the page cache is read and checked on "
+     "the loop thread (false: every resume is read by a reader thread)"},
     {"prefix_cache_bytes", OPT_SIZE, F(prefix_cache_bytes), 0, BIG,
      "memory of the exact prefix-state cache, entries and token ids counted (0 = cache off)"},
     {"prefix_cache_disk_bytes", OPT_SIZE, F(prefix_cache_disk_bytes), 0, BIG,
@@ -142,6 +145,7 @@ static void defaults(srv_config *c)
     c->decode_workers = 2;
     c->prefill_slice = 256;
     c->worker_spin_us = 0;
+    c->resume_cached_on_loop = 1;
     snprintf(c->log_level, sizeof c->log_level, "info");
     snprintf(c->access_log, sizeof c->access_log, "-");
     c->access_log_buffer_bytes = (size_t)1 << 20;

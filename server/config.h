@@ -47,6 +47,7 @@ typedef struct {
     int max_resident_sessions;       /* 0 = max_sessions */
     uint64_t snapshot_interval_ms;   /* changed sessions written this often (0 = never) */
     uint64_t evict_idle_ms;          /* idle resident sessions written and dropped (0 = never) */
+    int resume_cached_on_loop;       /* page-cache resumes read on the loop (residency.h) */
     int check_only;                  /* --check-config: validate, print, exit (not a key) */
     /* prefix cache and checkpoints (prefix_cache.h, checkpoints.h) */
     size_t prefix_cache_bytes;       /* memory bound of the prefix cache (0 = off) */

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -345,7 +346,21 @@ int srv_persist_write(srv_persist *p, const char *id, const uint8_t *buf, size_t
     return 0;
 }
 
-int srv_persist_read(srv_persist *p, const char *id, size_t max_len, uint8_t **buf, size_t *len)
+/* read(2), or preadv2(RWF_NOWAIT) at the file offset when nowait: -EAGAIN when that part is
+ * not in the page cache (or the kernel refuses the flag: EOPNOTSUPP, EINVAL, ENOSYS). */
+static ssize_t read_some(int fd, uint8_t *b, size_t n, int nowait)
+{
+    if (!nowait)
+        return read(fd, b, n);
+    struct iovec v = {b, n};
+    ssize_t r = preadv2(fd, &v, 1, -1, RWF_NOWAIT);
+    if (r < 0 && (errno == EOPNOTSUPP || errno == EINVAL || errno == ENOSYS))
+        errno = EAGAIN;
+    return r;
+}
+
+static int read_file(srv_persist *p, const char *id, size_t max_len, uint8_t **buf, size_t *len,
+                     int nowait)
 {
     if (!srv_persist_valid_id(id))
         return -EINVAL;
@@ -373,7 +388,7 @@ int srv_persist_read(srv_persist *p, const char *id, size_t max_len, uint8_t **b
         abort();
     size_t got = 0;
     while (got < n) {
-        ssize_t r = read(fd, b + got, n - got);
+        ssize_t r = read_some(fd, b + got, n - got, nowait);
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0) {
@@ -390,6 +405,17 @@ int srv_persist_read(srv_persist *p, const char *id, size_t max_len, uint8_t **b
     *buf = b;
     *len = got;
     return too_big ? -EFBIG : 0;
+}
+
+int srv_persist_read(srv_persist *p, const char *id, size_t max_len, uint8_t **buf, size_t *len)
+{
+    return read_file(p, id, max_len, buf, len, 0);
+}
+
+int srv_persist_read_cached(srv_persist *p, const char *id, size_t max_len, uint8_t **buf,
+                            size_t *len)
+{
+    return read_file(p, id, max_len, buf, len, 1);
 }
 
 int srv_persist_unlink(srv_persist *p, const char *id, int sync)

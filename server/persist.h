@@ -54,6 +54,10 @@ int srv_persist_write(srv_persist *p, const char *id, const uint8_t *buf, size_t
  * holds its first SRV_PERSIST_HEAD bytes (the caller frees it too). */
 #define SRV_PERSIST_HEAD 64
 int srv_persist_read(srv_persist *p, const char *id, size_t max_len, uint8_t **buf, size_t *len);
+/* The same, but only from the page cache: -EAGAIN (nothing returned) when any part of the file
+ * would have to come from the disk, or the kernel cannot tell (preadv2 RWF_NOWAIT refused). */
+int srv_persist_read_cached(srv_persist *p, const char *id, size_t max_len, uint8_t **buf,
+                            size_t *len);
 
 /* Remove id's snapshot (ENOENT is success). sync: also fsync the directory. Returns 0 or -errno. */
 int srv_persist_unlink(srv_persist *p, const char *id, int sync);

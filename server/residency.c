@@ -9,7 +9,9 @@
 #include "log.h"
 #include "metrics.h"
 #include "ops.h"
+#include "offloop.h"
 #include "persist.h"
+#include "readpool.h"
 #include "state_blob.h"
 
 /* Async snapshot writes in flight at once: bounds the memory held by serialized copies
@@ -122,6 +124,9 @@ struct srv_residency {
     int degraded;
     char last_error[96];
     int load_error; /* the last hook_load failed transiently (srv_residency_take_load_error) */
+    srv_readpool *rp;      /* reads of snapshots not in the page cache (srv_residency_resume) */
+    struct ljob *reads;    /* those reads in flight, and the one whose outcome is being told */
+    uint64_t disk_reads;   /* resumes whose snapshot was read by a reader thread */
 };
 
 /* ---------------------------------------------------------------- index */
@@ -838,6 +843,82 @@ static void pump(srv_residency *r)
 
 static int make_room(srv_residency *r);
 
+/* The outcome of a resume's read (rc, buf, len) and decode (dec, why; s: the decoded session,
+ * detached, or NULL when the read failed), on the loop thread: s joins the table (first making
+ * room), or the file is quarantined (a failed check) or forgotten (gone), or the error is kept
+ * for the answer (load_error: 503, the file kept). Returns the resident session or NULL; buf is
+ * freed and s linked or discarded. */
+static srv_session *settle(srv_residency *r, const char *id, int rc, uint8_t *buf, size_t len,
+                           srv_session *s, int dec, const char *why)
+{
+    srv_table *t = r->app->table;
+    entry *e = idx_find(r, id);
+    srv_session *out = NULL;
+    if (!e || e->resident || e->pending) {
+        /* changed while a reader had it: expired or deleted (404), or resident already */
+        out = srv_table_peek(t, id);
+    } else if (rc == -ENOENT) { /* removed behind our back */
+        idx_del(r, id);
+    } else if (rc == -EFBIG || rc == -EINVAL || rc == -ELOOP) {
+        r->quarantined++;
+        srv_persist_quarantine(r->p, id, rc == -EFBIG ? proto_state_toolarge_reason(r->app->model, buf, len)
+                                                      : "notfile");
+        idx_del(r, id);
+    } else if (rc != 0) {
+        r->load_failures++;
+        srv_log(SRV_LOG_ERROR, "snapshot_read_failed", "\"error\":\"%s\"", strerror(-rc));
+        r->load_error = 1; /* kept: a later request may succeed (EMFILE, EIO) */
+    } else if (dec != 0) {
+        r->quarantined++;
+        srv_persist_quarantine(r->p, id, why);
+        idx_del(r, id);
+    } else {
+        if (make_room(r) != 0) {
+            /* The eviction write failed (logged): load anyway rather than answer 404 or 503
+             * for a session that exists. */
+            r->over_budget++;
+        }
+        uint64_t now = uv_now(r->app->loop);
+        srv_table_link(t, s, now);
+        s->mut_gen = s->saved_gen = 1;
+        idx_set_resident(r, e, 1, now);
+        r->loads++;
+        out = s;
+        s = NULL;
+    }
+    free(buf);
+    if (s)
+        srv_table_discard(t, s);
+    return out;
+}
+
+/* Snapshot bytes into a session of its own, not in the table (srv_table_detached): 0, or -1 when
+ * they fail a check (*why: the quarantine reason). Any thread: it touches s and buf only. */
+static int decode(srv_residency *r, srv_session *s, const uint8_t *buf, size_t len, const char **why)
+{
+    return srv_session_file_read(s, r->app->model, r->app->info->vocab_size,
+                                 r->app->cfg.max_checkpoints_per_session, buf, len, why) != 0 ? -1 : 0;
+}
+
+/* A resume read on the loop thread (rc, buf, len from srv_persist_read*): decoded here. */
+static srv_session *load_here(srv_residency *r, const char *id, int rc, uint8_t *buf, size_t len)
+{
+    srv_session *s = NULL;
+    const char *why = NULL;
+    int dec = 0;
+    if (rc == 0) {
+        if (srv_table_detached(r->app->table, id, &s) != 0) {
+            free(buf);
+            r->load_failures++;
+            srv_log(SRV_LOG_ERROR, "snapshot_load_no_memory", NULL);
+            r->load_error = 1;
+            return NULL;
+        }
+        dec = decode(r, s, buf, len, &why);
+    }
+    return settle(r, id, rc, buf, len, s, dec, why);
+}
+
 static srv_session *hook_load(void *ctx, const char *id)
 {
     srv_residency *r = ctx;
@@ -845,17 +926,14 @@ static srv_session *hook_load(void *ctx, const char *id)
     entry *e = idx_find(r, id);
     if (!e || e->resident)
         return NULL;
-    if (make_room(r) != 0) {
-        /* The eviction write failed (logged): load anyway rather than answer 404 or 503 for
-         * a session that exists. */
-        r->over_budget++;
-    }
-    srv_session *s = NULL;
-    const char *why = NULL;
     if (e->pending) {
         /* Evicted a moment ago and still being written: back from those very bytes, and the
          * write in flight becomes this session's (it is clean once that write is done). */
+        if (make_room(r) != 0)
+            r->over_budget++; /* as in settle */
         wjob *j = e->pending;
+        srv_session *s = NULL;
+        const char *why = NULL;
         if (restore(r, id, j->buf, j->len, &s, &why) != 0) {
             r->load_error = 1; /* only without memory: our own bytes */
             return NULL;
@@ -875,42 +953,114 @@ static srv_session *hook_load(void *ctx, const char *id)
     uint8_t *buf = NULL;
     size_t len = 0;
     int rc = srv_persist_read(r->p, id, r->snap_max, &buf, &len);
-    if (rc == -ENOENT) { /* removed behind our back */
-        idx_del(r, id);
-        return NULL;
+    return load_here(r, id, rc, buf, len);
+}
+
+/* ---------------------------------------------------------------- resumes read off the loop */
+
+/* A resume whose snapshot is not in the page cache: a reader thread reads the file and decodes
+ * it into a detached session (ljob_work); the loop settles the outcome (ljob_done), and the
+ * requests held for the id meanwhile (offloop.h) go on. */
+typedef struct ljob {
+    srv_readjob rj;      /* first: the pool hands back &rj */
+    srv_residency *r;
+    struct ljob *next;   /* r->loads */
+    char id[33];
+    srv_session *s;      /* detached; decoded into by the reader */
+    int rc, dec;         /* the read's and the decode's results (settle) */
+    const char *why;
+    uint8_t *buf;
+    size_t len;
+    int finished;        /* settled: the held requests are being applied */
+    int failed;          /* ... and it failed transiently: they answer 503 */
+} ljob;
+
+static ljob *ljob_find(srv_residency *r, const char *id)
+{
+    for (ljob *j = r->reads; j; j = j->next)
+        if (!memcmp(j->id, id, 33))
+            return j;
+    return NULL;
+}
+
+static void ljob_work(srv_readjob *rj)
+{
+    ljob *j = (ljob *)rj;
+    j->rc = srv_persist_read(j->r->p, j->id, j->r->snap_max, &j->buf, &j->len);
+    if (j->rc == 0)
+        j->dec = decode(j->r, j->s, j->buf, j->len, &j->why);
+}
+
+static void ljob_done(srv_readjob *rj)
+{
+    ljob *j = (ljob *)rj;
+    srv_residency *r = j->r;
+    r->load_error = 0;
+    srv_session *s = settle(r, j->id, j->rc, j->buf, j->len, j->rc == 0 ? j->s : NULL, j->dec, j->why);
+    if (j->rc != 0)
+        srv_table_discard(r->app->table, j->s);
+    j->failed = !s && r->load_error;
+    r->load_error = 0;
+    j->finished = 1;
+    srv_held_store_ready(r->app, j->id); /* they find it resident, or answer 404 / 503 */
+    for (ljob **pp = &r->reads; *pp; pp = &(*pp)->next)
+        if (*pp == j) {
+            *pp = j->next;
+            break;
+        }
+    free(j);
+}
+
+srv_resume_gate srv_residency_resume(srv_app *app, const char *id, srv_session **out)
+{
+    srv_residency *r = app->res;
+    *out = srv_table_peek(app->table, id);
+    if (*out)
+        return SRV_RESUME_PASS;
+    if (!r || !r->rp || r->shutting_down || !srv_persist_valid_id(id)) {
+        *out = srv_table_find(app->table, id);
+        return SRV_RESUME_PASS;
     }
-    if (rc == -EFBIG || rc == -EINVAL || rc == -ELOOP) {
-        r->quarantined++;
-        srv_persist_quarantine(r->p, id, rc == -EFBIG ? proto_state_toolarge_reason(r->app->model, buf, len)
-                                                      : "notfile");
-        free(buf);
-        idx_del(r, id);
-        return NULL;
+    ljob *j = ljob_find(r, id);
+    if (j && !j->finished)
+        return SRV_RESUME_HOLD;
+    if (j && j->failed) {
+        r->load_error = 1; /* session_missing answers 503 */
+        return SRV_RESUME_PASS;
     }
-    if (rc != 0) {
-        r->load_failures++;
-        srv_log(SRV_LOG_ERROR, "snapshot_read_failed", "\"error\":\"%s\"", strerror(-rc));
-        r->load_error = 1;
-        return NULL; /* kept: a later request may succeed (EMFILE, EIO) */
+    entry *e = idx_find(r, id);
+    if (j || !e || e->resident || e->pending) {
+        *out = srv_table_find(app->table, id); /* 404, or its eviction's bytes in memory */
+        return SRV_RESUME_PASS;
     }
-    rc = restore(r, id, buf, len, &s, &why);
-    free(buf);
-    if (rc == -1) {
-        r->quarantined++;
-        srv_persist_quarantine(r->p, id, why);
-        idx_del(r, id);
-        return NULL;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    r->load_error = 0;
+    int rc = app->cfg.resume_cached_on_loop ? srv_persist_read_cached(r->p, id, r->snap_max, &buf, &len)
+                                            : -EAGAIN;
+    if (rc != -EAGAIN) {
+        *out = load_here(r, id, rc, buf, len);
+        return SRV_RESUME_PASS;
     }
-    if (rc != 0) {
+    j = calloc(1, sizeof *j);
+    if (!j)
+        abort();
+    if (srv_table_detached(app->table, id, &j->s) != 0) {
+        free(j);
         r->load_failures++;
         srv_log(SRV_LOG_ERROR, "snapshot_load_no_memory", NULL);
         r->load_error = 1;
-        return NULL;
+        return SRV_RESUME_PASS;
     }
-    s->mut_gen = s->saved_gen = 1;
-    idx_set_resident(r, e, 1, uv_now(r->app->loop));
-    r->loads++;
-    return s;
+    j->r = r;
+    memcpy(j->id, id, 33);
+    j->rj.work = ljob_work;
+    j->rj.done = ljob_done;
+    j->next = r->reads;
+    r->reads = j;
+    r->disk_reads++;
+    srv_readpool_submit(r->rp, &j->rj);
+    return SRV_RESUME_HOLD;
 }
 
 /* Evict until one more session fits (more than one after loads that went over the budget).
@@ -1146,6 +1296,11 @@ int srv_residency_start(srv_app *app)
         return -1;
     }
     r->quarantined = srv_persist_scan_quarantined(r->p);
+    if (srv_readpool_start(app->loop, &r->rp) != 0) {
+        srv_log(SRV_LOG_ERROR, "state_dir_unusable",
+                "\"message\":\"no reader threads could be started; refusing to start\"");
+        return -1;
+    }
     srv_table_hooks h = {hook_load, hook_make_room, hook_removed, hook_stored, r};
     srv_table_set_hooks(app->table, &h);
     uint64_t tick = TICK_MAX_MS;
@@ -1183,6 +1338,8 @@ void srv_residency_shutdown(srv_app *app)
     if (!r || !r->p || r->shutting_down)
         return;
     r->shutting_down = 1;
+    srv_readpool_stop(r->rp); /* the reads in flight are settled (their requests answered) */
+    r->rp = NULL;
     if (r->timer_on) {
         uv_timer_stop(&r->timer);
         uv_close((uv_handle_t *)&r->timer, timer_closed);
@@ -1278,6 +1435,9 @@ void srv_residency_metrics(srv_app *app, proto_buf *b)
          "Sessions dropped from memory to disk.", r->evictions},
         {"recurd_sessions_loaded_total", "counter",
          "Sessions loaded from disk.", r->loads},
+        {"recurd_session_disk_reads_total", "counter",
+         "Resumes whose snapshot was not in the page cache: read and checked by a reader "
+         "thread while the loop served other requests.", r->disk_reads},
         {"recurd_session_load_failures_total", "counter",
          "Snapshot reads that failed with an I/O error (file kept).", r->load_failures},
         {"recurd_snapshots_quarantined_total", "counter",

@@ -24,7 +24,8 @@
  * the threadpool serializes that copy. Budget
  * evictions write on the loop thread (they must finish before the new session gets its slot).
  *
- * Everything here runs on the loop thread.
+ * Everything here runs on the loop thread, except the reads of resumes whose file is not in the
+ * page cache (srv_residency_resume: reader threads, readpool.h).
  */
 #ifndef SRV_RESIDENCY_H
 #define SRV_RESIDENCY_H
@@ -48,6 +49,17 @@ void srv_residency_free(srv_app *app);
  * the snapshot round that found s computing, and hand the write to the threadpool. The stream
  * waits for that one copy only. */
 void srv_residency_capture(srv_app *app, srv_session *s);
+
+/* The session of a request's {id} (routes.c): resident, or loaded from state_dir. A snapshot in
+ * the page cache is read and checked here on the loop thread (about 0.1 ms for the default
+ * model's); one that must come from the disk is read and checked by a reader thread
+ * (readpool.h) while the loop serves other requests: SRV_RESUME_HOLD, the caller holds the
+ * request (srv_held_add_store_wait) and it is applied, in arrival order with any later request
+ * for the id, once the read is settled (srv_held_store_ready): then the session is resident,
+ * or gone (404: quarantined, expired or deleted meanwhile), or its read failed (503, file kept).
+ * SRV_RESUME_PASS: *out is the session, or NULL (srv_residency_take_load_error tells 503). */
+typedef enum { SRV_RESUME_PASS, SRV_RESUME_HOLD } srv_resume_gate;
+srv_resume_gate srv_residency_resume(srv_app *app, const char *id, srv_session **out);
 
 /* 1 when the last lookup found the session's snapshot but could not read it (an I/O error
  * or no memory: the file is kept, a retry may succeed); clears the flag. */

@@ -498,7 +498,11 @@ static int session_of(srv_app *app, srv_conn *c, const srv_request *req, const r
         }
         return g == SRV_TIER_PASS;
     }
-    *s = srv_table_find(app->table, id); /* may load it from state_dir (residency.h) */
+    if (srv_residency_resume(app, id, s) == SRV_RESUME_HOLD) { /* read from the disk */
+        proto_limits lim = limits_of(app);
+        srv_held_add_store_wait(app, c, req, id, r->body, &lim, run_held, r);
+        return 2;
+    }
     if (!*s) {
         session_missing(app, c); /* 404 before 422: the resource comes first */
         return 0;

@@ -264,8 +264,8 @@ int srv_table_new(srv_table *t, uint64_t now_ms, srv_session **out)
     return 0;
 }
 
-/* Give s (id set) a state and logits and link it in. */
-static int insert(srv_table *t, srv_session *s, uint64_t now_ms)
+/* Give s a state and logits (a spare one when there is one). 0 or -2. */
+static int give_state(srv_table *t, srv_session *s)
 {
     if (t->n_pool > 0) {
         t->n_pool--;
@@ -280,6 +280,12 @@ static int insert(srv_table *t, srv_session *s, uint64_t now_ms)
             return -2;
         }
     }
+    return 0;
+}
+
+/* Link s (id, state and logits set) in. */
+static void link_in(srv_table *t, srv_session *s, uint64_t now_ms)
+{
     s->last_used_ms = now_ms;
     lru_append(t, s);
     chg_link(t, s); /* new or restored: its owner decides whether it is clean */
@@ -289,6 +295,14 @@ static int insert(srv_table *t, srv_session *s, uint64_t now_ms)
     s->hnext = t->buckets[k];
     t->buckets[k] = s;
     t->count++;
+}
+
+/* Give s (id set) a state and logits and link it in. */
+static int insert(srv_table *t, srv_session *s, uint64_t now_ms)
+{
+    if (give_state(t, s) != 0)
+        return -2;
+    link_in(t, s, now_ms);
     return 0;
 }
 
@@ -305,6 +319,31 @@ int srv_table_adopt(srv_table *t, const char *id, uint64_t now_ms, srv_session *
     }
     *out = s;
     return 0;
+}
+
+int srv_table_detached(srv_table *t, const char *id, srv_session **out)
+{
+    srv_session *s = calloc(1, sizeof *s);
+    if (!s)
+        return -2;
+    memcpy(s->id, id, 32);
+    s->id[32] = '\0';
+    if (give_state(t, s) != 0) {
+        free(s);
+        return -2;
+    }
+    *out = s;
+    return 0;
+}
+
+void srv_table_link(srv_table *t, srv_session *s, uint64_t now_ms)
+{
+    link_in(t, s, now_ms);
+}
+
+void srv_table_discard(srv_table *t, srv_session *s)
+{
+    free_session(t, s);
 }
 
 void srv_table_set_hooks(srv_table *t, const srv_table_hooks *h)

@@ -141,5 +141,12 @@ srv_session *srv_table_peek(srv_table *t, const char *id);
 int srv_table_adopt(srv_table *t, const char *id, uint64_t now_ms, srv_session **out);
 /* Unlink and free a session without the removed hook (eviction: it lives on on disk). */
 void srv_table_drop(srv_table *t, srv_session *s);
+/* A session being built off the table (a resume read on another thread, residency.c): an empty
+ * session with this id and a state and logits of its own, not in the table; 0 or -2. Then
+ * either srv_table_link (loop thread: s joins the table as srv_table_adopt's would, no limit
+ * checks, no hooks) or srv_table_discard (freed as a dropped session is). */
+int srv_table_detached(srv_table *t, const char *id, srv_session **out);
+void srv_table_link(srv_table *t, srv_session *s, uint64_t now_ms);
+void srv_table_discard(srv_table *t, srv_session *s);
 
 #endif /* SRV_SESSION_TABLE_H */
