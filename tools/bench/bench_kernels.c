@@ -10,12 +10,19 @@
  *                      [--mixers linear,retention,...] [--forms recurrent,parallel,chunkwise]
  *                      [--H 4] [--K 64] [--V 64] [--chunk 64]
  * Prints one JSON object per line on stdout:
- *   {"kind":"sgemm","m":..,"n":..,"k":..,"median_s":..,"gflops":..}
- *   {"kind":"mm","m":..,"n":..,"k":..,"causal":0|1,"median_s":..,"gflops":..}   librecur's own
+ *   {"kind":"sgemm","m":..,"n":..,"k":..,"median_s":..,"gflops":..,"cpu_median_s":..,"gflops_cpu":..}
+ *   {"kind":"mm","m":..,"n":..,"k":..,"causal":0|1,"median_s":..,"gflops":..,"cpu_median_s":..,
+ *    "gflops_cpu":..}   librecur's own
  *      product kernel (recur__mm, core/chunk_mm.h) that the chunkwise forms run on; causal = A
  *      lower-triangular (the O += A V of a chunk), its GFLOP/s on the useful half (m n (k + 1))
  *   {"kind":"mixer","mixer":..,"form":..,"T":..,"H":..,"K":..,"V":..,"chunk":..,"reps":..,
- *    "median_s":..,"min_s":..,"tokens_per_s":..,"flops":..,"gflops":..,"status":"ok"}
+ *    "median_s":..,"min_s":..,"tokens_per_s":..,"flops":..,"gflops":..,"cpu_median_s":..,
+ *    "cpu_min_s":..,"gflops_cpu":..,"status":"ok"}
+ * *_s and gflops are wall time; cpu_* and gflops_cpu the calling thread's CPU time
+ * (CLOCK_THREAD_CPUTIME_ID) over the same calls. On a loaded machine a call of ~1 ms often runs in
+ * one time slice while one of ~100 ms is cut into many, so wall time penalises long sequences for
+ * other work's share of the cores; CPU time does not (it still includes cache misses that other
+ * work causes).
  * A run that fails with RECUR_ENOMEM under the --mem-mb address-space cap (setrlimit RLIMIT_AS,
  * on top of what the process already maps) is reported with "status":"skipped: ..." instead.
  *
@@ -60,6 +67,15 @@ static double now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* CPU time of the calling thread: the time the kernel ran, not the time other work on these
+ * shared cores held the CPU (the kernels are single-threaded with OPENBLAS_NUM_THREADS=1) */
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -239,17 +255,20 @@ static void bench_sgemm(int m, int n, int k)
         B[i] = urand();
     double flop = 2.0 * m * n * k;
     int inner = (int)fmax(1.0, 2e8 / flop); /* ~0.2 GFLOP per timed sample */
-    double t[7];
+    double t[7], tc[7];
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, A, k, B, n, 0.0f, C, n);
     for (int r = 0; r < 7; r++) {
-        double t0 = now();
+        double t0 = now(), c0 = cpu_now();
         for (int i = 0; i < inner; i++)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, A, k, B, n, 0.0f, C, n);
         t[r] = (now() - t0) / inner;
+        tc[r] = (cpu_now() - c0) / inner;
     }
     qsort(t, 7, sizeof t[0], cmp_double);
-    printf("{\"kind\":\"sgemm\",\"m\":%d,\"n\":%d,\"k\":%d,\"median_s\":%.9g,\"gflops\":%.4g}\n", m, n, k,
-           t[3], flop / t[3] * 1e-9);
+    qsort(tc, 7, sizeof tc[0], cmp_double);
+    printf("{\"kind\":\"sgemm\",\"m\":%d,\"n\":%d,\"k\":%d,\"median_s\":%.9g,\"gflops\":%.4g,"
+           "\"cpu_median_s\":%.9g,\"gflops_cpu\":%.4g}\n",
+           m, n, k, t[3], flop / t[3] * 1e-9, tc[3], flop / tc[3] * 1e-9);
     fflush(stdout);
     free(A), free(B), free(C);
 }
@@ -265,17 +284,20 @@ static void bench_mm(int m, int n, int k, int causal)
     const int flags = causal ? RECUR_MM_A_LOWER : 0;
     double flop = causal ? (double)m * n * (k + 1) : 2.0 * m * n * k;
     int inner = (int)fmax(1.0, 2e8 / flop);
-    double t[7];
+    double t[7], tc[7];
     recur__mm(m, n, k, 1.0f, A, k, 1, B, n, 0.0f, C, n, flags, 0);
     for (int r = 0; r < 7; r++) {
-        double t0 = now();
+        double t0 = now(), c0 = cpu_now();
         for (int i = 0; i < inner; i++)
             recur__mm(m, n, k, 1.0f, A, k, 1, B, n, 0.0f, C, n, flags, 0);
         t[r] = (now() - t0) / inner;
+        tc[r] = (cpu_now() - c0) / inner;
     }
     qsort(t, 7, sizeof t[0], cmp_double);
-    printf("{\"kind\":\"mm\",\"m\":%d,\"n\":%d,\"k\":%d,\"causal\":%d,\"median_s\":%.9g,\"gflops\":%.4g}\n",
-           m, n, k, causal, t[3], flop / t[3] * 1e-9);
+    qsort(tc, 7, sizeof tc[0], cmp_double);
+    printf("{\"kind\":\"mm\",\"m\":%d,\"n\":%d,\"k\":%d,\"causal\":%d,\"median_s\":%.9g,\"gflops\":%.4g,"
+           "\"cpu_median_s\":%.9g,\"gflops_cpu\":%.4g}\n",
+           m, n, k, causal, t[3], flop / t[3] * 1e-9, tc[3], flop / tc[3] * 1e-9);
     fflush(stdout);
     free(A), free(B), free(C);
 }
@@ -338,7 +360,7 @@ int main(int argc, char **argv)
              * puts on these shared cores falls on all of them alike and the ratios between forms
              * hold even when the absolute figures move. r == 0 is a warm-up; a warm-up slower
              * than half the budget counts as the form's only sample. */
-            double times[3][64], t_used[3] = {0}, checksum[3] = {0};
+            double times[3][64], cpu[3][64], t_used[3] = {0}, checksum[3] = {0};
             int n[3] = {0}, rc[3] = {0}, live[3] = {0};
             for (int f = 0; f < 3; f++)
                 live[f] = in_list(opt_forms, form_names[f]) && (!single || f == RECUR_FORM_PARALLEL);
@@ -347,15 +369,17 @@ int main(int argc, char **argv)
                     if (!live[f] || rc[f] != RECUR_OK || n[f] >= 64 ||
                         (r > 0 && (t_used[f] > opt_budget || (n[f] >= 1 && r == 1 && times[f][0] > opt_budget / 2))))
                         continue;
-                    double t0 = now();
+                    double t0 = now(), c0 = cpu_now();
                     rc[f] = run_mixer(mx, (recur_form)f, &d);
-                    double dt = now() - t0;
+                    double dt = now() - t0, dc = cpu_now() - c0;
                     t_used[f] += dt;
                     if (rc[f] != RECUR_OK)
                         continue;
                     checksum[f] = (double)d.o[(size_t)(T - 1) * opt_H * opt_V];
-                    if (r > 0 || dt > opt_budget / 2)
+                    if (r > 0 || dt > opt_budget / 2) {
+                        cpu[f][n[f]] = dc;
                         times[f][n[f]++] = dt;
+                    }
                 }
             }
             for (int f = 0; f < 3; f++) {
@@ -377,14 +401,17 @@ int main(int argc, char **argv)
                 }
                 const int nf = n[f];
                 qsort(times[f], (size_t)nf, sizeof times[f][0], cmp_double);
+                qsort(cpu[f], (size_t)nf, sizeof cpu[f][0], cmp_double);
                 double med = nf % 2 ? times[f][nf / 2] : 0.5 * (times[f][nf / 2 - 1] + times[f][nf / 2]);
+                double cmed = nf % 2 ? cpu[f][nf / 2] : 0.5 * (cpu[f][nf / 2 - 1] + cpu[f][nf / 2]);
                 double fl = mixer_flops(mx, (recur_form)f, T, opt_H, opt_K, opt_V);
                 printf("{\"kind\":\"mixer\",\"mixer\":\"%s\",\"form\":\"%s\",\"T\":%lld,\"H\":%d,\"K\":%d,"
                        "\"V\":%d,\"chunk\":%lld,\"reps\":%d,\"median_s\":%.9g,\"min_s\":%.9g,"
-                       "\"tokens_per_s\":%.6g,\"flops\":%.6g,\"gflops\":%.4g,\"checksum\":%.6g,"
-                       "\"status\":\"ok\"}\n",
+                       "\"tokens_per_s\":%.6g,\"flops\":%.6g,\"gflops\":%.4g,\"cpu_median_s\":%.9g,"
+                       "\"cpu_min_s\":%.9g,\"gflops_cpu\":%.4g,\"checksum\":%.6g,\"status\":\"ok\"}\n",
                        mx, fname, (long long)T, opt_H, opt_K, opt_V, (long long)opt_chunk, nf, med,
-                       times[f][0], (double)T / med, fl, fl / med * 1e-9, checksum[f]);
+                       times[f][0], (double)T / med, fl, fl / med * 1e-9, cmed, cpu[f][0],
+                       fl / cmed * 1e-9, checksum[f]);
                 fflush(stdout);
             }
         }
