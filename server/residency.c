@@ -19,6 +19,8 @@
 #define MAX_INFLIGHT 8
 /* Eviction writes in flight at once; past it, evictions write on the loop thread. */
 #define MAX_EVICT_INFLIGHT 16
+/* Spare state copies kept for writes whose worker serializes a copy (captures, evictions). */
+#define CPOOL_MAX (MAX_INFLIGHT + MAX_EVICT_INFLIGHT)
 #define TICK_MIN_MS 50
 #define TICK_MAX_MS 1000
 /* With nothing in progress, the timer sleeps until the next thing due, at most this long. */
@@ -116,8 +118,8 @@ struct srv_residency {
         quarantined, over_budget, deleted_files, expired_on_disk;
     uint64_t sync_evict_writes, sync_evict_us_total, sync_evict_us_max;
     uint64_t unlink_failures;
-    recur_state *cpool[MAX_INFLIGHT]; /* spare copies for captures (wjob.cstate) */
-    float *cpool_logits[MAX_INFLIGHT];
+    recur_state *cpool[CPOOL_MAX]; /* spare copies for captures and evictions (wjob.cstate) */
+    float *cpool_logits[CPOOL_MAX];
     int n_cpool;
     uint64_t busy_captures, capture_us_total, capture_us_max; /* copies taken at a busy
                                                                 * session's boundary */
@@ -432,6 +434,36 @@ static int restore(srv_residency *r, const char *id, const uint8_t *buf, size_t 
     return 0;
 }
 
+/* A resident session id from an eviction write still in flight (or failed): from its bytes, or,
+ * when the worker serializes the job's copy (cstate: the loop only copied the state), from that
+ * copy, which the worker only reads meanwhile. The same session as a load of the file would
+ * give. Returns 0 with *out, or -2 (no memory: our own bytes cannot fail a check). */
+static int restore_job(srv_residency *r, const wjob *j, srv_session **out)
+{
+    const char *why = NULL;
+    if (!j->cstate)
+        return restore(r, j->id, j->buf, j->len, out, &why) == 0 ? 0 : -2;
+    srv_table *t = r->app->table;
+    int vocab = r->app->info->vocab_size;
+    srv_session *s;
+    if (srv_table_adopt(t, j->id, uv_now(r->app->loop), &s) != 0)
+        return -2;
+    if (recur_state_copy(s->state, j->cstate) != 0 ||
+        (j->csec_len && srv_ckpt_section_read(s, r->app->model, vocab,
+                                              r->app->cfg.max_checkpoints_per_session, j->csec,
+                                              j->csec_len, &why) != 0)) {
+        srv_table_drop(t, s);
+        return -2;
+    }
+    s->has_logits = j->chas_logits != 0; /* as a file gives it: the logits, no lsm_c */
+    if (s->has_logits)
+        memcpy(s->logits, j->clogits, (size_t)vocab * sizeof(float));
+    s->tokens_seen = recur_state_tokens_seen(s->state);
+    s->snapshot_bytes = srv_session_state_bytes(s, vocab);
+    *out = s;
+    return 0;
+}
+
 /* ---------------------------------------------------------------- async writes */
 
 static void pump(srv_residency *r);
@@ -454,7 +486,7 @@ static void work_cb(uv_work_t *req)
 
 static void copy_put(srv_residency *r, recur_state *st, float *lg)
 {
-    if (r->n_cpool < MAX_INFLIGHT) {
+    if (r->n_cpool < CPOOL_MAX) {
         r->cpool[r->n_cpool] = st;
         r->cpool_logits[r->n_cpool++] = lg;
         return;
@@ -582,7 +614,8 @@ static srv_session *lru_evictable(srv_residency *r)
 }
 
 /* Evict one idle session to make room now. Clean: dropped at once. Changed since its last
- * snapshot: serialized (a copy, on the loop thread), dropped, and written on the threadpool;
+ * snapshot: its state copied (on the loop thread), dropped, and serialized and written on the
+ * threadpool;
  * until that write is done its bytes stay in memory (entry->pending), a request for it
  * restores it from them, and a failed write restores it as a resident session (nothing is
  * lost). Only when MAX_EVICT_INFLIGHT such writes are pending, or persistence is degraded,
@@ -603,7 +636,9 @@ static int evict_lru(srv_residency *r)
         return 0;
     }
     if (r->evict_inflight < MAX_EVICT_INFLIGHT && !r->degraded) {
-        wjob *j = start_job(r, s, W_EVICT);
+        /* only the state is copied here; the worker serializes it (the checksum pass over the
+         * state, ~0.1-0.2 ms for the default model, is off the resume that made room) */
+        wjob *j = start_job_ex(r, s, W_EVICT, 1);
         if (!j)
             return -1;
         evict_by_job(r, s, j);
@@ -678,10 +713,9 @@ static void evicted_write_failed(srv_residency *r, wjob *j)
 {
     entry *e = idx_find(r, j->id);
     srv_session *s;
-    const char *why = NULL;
-    if (restore(r, j->id, j->buf, j->len, &s, &why) != 0) {
+    if (restore_job(r, j, &s) != 0) {
         /* Our own bytes of a moment ago: cannot fail but for memory. */
-        srv_log(SRV_LOG_ERROR, "session_lost", "\"reason\":\"%s\"", why ? why : "no memory");
+        srv_log(SRV_LOG_ERROR, "session_lost", "\"reason\":\"no memory\"");
         if (e)
             idx_del(r, j->id);
         return;
@@ -933,8 +967,7 @@ static srv_session *hook_load(void *ctx, const char *id)
             r->over_budget++; /* as in settle */
         wjob *j = e->pending;
         srv_session *s = NULL;
-        const char *why = NULL;
-        if (restore(r, id, j->buf, j->len, &s, &why) != 0) {
+        if (restore_job(r, j, &s) != 0) {
             r->load_error = 1; /* only without memory: our own bytes */
             return NULL;
         }
