@@ -50,7 +50,8 @@ def _read_reply(f):
 class RedisServer:
     """Use as a context manager, or start() / stop()."""
 
-    def __init__(self, start_timeout=10.0):
+    def __init__(self, start_timeout=10.0, appendfsync="always"):
+        self.appendfsync = appendfsync  # the benchmark compares "everysec" too
         self.dir = tempfile.mkdtemp(prefix="recurd-redis-")
         self.port = free_port()
         self.proc = None
@@ -62,7 +63,7 @@ class RedisServer:
 
     def start(self):
         cmd = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
-               "--appendonly", "yes", "--appendfsync", "always", "--save", "",
+               "--appendonly", "yes", "--appendfsync", self.appendfsync, "--save", "",
                "--daemonize", "no", "--protected-mode", "yes", "--logfile", "redis.log"]
         self.proc = subprocess.Popen(cmd, cwd=self.dir, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -203,7 +203,7 @@ def wait_reachable(nodes, timeout=60):
         time.sleep(0.05)
 
 
-RESUME_SESSIONS = 200
+RESUME_SESSIONS = 300
 RESUME_PROMPT = [5, 17, 3, 99, 42, 7, 7, 120]
 
 
@@ -230,21 +230,22 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, max(0, int(round(q * len(xs))) - 1))]
 
 
-def resume_table(margs, budget, work, quick=False):
-    """Resume of a session that is only in Redis (issue 16: p99 <= 3 ms on loopback): node A
-    creates the sessions (a create commits without taking the lease), node B gets one GET per
-    session — its first request for it: the lease and the state in one Lua round trip, then the
-    state restored with every snapshot check — and then the same GET again, resident. Wall time
-    per request at the client and in B's access log (first byte to last byte), and B's and
-    Redis's CPU time per request (load-independent where wall time is the scheduler's)."""
-    n = 50 if quick else RESUME_SESSIONS
+RESUME_VARIANTS = (  # (label, appendfsync, extra recurd args): alternated in one run
+    ("AOF `appendfsync always`, f32 state (the default)", "always", []),
+    ("AOF `appendfsync everysec`, f32 state", "everysec", []),
+    ("AOF `appendfsync always`, `--state-dtype bf16`", "always", ["--state-dtype", "bf16"]),
+)
+
+
+def resume_once(margs, extra, fsync, n, log):
+    """One variant: Redis (appendfsync fsync), node A creates n sessions, node B resumes each
+    (its first request for it) and then GETs it again (resident). Returns the figures."""
     redis, a, b = None, None, None
-    log = os.path.join(work, "resume-access.log")
     try:
-        redis = RedisServer().start()
-        a = recurd(margs, ["--redis", redis.url, "--node-name", "resume-a"]).__enter__()
-        b = recurd(margs, ["--redis", redis.url, "--node-name", "resume-b",
-                           "--access-log", log]).__enter__()
+        redis = RedisServer(appendfsync=fsync).start()
+        a = recurd(margs, extra + ["--redis", redis.url, "--node-name", "resume-a"]).__enter__()
+        b = recurd(margs, extra + ["--redis", redis.url, "--node-name", "resume-b",
+                                   "--access-log", log]).__enter__()
         sa, sb = requests.Session(), requests.Session()
         wait_reachable([a, b])
         sids = []
@@ -253,8 +254,14 @@ def resume_table(margs, budget, work, quick=False):
                         json={"tokens": RESUME_PROMPT}, timeout=30)
             r.raise_for_status()
             sids.append(r.json()["id"])
-        load0 = open("/proc/loadavg").read().split()[0]
         sb.get(f"http://127.0.0.1:{b.port}/healthz", timeout=30)  # warm the connection
+        aof = lambda: int(redis_info(redis, "persistence").get("aof_current_size", "0"))  # noqa: E731
+        aof0, deadline = aof(), time.time() + 10
+        while time.time() < deadline:  # A's creates are committed asynchronously: let them land
+            time.sleep(0.3)
+            if aof() == aof0:
+                break
+            aof0 = aof()
         redis.command("CONFIG", "RESETSTAT")
         figs = {}
         for phase in ("resume", "resident"):
@@ -269,13 +276,15 @@ def resume_table(margs, budget, work, quick=False):
             figs[phase] = {"wall": wall, "cpu_b": (cpu_s(b.pid) - c_b) / n,
                            "cpu_loop": (cpu_s(b.pid, b.pid) - c_loop) / n,
                            "cpu_redis": (cpu_s(redis.proc.pid) - c_r) / n}
-        load1 = open("/proc/loadavg").read().split()[0]
+        aof1 = aof()
         stats = redis_info(redis, "commandstats")
         evalstat = dict(kv.split("=") for kv in stats.get("cmdstat_eval", "").split(",") if "=" in kv)
         key = [k for k in redis.command("KEYS", "recurd:*:state")][0]
-        strlen = redis.command("STRLEN", key)
-        usage = redis.command("MEMORY", "USAGE", key)
-        hits = b.metrics().get("recurd_redis_hits_total", 0)
+        figs["strlen"] = redis.command("STRLEN", key)
+        figs["usage"] = redis.command("MEMORY", "USAGE", key)
+        figs["hits"] = b.metrics().get("recurd_redis_hits_total", 0)
+        figs["eval_us"] = evalstat.get("usec_per_call", "?")
+        figs["aof_growth"] = aof1 - aof0
         deadline = time.time() + 10
         while True:  # the access log is written in batches
             gets = []
@@ -286,45 +295,79 @@ def resume_table(margs, budget, work, quick=False):
             if len(gets) >= 2 * n or time.time() > deadline:
                 break
             time.sleep(0.1)
-        srv = {"resume": gets[:n], "resident": gets[n:2 * n]} if len(gets) >= 2 * n else None
-        lines = [f"**Resume from Redis** (`models/default` as above; redis-server "
-                 f"{redis_version()}, AOF `appendfsync always`; {n} sessions created on node A, "
-                 "then one `GET /v1/sessions/{id}` each on node B — its first request for the "
-                 "session: lease and state in one Lua round trip, restored with every snapshot "
-                 "check — then the same GET again, resident; one client connection, requests "
-                 f"one after another; load average {load0} at the start, {load1} at the end):", "",
-                 "| request on node B | wall p50 ms (client) | p99 ms | wall p50 ms (B's access "
-                 "log) | p99 ms | B's loop thread CPU per request ms | B's CPU (all threads) "
-                 "ms | Redis CPU per request ms |",
-                 "|---|---:|---:|---:|---:|---:|---:|---:|"]
-        for phase, label in (("resume", "first: resumed from Redis"),
-                             ("resident", "second: resident")):
-            f = figs[phase]
-            cells = [label, fmt(pct(f["wall"], 0.5) * 1e3, 2), fmt(pct(f["wall"], 0.99) * 1e3, 2)]
-            if srv:
-                cells += [fmt(pct(srv[phase], 0.5) * 1e3, 2), fmt(pct(srv[phase], 0.99) * 1e3, 2)]
-            else:
-                cells += ["–", "–"]
-            cells += [fmt(f["cpu_loop"] * 1e3, 3), fmt(f["cpu_b"] * 1e3, 3),
-                      fmt(f["cpu_redis"] * 1e3, 3)]
-            lines.append("| " + " | ".join(cells) + " |")
-        lines += ["", f"Redis bytes per session: `STRLEN` of the state value {strlen:,} "
-                  f"(`MEMORY USAGE` {usage:,} with the allocator's rounding); "
-                  f"{int(hits)} loads counted by node B (`recurd_redis_hits_total`); Redis's own "
-                  f"time per Lua call (`INFO commandstats`, EVAL, both the resumes' acquire "
-                  f"scripts): {evalstat.get('usec_per_call', '?')} µs. The CPU columns are each "
-                  "process's (or B's loop thread's) CPU time over the phase divided by the "
-                  "requests, 10 ms clock ticks over the whole phase: load-independent where the "
-                  "wall time is the scheduler's. A resume's own path is B's loop thread plus "
-                  "Redis plus two loopback hops; B's other threads make the next sessions' "
-                  "states ahead (page faults off the request's path)."]
-        return "\n".join(lines)
+        if len(gets) >= 2 * n:
+            figs["resume"]["own"], figs["resident"]["own"] = gets[:n], gets[n:2 * n]
+        return figs
     finally:
         for nd in (a, b):
             if nd:
                 nd.stop()
         if redis:
             redis.stop()
+
+
+def resume_table(margs, budget, work, quick=False):
+    """Resume of a session that is only in Redis (issue 16: p99 <= 3 ms on loopback): node A
+    creates the sessions (a create commits without taking the lease), node B gets one GET per
+    session — its first request for it: the lease and the state in one Lua round trip, then the
+    state restored with every snapshot check — and then the same GET again, resident. Wall time
+    per request at the client and in B's access log (first byte to last byte), and B's and
+    Redis's CPU time per request (load-independent where wall time is the scheduler's). Three
+    variants, each twice, alternated: Redis's fsync policy (the acquire script writes with
+    REPL_NONE, so neither policy should fsync on a resume: the AOF growth over the resumes says
+    whether it did) and the state dtype (bytes per session)."""
+    n = 50 if quick else RESUME_SESSIONS
+    load0 = open("/proc/loadavg").read().split()[0]
+    runs = {v[0]: [] for v in RESUME_VARIANTS}
+    for rep in range(1 if quick else 2):
+        for label, fsync, extra in RESUME_VARIANTS:
+            log = os.path.join(work, f"resume-access-{len(runs[label])}-{fsync}-{len(extra)}.log")
+            runs[label].append(resume_once(margs, extra, fsync, n, log))
+    load1 = open("/proc/loadavg").read().split()[0]
+    lines = [f"**Resume from Redis** (`models/default` as above; redis-server {redis_version()} with "
+             f"AOF; {n} sessions created on node A, then one `GET /v1/sessions/{{id}}` each on node "
+             "B — its first request for the session: lease and state in one Lua round trip, "
+             "restored with every snapshot check — then the same GET again, resident (the "
+             "control: the same request with no resume); one client connection (Python "
+             "`requests`), requests one after another; each variant run "
+             f"{len(next(iter(runs.values())))} times, alternated, percentiles over all its "
+             f"requests; load average {load0} at the start, {load1} at the end):", "",
+             "| variant | request on node B | wall p50 ms (client) | p99 ms | wall p50 ms (B's "
+             "access log) | p99 ms | B's loop thread CPU per request ms | B's CPU (all threads) "
+             "ms | Redis CPU per request ms |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    notes = []
+    for label, fsync, extra in RESUME_VARIANTS:
+        rs = runs[label]
+        for phase, what in (("resume", "first: resumed from Redis"), ("resident", "second: resident")):
+            wall = [x for r in rs for x in r[phase]["wall"]]
+            own = [x for r in rs for x in r[phase].get("own", [])]
+            mean = lambda k: statistics.mean(r[phase][k] for r in rs)  # noqa: E731
+            cells = [label if phase == "resume" else "", what,
+                     fmt(pct(wall, 0.5) * 1e3, 2), fmt(pct(wall, 0.99) * 1e3, 2)]
+            cells += ([fmt(pct(own, 0.5) * 1e3, 2), fmt(pct(own, 0.99) * 1e3, 2)] if own
+                      else ["–", "–"])
+            cells += [fmt(mean("cpu_loop") * 1e3, 3), fmt(mean("cpu_b") * 1e3, 3),
+                      fmt(mean("cpu_redis") * 1e3, 3)]
+            lines.append("| " + " | ".join(cells) + " |")
+        r0 = rs[0]
+        evals = " / ".join(str(r["eval_us"]) for r in rs)
+        aofs = " / ".join(f"{r['aof_growth']:,}" for r in rs)
+        notes.append(f"{label}: Redis bytes per session `STRLEN` {r0['strlen']:,} (`MEMORY USAGE` "
+                     f"{r0['usage']:,}); loads counted by node B {sum(int(r['hits']) for r in rs)}; "
+                     f"Redis's own time per EVAL (`INFO commandstats`) {evals} µs; AOF growth over "
+                     f"the resumes {aofs} bytes.")
+    lines += ["", *[f"- {x}" for x in notes], "",
+              "The CPU columns are each process's (or B's loop thread's) CPU time over the phase "
+              "divided by the requests, 10 ms clock ticks over the whole phase: load-independent "
+              "where the wall time is the scheduler's. A resume's own path is B's loop thread "
+              "plus Redis plus two loopback hops; B's other threads make the next sessions' "
+              "states ahead (page faults off the request's path). The acquire script writes "
+              "(lease, TTLs) with `redis.set_repl(REPL_NONE)`: nothing of a resume goes to the AOF "
+              "(its growth over the resumes above), so `appendfsync` does not touch the resume "
+              "path — `always` stays the setting for the commits (no acknowledged fold lost, "
+              "docs/SCALING.md)."]
+    return "\n".join(lines)
 
 
 def redis_version():
