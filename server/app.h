@@ -66,6 +66,7 @@ typedef struct srv_app {
     srv_held_state held;       /* requests held behind an off-loop body decode (offloop.c) */
     recur_tokenizer *tok;      /* the model folder's tokenizer, or the byte tokenizer (text.h) */
     struct srv_pcache *pcache; /* the prefix-state cache (prefix_cache.h) */
+    struct srv_pcredis *pcredis; /* its entries in Redis (prefix_redis.h), or NULL */
     struct srv_access_log *access_log; /* one line per request, or NULL (access_log.h) */
     recur_chat_template *chat; /* the OpenAI chat route's template, or NULL (openai.h) */
     char chat_source[64];      /* where it came from: a built-in, a file, tokenizer_config.json */

@@ -121,6 +121,13 @@ static const opt OPTS[] = {
      "first part of every Redis key (letters, digits, '.', '_', '-')"},
     {"redis_lease_ms", OPT_U64, F(redis_lease_ms), 100, 3600000,
      "one writer per session: how long a node's lease on a session lasts without renewal"},
+    {"redis_prefix_max_entries", OPT_U64, F(redis_prefix_max_entries), 0, 100000000,
+     "prefix-cache entries of one model kept in Redis, the oldest stored evicted first (0 = the "
+     "prefix cache stays per node)"},
+    {"redis_prefix_ttl_ms", OPT_U64, F(redis_prefix_ttl_ms), 1000, BIG,
+     "a prefix-cache entry in Redis expires this long after it was stored"},
+    {"redis_prefix_inflight_bytes", OPT_SIZE, F(redis_prefix_inflight_bytes), 0, BIG,
+     "prefix-cache entries on their way to Redis at once; a store past it is dropped (counted)"},
     {"max_idempotency_keys_per_session", OPT_INT, F(max_idempotency_keys_per_session), 1, 100000,
      "Idempotency-Key records a session keeps (the oldest is forgotten first)"},
     {"node_name", OPT_STR, F(node_name), 0, 0,
@@ -166,6 +173,9 @@ static void defaults(srv_config *c)
     c->redis_timeout_ms = 1000;
     snprintf(c->redis_key_prefix, sizeof c->redis_key_prefix, "recurd");
     c->redis_lease_ms = 10000;
+    c->redis_prefix_max_entries = 1000;
+    c->redis_prefix_ttl_ms = 3600000;
+    c->redis_prefix_inflight_bytes = (size_t)8 << 20;
     c->max_idempotency_keys_per_session = 64;
 }
 

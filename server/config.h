@@ -60,6 +60,9 @@ typedef struct {
     uint64_t redis_timeout_ms;       /* a command unanswered this long resets the connection */
     char redis_key_prefix[65];
     uint64_t redis_lease_ms;         /* one writer per session: lease length */
+    uint64_t redis_prefix_max_entries;  /* prefix-cache entries of one model in Redis (0 = none) */
+    uint64_t redis_prefix_ttl_ms;       /* an entry in Redis expires this long after its store */
+    size_t redis_prefix_inflight_bytes; /* entry stores on their way to Redis at once */
     char node_name[129];             /* lease holder name; "" = hostname:port */
     int max_idempotency_keys_per_session; /* Idempotency-Key records kept per session */
     char weights_dtype[16];          /* "auto" (as the file) | "q8_0" | "q4_0" (recur_model_quantize) */

@@ -11,6 +11,7 @@
 #include "log.h"
 #include "openai.h"
 #include "prefix_cache.h"
+#include "prefix_redis.h"
 #include "redis_tier.h"
 #include "residency.h"
 #include "responses.h"
@@ -1074,6 +1075,21 @@ static void start_generate(srv_op *op)
     continue_op(op);
 }
 
+/* A cached create's prefix is restored (locally, or from Redis): its prefill starts. */
+static void pc_lookup_end(srv_op *op)
+{
+    srv_session *s = op->sess;
+    if (srv_pcache_enabled(op->app->pcache) && !s->pc_hist) /* a miss: tracking starts empty */
+        srv_pcache_hist_append(s, NULL, 0, pc_hist_max(op->app));
+    continue_op(op);
+}
+
+void srv_ops_pc_remote_done(srv_op *op)
+{
+    op->done = (size_t)op->sess->pc_cached;
+    pc_lookup_end(op);
+}
+
 static void start_fold(srv_op *op)
 {
     srv_app *app = op->app;
@@ -1104,8 +1120,10 @@ static void start_fold(srv_op *op)
         uint64_t h;
         s->pc_cached = srv_pcache_restore_h(app->pcache, op->tokens, op->n, s, &h);
         op->done = (size_t)s->pc_cached;
-        if (srv_pcache_enabled(app->pcache) && !s->pc_hist) /* a miss: tracking starts empty */
-            srv_pcache_hist_append(s, NULL, 0, pc_hist_max(app));
+        if (srv_pcredis_lookup(app, op))
+            return; /* Redis is asked for a longer prefix: srv_ops_pc_remote_done goes on */
+        pc_lookup_end(op);
+        return;
     }
     if (op->kind == SRV_OP_FOLD) {
         op_checkpoint(op);

@@ -142,6 +142,9 @@ void srv_ops_committed(srv_op *op, int rc);
 /* The Redis tier's answer about op's Idempotency-Key (redis_tier.h srv_tier_idem_get): its
  * record (NULL: none, the op runs), or ok == 0 when Redis could not be asked (503). */
 void srv_ops_idem_answer(srv_op *op, const char *record, int ok);
+/* A cached create's lookup in Redis (prefix_redis.h) ended: op->sess holds op->sess->pc_cached
+ * tokens of its prompt; the prefill goes on from there. */
+void srv_ops_pc_remote_done(srv_op *op);
 /* 503 max_sessions (+ Retry-After), counted: a create or fork found the table full. */
 void srv_ops_reject_full(srv_app *app, srv_conn *c);
 

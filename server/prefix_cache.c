@@ -69,6 +69,8 @@ struct srv_pcache {
     int shutting_down, flush_logged;
     size_t flush_queued;
     srv_pcache_stats st;
+    srv_pcache_store_hook *hook; /* told of every new entry (the shared tier, prefix_redis.h) */
+    void *hook_ctx;
 };
 
 /* ---------------------------------------------------------------- lists */
@@ -244,25 +246,31 @@ static void trim_disk(srv_pcache *pc)
     }
 }
 
-/* The file bytes of a memory entry (checksum slot left 0). */
-static uint8_t *file_bytes(const srv_pcache *pc, const pentry *e, size_t *len)
+/* The file bytes of the entry (ids[0..n), blob) (checksum slot left 0). */
+static uint8_t *entry_file(const srv_pcache *pc, const int32_t *ids, size_t n, const uint8_t *blob,
+                           size_t blob_len, size_t *len)
 {
-    size_t n = file_size(e->n, e->blob_len);
-    uint8_t *b = malloc(n);
+    size_t total = file_size(n, blob_len);
+    uint8_t *b = malloc(total);
     if (!b)
         abort();
     memcpy(b, PX_MAGIC, 8);
     recur_put_le32(b + 8, PX_VERSION);
     recur_put_le32(b + 12, 0);
     recur_put_le64(b + 16, pc->fingerprint);
-    recur_put_le64(b + 24, e->n);
-    recur_put_le64(b + 32, e->blob_len);
-    for (size_t i = 0; i < e->n; i++)
-        recur_put_le32(b + PX_HEAD + 4 * i, (uint32_t)e->ids->ids[i]);
-    memcpy(b + PX_HEAD + 4 * e->n, e->blob, e->blob_len);
-    recur_put_le64(b + n - 8, 0);
-    *len = n;
+    recur_put_le64(b + 24, n);
+    recur_put_le64(b + 32, blob_len);
+    for (size_t i = 0; i < n; i++)
+        recur_put_le32(b + PX_HEAD + 4 * i, (uint32_t)ids[i]);
+    memcpy(b + PX_HEAD + 4 * n, blob, blob_len);
+    recur_put_le64(b + total - 8, 0);
+    *len = total;
     return b;
+}
+
+static uint8_t *file_bytes(const srv_pcache *pc, const pentry *e, size_t *len)
+{
+    return entry_file(pc, e->ids->ids, e->n, e->blob, e->blob_len, len);
 }
 
 static void seal(uint8_t *b, size_t len)
@@ -422,8 +430,8 @@ static void touch(srv_pcache *pc, pentry *e)
 /* Check a spill file's bytes against what its name claims and against the prompt: 0 with the
  * blob's span, 1 when it is sound but holds other ids (a hash collision: not a hit), or -1 with
  * *why (the file is bad: quarantined). */
-static int check_file(const srv_pcache *pc, const pentry *e, const uint8_t *b, size_t len,
-                      const int32_t *prompt, const uint8_t **blob, size_t *blob_len,
+static int check_file(const srv_pcache *pc, size_t want_n, uint64_t want_h, const uint8_t *b,
+                      size_t len, const int32_t *prompt, const uint8_t **blob, size_t *blob_len,
                       const char **why)
 {
     *why = "prefix_format";
@@ -439,13 +447,13 @@ static int check_file(const srv_pcache *pc, const pentry *e, const uint8_t *b, s
         return -1;
     }
     uint64_t n = recur_get_le64(b + 24), bl = recur_get_le64(b + 32);
-    if (n != e->n || n > (len - PX_HEAD - 8) / 4 || bl != len - PX_HEAD - 8 - 4 * n)
+    if (n != want_n || n > (len - PX_HEAD - 8) / 4 || bl != len - PX_HEAD - 8 - 4 * n)
         return -1;
     uint64_t h = recur_fnv1a64(RECUR_FNV_OFFSET, b + PX_HEAD, 4 * n);
     int same = 1;
     for (size_t i = 0; i < n; i++)
         same &= (int32_t)recur_get_le32(b + PX_HEAD + 4 * i) == prompt[i];
-    if (h != e->h) {
+    if (h != want_h) {
         *why = "prefix_hash"; /* its ids are not what its name says */
         return -1;
     }
@@ -491,7 +499,7 @@ static int restore_from_disk(srv_pcache *pc, pentry *e, const int32_t *tokens, s
     const uint8_t *blob;
     size_t blob_len;
     const char *why = NULL;
-    int rc = check_file(pc, e, buf, len, tokens, &blob, &blob_len, &why);
+    int rc = check_file(pc, e->n, e->h, buf, len, tokens, &blob, &blob_len, &why);
     if (rc == 0 && srv_state_restore(m, pc->vocab, s, blob, blob_len, &why) != 0)
         rc = -1;
     if (rc == 0 && s->tokens_seen != e->n) { /* a blob whose tokens_seen is not its prefix's */
@@ -712,6 +720,8 @@ static void store_ids(srv_pcache *pc, srv_ids *ids, size_t n, uint64_t h, const 
         return;
     }
     pc->st.stores++;
+    if (pc->hook)
+        pc->hook(pc->hook_ctx, ids->ids, n, h, blob, blob_len);
     put_mem(pc, e, ids, blob, blob_len);
 }
 
@@ -744,6 +754,75 @@ void srv_pcache_store(srv_pcache *pc, const int32_t *tokens, size_t n, const srv
 {
     if (srv_pcache_enabled(pc))
         srv_pcache_store_h(pc, tokens, n, srv_pcache_hash(RECUR_FNV_OFFSET, tokens, n), s);
+}
+
+void srv_pcache_set_store_hook(srv_pcache *pc, srv_pcache_store_hook *fn, void *ctx)
+{
+    if (!pc)
+        return;
+    pc->hook = fn;
+    pc->hook_ctx = ctx;
+}
+
+uint8_t *srv_pcache_entry_bytes(const srv_pcache *pc, const int32_t *ids, size_t n,
+                                const uint8_t *blob, size_t blob_len, size_t *len)
+{
+    uint8_t *b = entry_file(pc, ids, n, blob, blob_len, len);
+    seal(b, *len);
+    return b;
+}
+
+size_t srv_pcache_entry_max_bytes(const srv_pcache *pc, size_t n)
+{
+    return file_size(n, pc->blob_max);
+}
+
+int srv_pcache_adopt(srv_pcache *pc, const int32_t *tokens, size_t n, uint64_t h,
+                     const uint8_t *bytes, size_t len, srv_session *s, const char **why)
+{
+    const uint8_t *blob;
+    size_t blob_len;
+    *why = NULL;
+    if (!srv_pcache_enabled(pc) || n == 0 || n > PX_MAX_N) {
+        *why = "prefix_disabled";
+        return 1;
+    }
+    int rc = check_file(pc, n, h, bytes, len, tokens, &blob, &blob_len, why);
+    if (rc > 0)
+        *why = "prefix_ids"; /* sound, but the ids under this hash are not the prompt's */
+    if (rc != 0)
+        return rc;
+    /* srv_state_restore checks everything before it applies anything: a refused blob leaves s
+     * as it was (its local hit, if any) */
+    if (srv_state_restore(pc->m, pc->vocab, s, blob, blob_len, why) != 0)
+        return -1;
+    if (s->tokens_seen != n) { /* a blob whose tokens_seen is not its prefix's: s starts over */
+        recur_state_reset(s->state);
+        s->has_logits = 0;
+        s->tokens_seen = 0;
+        srv_pcache_hist_drop(s);
+        *why = "prefix_tokens_seen";
+        return -1;
+    }
+    /* s tracks tokens[0..n), in a buffer the local entry shares (later turns hit locally) */
+    srv_pcache_hist_drop(s);
+    srv_ids *ids = ids_new(n);
+    memcpy(ids->ids, tokens, n * sizeof *tokens);
+    ids->used = n;
+    s->pc_hist = ids_ref(ids);
+    s->pc_hist_n = n;
+    s->pc_hist_h = h;
+    uint8_t *own = malloc(blob_len);
+    if (!own)
+        abort();
+    memcpy(own, blob, blob_len);
+    pentry *e = calloc(1, sizeof *e);
+    if (!e)
+        abort();
+    e->n = n;
+    e->h = h;
+    put_mem(pc, e, ids, own, blob_len); /* no store hook: it came from the shared tier */
+    return 0;
 }
 
 void srv_pcache_shutdown(srv_pcache *pc)

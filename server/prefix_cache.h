@@ -125,6 +125,28 @@ void srv_pcache_store(srv_pcache *pc, const int32_t *tokens, size_t n, const srv
  * shares the history's id buffer (no copy, no hash: O(state)). */
 void srv_pcache_store_hist(srv_pcache *pc, const srv_session *s);
 
+/* The shared tier (prefix_redis.h). fn is told of every entry stored from a session (not of
+ * entries read back from a spill file or adopted from the shared tier), before it enters
+ * memory: ids[0..n), their hash h, the state blob (valid during the call). */
+typedef void srv_pcache_store_hook(void *ctx, const int32_t *ids, size_t n, uint64_t h,
+                                   const uint8_t *blob, size_t blob_len);
+void srv_pcache_set_store_hook(srv_pcache *pc, srv_pcache_store_hook *fn, void *ctx);
+/* An entry as bytes that travel: the spill file's format (header with the model fingerprint,
+ * the ids, the blob, a checksum over all of it), malloc'd, *len set. */
+uint8_t *srv_pcache_entry_bytes(const srv_pcache *pc, const int32_t *ids, size_t n,
+                                const uint8_t *blob, size_t blob_len, size_t *len);
+/* The largest such bytes for an entry of n tokens of this model (a read's bound). */
+size_t srv_pcache_entry_max_bytes(const srv_pcache *pc, size_t n);
+/* Bytes that claim to be the entry (n, h) of this model, trusted for nothing: the format, the
+ * checksum, the fingerprint, n, the ids' hash, the ids equal tokens[0..n) one by one, then the
+ * state blob's own checks and its tokens_seen == n. 0: s (a create's session before its
+ * prefill; it may hold a shorter local hit) is restored to the state after tokens[0..n), tracks
+ * them as its history, and the entry is kept in memory (no store hook); 1: sound bytes of
+ * other ids (not a hit; s unchanged); -1: bad bytes, *why says which check (s unchanged, or
+ * reset to a fresh state when only its tokens_seen was wrong: s->tokens_seen tells). */
+int srv_pcache_adopt(srv_pcache *pc, const int32_t *tokens, size_t n, uint64_t h,
+                     const uint8_t *bytes, size_t len, srv_session *s, const char **why);
+
 /* Figures for /metrics and tests. */
 typedef struct {
     uint64_t hits, hit_tokens, misses, evictions, stores;

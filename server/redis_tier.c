@@ -13,6 +13,7 @@
 #include "metrics.h"
 #include "offloop.h"
 #include "persist.h"
+#include "prefix_redis.h"
 #include "redis_conn.h"
 
 /* ---------------------------------------------------------------- the scripts
@@ -159,6 +160,17 @@ static srv_tier *tier_of(const srv_app *app)
 int srv_tier_enabled(const srv_app *app)
 {
     return app->tier != NULL;
+}
+
+struct srv_redis *srv_tier_conn(srv_app *app)
+{
+    srv_tier *t = tier_of(app);
+    return t && srv_redis_up(t->r) && !t->closed ? t->r : NULL;
+}
+
+const char *srv_tier_fingerprint(const srv_app *app)
+{
+    return tier_of(app)->fp;
 }
 
 /* The keys of a session. */
@@ -954,6 +966,7 @@ int srv_tier_start(srv_app *app, int port)
     uv_timer_start(&t->tick, on_tick, every, every);
     t->tick_on = 1;
     spares_refill(t);
+    srv_pcredis_start(app);
     srv_log(SRV_LOG_INFO, "redis_tier",
             "\"node\":\"%s\",\"host\":\"%s\",\"port\":%d,\"db\":%d,\"sync\":%s,\"lease_ms\":%llu,"
             "\"timeout_ms\":%llu,\"key_prefix\":\"%s\",\"fingerprint\":\"%s\"",
@@ -1020,6 +1033,7 @@ void srv_tier_free(srv_app *app)
         return;
     while (t->lookups)
         lookup_remove(t, t->lookups);
+    srv_pcredis_free(app);
     free(t);
     app->tier = NULL;
 }
@@ -1082,4 +1096,5 @@ void srv_tier_metrics(srv_app *app, proto_buf *b)
         srv_metric_double(b, m[i].name, m[i].type, m[i].help, m[i].value);
     srv_hist_render(&t->latency, b, "recurd_redis_latency_seconds",
                     "Time from sending a Redis command to its reply.");
+    srv_pcredis_metrics(app, b);
 }

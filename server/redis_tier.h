@@ -71,6 +71,11 @@ void srv_tier_op_end(srv_app *app, srv_session *s);
  * (the local session stays until then), 0 when there is no tier. */
 int srv_tier_delete(srv_app *app, srv_session *s, srv_op *op);
 
+/* For the other users of the tier's connection (prefix_redis.h): the connection while Redis is
+ * up, else NULL; the model fingerprint as the keys spell it (16 hex digits). */
+struct srv_redis *srv_tier_conn(srv_app *app);
+const char *srv_tier_fingerprint(const srv_app *app);
+
 /* rc of srv_ops_committed */
 enum { SRV_TIER_OK = 0, SRV_TIER_UNAVAILABLE = 1, SRV_TIER_FENCED = 2 };
 
