@@ -33,6 +33,12 @@ void srv_metric(proto_buf *b, const char *name, const char *type, const char *he
     proto_buf_printf(b, "%s %llu\n", name, v);
 }
 
+void srv_metric_rows(proto_buf *b, const srv_metric_row *rows, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        srv_metric_double(b, rows[i].name, rows[i].type, rows[i].help, rows[i].value);
+}
+
 void srv_metric_double(proto_buf *b, const char *name, const char *type, const char *help, double v)
 {
     srv_metric_head(b, name, type, help);

@@ -16,6 +16,15 @@ void srv_metric(proto_buf *b, const char *name, const char *type, const char *he
 /* The same with a fractional value (seconds). */
 void srv_metric_double(proto_buf *b, const char *name, const char *type, const char *help, double v);
 
+/* One row of a module's table of unlabelled samples (srv_metric_rows). */
+typedef struct {
+    const char *name, *type, *help;
+    double value;
+} srv_metric_row;
+
+/* srv_metric_double for each of rows[0..n). */
+void srv_metric_rows(proto_buf *b, const srv_metric_row *rows, size_t n);
+
 /* Set the buckets of app->hists (before the first request). */
 void srv_metrics_init(srv_app *app);
 

@@ -374,10 +374,7 @@ void srv_pcredis_metrics(const srv_app *app, proto_buf *b)
         memset(&z, 0, sizeof z);
         p = &z;
     }
-    const struct {
-        const char *name, *type, *help;
-        double value;
-    } m[] = {
+    const srv_metric_row m[] = {
         {"recurd_redis_prefix_lookups_total", "counter",
          "Cached creates that asked Redis for a prefix longer than the local hit.", p->lookups},
         {"recurd_redis_prefix_hits_total", "counter",
@@ -406,6 +403,5 @@ void srv_pcredis_metrics(const srv_app *app, proto_buf *b)
         {"recurd_redis_prefix_inflight_bytes", "gauge",
          "Bytes of entry stores sent and not answered yet.", p->inflight},
     };
-    for (size_t i = 0; i < sizeof m / sizeof *m; i++)
-        srv_metric_double(b, m[i].name, m[i].type, m[i].help, m[i].value);
+    srv_metric_rows(b, m, sizeof m / sizeof *m);
 }

@@ -1062,10 +1062,7 @@ void srv_tier_metrics(srv_app *app, proto_buf *b)
     srv_metric(b, "recurd_redis_enabled", "gauge", "1 when --redis is set.", t != NULL);
     if (!t)
         return;
-    const struct {
-        const char *name, *type, *help;
-        double value;
-    } m[] = {
+    const srv_metric_row m[] = {
         {"recurd_redis_up", "gauge", "1 while the connection to Redis is up.", now_up(t)},
         {"recurd_redis_hits_total", "counter",
          "Sessions not resident loaded from Redis.", t->hits},
@@ -1092,8 +1089,7 @@ void srv_tier_metrics(srv_app *app, proto_buf *b)
         {"recurd_redis_pending_commands", "gauge", "Commands sent and not answered yet.",
          srv_redis_pending(t->r)},
     };
-    for (size_t i = 0; i < sizeof m / sizeof *m; i++)
-        srv_metric_double(b, m[i].name, m[i].type, m[i].help, m[i].value);
+    srv_metric_rows(b, m, sizeof m / sizeof *m);
     srv_hist_render(&t->latency, b, "recurd_redis_latency_seconds",
                     "Time from sending a Redis command to its reply.");
     srv_pcredis_metrics(app, b);

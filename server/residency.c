@@ -1444,10 +1444,7 @@ void srv_residency_metrics(srv_app *app, proto_buf *b)
     srv_metric(b, "recurd_persistence_enabled", "gauge", "1 when state_dir is set.", r->p != NULL);
     if (!r->p)
         return;
-    const struct {
-        const char *name, *type, *help;
-        double value;
-    } metrics[] = {
+    const srv_metric_row metrics[] = {
         {"recurd_persistence_degraded", "gauge",
          "1 after a failed snapshot write, until the next successful one.", r->degraded},
         {"recurd_snapshots_total", "counter",
@@ -1495,6 +1492,5 @@ void srv_residency_metrics(srv_app *app, proto_buf *b)
         {"recurd_eviction_sync_write_seconds_max", "gauge",
          "Longest eviction write on the loop thread (seconds).", (double)r->sync_evict_us_max / 1e6},
     };
-    for (size_t i = 0; i < sizeof metrics / sizeof *metrics; i++)
-        srv_metric_double(b, metrics[i].name, metrics[i].type, metrics[i].help, metrics[i].value);
+    srv_metric_rows(b, metrics, sizeof metrics / sizeof *metrics);
 }

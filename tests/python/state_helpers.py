@@ -1,10 +1,18 @@
-"""Helpers shared by test_prefix_cache.py and test_checkpoints.py: session requests and their
+"""Helpers shared by test_prefix_cache.py, test_checkpoints.py and the state tests: session requests and their
 streamed lines, on top of persist_helpers (metrics, info, the daemon with a state dir)."""
 import json
 
 import requests
 
 TIMEOUT = 60
+FNV_OFFSET = 0xcbf29ce484222325
+
+
+def fnv1a(data, h=FNV_OFFSET):
+    """FNV-1a 64 over data's bytes, continued from h (core/util.c recur_fnv1a64)."""
+    for b in data:
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
 
 
 def post(d, path, body=None):

@@ -24,6 +24,7 @@ import requests
 
 from daemon import TINY_MODEL, Daemon
 from redis_server import RedisServer
+from state_helpers import fnv1a
 
 TIMEOUT = 60
 MAX_TOKENS = 8
@@ -95,15 +96,8 @@ def refusals(d):
     return out
 
 
-def fnv1a64(data):
-    h = 0xcbf29ce484222325
-    for b in data:
-        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
-    return h
-
-
 def reseal(b):
-    return b[:-8] + struct.pack("<Q", fnv1a64(b[:-8]))
+    return b[:-8] + struct.pack("<Q", fnv1a(b[:-8]))
 
 
 def conversation(tag):

@@ -16,6 +16,7 @@ import requests
 
 import recur_model as rm
 from daemon import Daemon, RECURD, ROOT, TINY_MODEL, check_config
+from state_helpers import fnv1a
 
 HYBRID = {"name": "sd-hybrid", "vocab_size": 256, "d_model": 64, "n_layers": 4, "n_heads": 2, "head_k": 32,
           "head_v": 32, "d_ff": 128, "mixers": ["linear", "softmax", "gla", "gated_deltanet"],
@@ -26,13 +27,6 @@ DTYPES = ("f32", "bf16", "f16")
 
 def model(dtype, cfg=HYBRID, max_batch=8):
     return rm.Model.init_seed(cfg, 11, max_batch=max_batch, state_dtype=dtype)
-
-
-def fnv1a(data):
-    h = 0xcbf29ce484222325
-    for b in data:
-        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
-    return h
 
 
 def parse(blob):

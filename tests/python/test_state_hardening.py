@@ -13,6 +13,7 @@ import pytest
 import requests
 
 from daemon import Daemon, ROOT, TINY_MODEL
+from state_helpers import fnv1a
 
 OCTET = {"Content-Type": "application/octet-stream"}
 DEFAULT = ("--model", os.path.join(ROOT, "models", "default"))
@@ -55,15 +56,8 @@ def put_state(d, sid, blob):
     return requests.put(d.url("/v1/sessions/%s/state" % sid), data=blob, headers=OCTET, timeout=30)
 
 
-FNV_OFFSET, FNV_PRIME, M64 = 0xcbf29ce484222325, 0x100000001b3, (1 << 64) - 1
 BOUND = 2.0 ** 40  # RECUR_STATE_MAX_ABS, docs/MODEL.md "State values"
 MAX_TOKENS = (1 << 53) - 1  # RECUR_MAX_TOKENS_SEEN
-
-
-def fnv1a(data, h=FNV_OFFSET):
-    for b in data:
-        h = ((h ^ b) * FNV_PRIME) & M64
-    return h
 
 
 def split(blob):

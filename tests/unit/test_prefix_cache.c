@@ -514,3 +514,80 @@ Test(prefix_cache, disk_bound_removes_the_least_recently_used)
     for (int i = 0; i < 3; i++)
         sess_free(s[i]);
 }
+
+/* The shared tier (prefix_redis.c) hands adopt the bytes of another node's entry: the store hook
+ * sees every store from a session, adopt restores the exact state only for the prompt whose
+ * first n ids are the entry's, refuses other ids under a matching hash (what a hash collision
+ * would be) and damaged bytes, and keeps a hit in memory without calling the hook again. */
+typedef struct {
+    int calls;
+    uint8_t *bytes;
+    size_t len, n;
+    uint64_t h;
+} hook_seen;
+
+static srv_pcache *HOOKED;
+
+static void hook(void *ctx, const int32_t *ids, size_t n, uint64_t h, const uint8_t *blob,
+                 size_t blob_len)
+{
+    hook_seen *w = ctx;
+    w->calls++;
+    free(w->bytes);
+    w->bytes = srv_pcache_entry_bytes(HOOKED, ids, n, blob, blob_len, &w->len);
+    w->n = n;
+    w->h = h;
+}
+
+Test(prefix_cache, adopt_bytes_of_another_nodes_entry)
+{
+    srv_pcache *a = cache(1 << 20, 0, 0), *b = cache(1 << 20, 0, 0);
+    hook_seen w = {0};
+    HOOKED = a;
+    srv_pcache_set_store_hook(a, hook, &w);
+    srv_pcache_set_store_hook(b, hook, &w);
+    int32_t t[40];
+    seq(t, 40, 5);
+    srv_session *src = sess(t, 30);
+    srv_pcache_store(a, t, 30, src);
+    cr_assert_eq(w.calls, 1);
+    cr_assert_eq(w.n, 30);
+    cr_assert_eq(w.h, srv_pcache_hash(RECUR_FNV_OFFSET, t, 30));
+    cr_assert_leq(w.len, srv_pcache_entry_max_bytes(a, 30));
+    uint8_t *bytes = w.bytes;
+    size_t len = w.len;
+    w.bytes = NULL;
+    const char *why;
+    /* the same hash, other ids (the 4th differs): sound bytes, not a hit; s untouched */
+    int32_t other[40];
+    memcpy(other, t, sizeof t);
+    other[3] = (other[3] + 1) % 16;
+    srv_session *s = sess(NULL, 0);
+    cr_assert_eq(srv_pcache_adopt(b, other, 30, w.h, bytes, len, s, &why), 1);
+    cr_assert_str_eq(why, "prefix_ids");
+    cr_assert_eq(s->tokens_seen, 0);
+    /* a damaged byte of the state: refused by the checksum, s untouched */
+    bytes[len / 2] ^= 0x40;
+    cr_assert_eq(srv_pcache_adopt(b, t, 30, w.h, bytes, len, s, &why), -1);
+    cr_assert_str_eq(why, "prefix_checksum");
+    cr_assert_eq(s->tokens_seen, 0);
+    bytes[len / 2] ^= 0x40;
+    /* a key that claims another length: refused */
+    cr_assert_eq(srv_pcache_adopt(b, t, 29, w.h, bytes, len, s, &why), -1);
+    /* the right prompt: the exact state, its history, kept in b's memory, no hook call */
+    cr_assert_eq(srv_pcache_adopt(b, t, 30, w.h, bytes, len, s, &why), 0);
+    assert_same_state(s, src);
+    cr_assert_eq(s->pc_hist_n, 30);
+    cr_assert_eq(s->pc_hist_h, w.h);
+    cr_assert_eq(w.calls, 1);
+    cr_assert_eq(srv_pcache_get_stats(b).entries, 1);
+    srv_session *again = sess(NULL, 0);
+    cr_assert_eq(srv_pcache_restore(b, t, 40, again), 30);
+    assert_same_state(again, src);
+    free(bytes);
+    sess_free(src);
+    sess_free(s);
+    sess_free(again);
+    srv_pcache_free(a);
+    srv_pcache_free(b);
+}
