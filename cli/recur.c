@@ -8,7 +8,8 @@
  *
  * MODEL is a directory holding config.json and model.safetensors (default models/default), or
  * `--config CFG.json --seed N` for a seeded model of any size (tests, benchmarks); with
- * `--weights-dtype q8_0|q4_0` its matrices are quantized at load (recur_model_quantize).
+ * `--weights-dtype q8_0|q4_0` its matrices are quantized at load (recur_model_quantize), or read
+ * from the cached quantized file in `--weights-cache DIR` (recur_model_quantize_cached).
  * Text goes through the model folder's tokenizer (tokenizer.json or the RWKV World vocabulary,
  * docs/API.md §Tokenizers); without one (and for seeded models) tokens are bytes, and the
  * model's vocabulary must cover them. Exit codes: 0 ok, 1 runtime error, 2 usage error. */
@@ -41,6 +42,8 @@ typedef struct {
     const char *pos[4];
     int npos;
     const char *weights_dtype; /* NULL / "auto": as the file; "q8_0" / "q4_0" */
+    const char *weights_cache; /* NULL: quantize at every load; else the cache directory */
+    uint64_t weights_cache_max_bytes; /* 0: RECUR_WEIGHTS_CACHE_MAX_BYTES */
     recur_state_dtype state_dtype; /* --state-dtype f32 (default) | bf16 | f16 */
 } opts;
 
@@ -58,6 +61,8 @@ static void usage(FILE *f)
             "       or --config CFG.json --init-seed N for seeded random weights\n"
             "       (outside generate, --seed N is the init seed).\n"
             "       --weights-dtype auto|q8_0|q4_0 quantizes its matrices at load (default auto: as the file).\n"
+            "       --weights-cache DIR reads / writes the quantized matrices as a file in DIR\n"
+            "       (--weights-cache-max-bytes N bounds that file, default 16 GiB).\n"
             "       --state-dtype f32|bf16|f16 stores session states in that type (default f32).\n",
             prog, prog, prog, prog, prog, DEFAULT_MODEL);
 }
@@ -113,6 +118,8 @@ static int parse_args(int argc, char **argv, opts *o)
                 return -1;
             }
         }
+        else if (!strcmp(a, "--weights-cache")) { NEED_VALUE(); o->weights_cache = argv[++i]; }
+        else if (!strcmp(a, "--weights-cache-max-bytes")) { NUM(1, 9007199254740992.0); o->weights_cache_max_bytes = (uint64_t)v; }
         else if (!strcmp(a, "--state-dtype")) {
             NEED_VALUE();
             if (recur_state_dtype_parse(argv[++i], &o->state_dtype)) {
@@ -186,13 +193,19 @@ static recur_model *open_model(const opts *o, const char *dir)
     }
     if (o->weights_dtype && strcasecmp(o->weights_dtype, "auto")) {
         recur_model *q = NULL;
-        rc = recur_model_quantize(m, o->weights_dtype, &q, err, sizeof err);
+        recur_wcache_report wc;
+        rc = recur_model_quantize_cached(m, o->weights_dtype, o->weights_cache, o->weights_cache_max_bytes, &q, &wc,
+                                         err, sizeof err);
         recur_model_free(m);
         if (rc) {
             fprintf(stderr, "%s: cannot quantize model %s: %s%s%s\n", prog, what, recur_strerror(rc), err[0] ? ": " : "", err);
             return NULL;
         }
         m = q;
+        if (wc.outcome != RECUR_WCACHE_OFF) /* what the cache did, on stderr (stdout is the command's) */
+            fprintf(stderr, "%s: weights cache %s: %s%s%s%s%s%s\n", prog, recur_wcache_outcome_name(wc.outcome), wc.path,
+                    wc.rule[0] ? " (refused by rule " : "", wc.rule, wc.rule[0] ? ")" : "", wc.detail[0] ? ": " : "",
+                    wc.detail);
     }
     recur_model_set_state_dtype(m, o->state_dtype); /* before any state or workspace */
     return m;
@@ -279,6 +292,7 @@ static int cmd_info(const opts *o)
            soft ? ", softmax KV cache at max_context" : ", fixed for any context length");
     printf("state_dtype     %s (recurrent state as stored; --state-dtype)\n", i->state_dtype);
     printf("weights         %s in memory, %.2f MiB\n", i->weights_dtype, i->weight_bytes / 1048576.0);
+    printf("weights_origin  %s\n", i->weights_origin);
     printf("fingerprint     %016llx\n", (unsigned long long)i->fingerprint);
     printf("isa             %s (kernel path; RECUR_ISA forces one)\n", recur_isa_name());
     recur_model_free(m);

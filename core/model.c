@@ -535,6 +535,7 @@ int recur__model_finish(recur_model *m)
     info->weight_bytes = m->arena_floats * sizeof(float);
     snprintf(info->weights_dtype, sizeof info->weights_dtype, "%s",
              m->wtype == RECUR_WT_F16 ? "F16" : m->wtype == RECUR_WT_BF16 ? "BF16" : "F32");
+    snprintf(info->weights_origin, sizeof info->weights_origin, "file"); /* seeded: model_init.c */
     return pack_weights(m);
 }
 

@@ -7,6 +7,7 @@
  * dt_bias = log(expm1(u)), u ~ U[1e-3, 1e-1]. A model whose matrices are held as halves gets
  * each matrix value rounded to the half type (a seeded stand-in for an F16 / BF16 file). */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 #include "isa.h"
 #include "model_internal.h"
@@ -62,6 +63,7 @@ int recur__model_init_seed_wtype(const char *config_json, uint64_t seed, recur_w
     recur__model_seed(m, seed);
     rc = recur__model_finish(m);
     if (rc) { recur_model_free(m); return rc; }
+    snprintf(m->info.weights_origin, sizeof m->info.weights_origin, "seeded");
     *out = m;
     return RECUR_OK;
 }

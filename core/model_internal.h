@@ -218,6 +218,16 @@ int recur__model_load_files_opt(const char *config_path, const char *weights_pat
 int recur__model_load_dir_opt(const char *dir, int keep_half, recur_model **out, char *err, size_t errlen);
 /* "q8_0" / "q4_0" (any case) -> RECUR_WT_Q8_0 / Q4_0; RECUR_EINVAL otherwise. */
 int recur__parse_weights_dtype(const char *s, recur_wtype *out);
+/* A quantized copy of src without its matrices (model_quant.c): allocated for weights_dtype, every
+ * tensor that is not a packed matrix copied from src, info set (dtype, bytes, fingerprint, origin
+ * "quantized"); the packed matrices are zero until filled. recur_model_quantize's errors. */
+int recur__quant_shell(const recur_model *src, const char *weights_dtype, recur_model **out, char *err,
+                       size_t errlen);
+/* Every packed matrix of m (a quant shell of src) with its counterpart in src and its shape
+ * [N][K], in one fixed order (layers in order, then the LM head): quantizing and the weights
+ * cache (weights_cache.c) both walk this list. */
+typedef void (*recur__quant_matrix_fn)(void *ctx, void *dst, const void *src, int N, int K);
+void recur__quant_each_matrix(recur_model *m, const recur_model *src, recur__quant_matrix_fn fn, void *ctx);
 /* Once the weights are in place (row-major): fill info (params, state bytes, fingerprint of the
  * row-major data), then pack the GEMM matrices in place. 0 or RECUR_ENOMEM (m unusable then:
  * free it). After this, recur__weight's pointers to matrices point at packed data. */

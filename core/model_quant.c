@@ -19,12 +19,10 @@ int recur__parse_weights_dtype(const char *s, recur_wtype *out)
     return RECUR_OK;
 }
 
-/* Each packed matrix of src, quantized into m (both allocated for the same config). */
-static void quantize_matrices(recur_model *m, const recur_model *src)
+void recur__quant_each_matrix(recur_model *m, const recur_model *src, recur__quant_matrix_fn fn, void *ctx)
 {
     const recur_config *c = &m->cfg;
     const int d = c->d_model, HV = c->n_heads * c->head_v, ff = c->d_ff;
-    const recur_wtype qt = m->wtype, st = src->wtype;
     for (int l = 0; l < c->n_layers; l++) {
         recur_layer *L = &m->layers[l];
         const recur_layer *S = &src->layers[l];
@@ -32,23 +30,34 @@ static void quantize_matrices(recur_model *m, const recur_model *src)
             for (int t = T_RW_LN0_W; t < T_N_LAYER_TENSORS; t++) {
                 int64_t r, k;
                 if (recur__rwkv7_is_matrix(t) && recur__rwkv7_shape(c, l, t, &r, &k))
-                    recur__pack_quant(L->rw[t - T_RW_LN0_W], qt, S->rw[t - T_RW_LN0_W], st, (int)r, (int)k);
+                    fn(ctx, L->rw[t - T_RW_LN0_W], S->rw[t - T_RW_LN0_W], (int)r, (int)k);
             }
             continue;
         }
-        recur__pack_quant(L->w_in, qt, S->w_in, st, L->n_in, d);
-        recur__pack_quant(L->wo, qt, S->wo, st, d, HV);
+        fn(ctx, L->w_in, S->w_in, L->n_in, d);
+        fn(ctx, L->wo, S->wo, d, HV);
         if (c->block[l].mlp) {
-            recur__pack_quant(L->w_gate_up, qt, S->w_gate_up, st, 2 * ff, d);
-            recur__pack_quant(L->w_down, qt, S->w_down, st, d, ff);
+            fn(ctx, L->w_gate_up, S->w_gate_up, 2 * ff, d);
+            fn(ctx, L->w_down, S->w_down, d, ff);
         }
-        if (S->w_gk_up) recur__pack_quant(L->w_gk_up, qt, S->w_gk_up, st, c->n_heads * c->head_k, c->block[l].gate_rank);
+        if (S->w_gk_up) fn(ctx, L->w_gk_up, S->w_gk_up, c->n_heads * c->head_k, c->block[l].gate_rank);
     }
-    recur__pack_quant(m->lm_head, qt, src->lm_head, st, c->vocab_size, d);
+    fn(ctx, m->lm_head, src->lm_head, c->vocab_size, d);
 }
 
-int recur_model_quantize(const recur_model *src, const char *weights_dtype, recur_model **out, char *err,
-                         size_t errlen)
+/* recur__quant_each_matrix's step of recur_model_quantize: quantize src's packed matrix into m's */
+typedef struct {
+    recur_wtype qt, st;
+} quantize_ctx;
+
+static void quantize_one(void *ctx, void *dst, const void *src, int N, int K)
+{
+    const quantize_ctx *q = ctx;
+    recur__pack_quant(dst, q->qt, src, q->st, N, K);
+}
+
+int recur__quant_shell(const recur_model *src, const char *weights_dtype, recur_model **out, char *err,
+                       size_t errlen)
 {
     if (err && errlen) err[0] = '\0';
     if (!src || !out) return RECUR_EINVAL;
@@ -69,13 +78,25 @@ int recur_model_quantize(const recur_model *src, const char *weights_dtype, recu
             if (!recur__weight((recur_model *)src, l, t, &rs) || !recur__weight(m, l, t, &rd)) continue;
             if ((!rs.is_matrix || (l < 0 && t == 0)) && rs.ptr && rd.ptr) memcpy(rd.ptr, rs.ptr, rs.n * sizeof(float));
         }
-    quantize_matrices(m, src);
     m->info = src->info;
     m->sdtype = src->sdtype; /* info says it already */
     snprintf(m->info.weights_dtype, sizeof m->info.weights_dtype, "%s", recur__wtype_name(qt));
+    snprintf(m->info.weights_origin, sizeof m->info.weights_origin, "quantized");
     m->info.weight_bytes = m->arena_floats * sizeof(float);
     /* other weights, other states: a snapshot of the source model must not load into this one */
     m->info.fingerprint = recur__fnv1a(src->info.fingerprint, m->info.weights_dtype, strlen(m->info.weights_dtype));
+    *out = m;
+    return RECUR_OK;
+}
+
+int recur_model_quantize(const recur_model *src, const char *weights_dtype, recur_model **out, char *err,
+                         size_t errlen)
+{
+    recur_model *m;
+    int rc = recur__quant_shell(src, weights_dtype, &m, err, errlen);
+    if (rc) return rc;
+    quantize_ctx q = {m->wtype, src->wtype};
+    recur__quant_each_matrix(m, src, quantize_one, &q);
     *out = m;
     return RECUR_OK;
 }

@@ -45,6 +45,9 @@
 #include "packed_gemm.h"
 
 #define RECUR_QBLOCK 32 /* weights per scale */
+/* Version of the packed layout above: a change of layout (or of the quantization formulas) bumps
+ * it, so that a cached quantized file of an older layout is refused (weights_cache.h). */
+#define RECUR_QUANT_LAYOUT_VERSION 1u
 
 /* Whether wt is a block-quantized type. */
 static inline int recur__wtype_quant(recur_wtype wt) { return wt == RECUR_WT_Q8_0 || wt == RECUR_WT_Q4_0; }

@@ -180,6 +180,10 @@ typedef struct {
     char state_dtype[8];                  /* how sessions' recurrent state is stored: "F32", "BF16"
                                            * or "F16" (recur_model_set_state_dtype; state_bytes
                                            * counts it) */
+    char weights_origin[12];              /* where the weights in memory came from: "file" (as the
+                                           * weights file holds them), "seeded", "quantized"
+                                           * (quantized at load) or "cache" (read from a cached
+                                           * quantized file, recur_model_quantize_cached) */
 } recur_model_info;
 
 /* How a session's recurrent state is stored (docs/MODEL.md "State dtype"): fp32, or a half
@@ -220,6 +224,40 @@ const recur_model_info *recur_model_get_info(const recur_model *m);
  * for another dtype or an already quantized src. */
 int recur_model_quantize(const recur_model *src, const char *weights_dtype, recur_model **out, char *err,
                          size_t errlen);
+
+/* The quantized-weights cache (docs/MODEL.md "The quantized-weights cache"): recur_model_quantize
+ * through a file in cache_dir named by the quantized model's fingerprint, its dtype and the panel
+ * layout version (RECUR_QUANT_LAYOUT_VERSION), "<fingerprint>.<q8_0|q4_0>.p<layout>.qweights".
+ * A valid file (magic, format and layout versions, header checksum, source fingerprint, dtype,
+ * sizes, payload checksum, every check named by a rule) is read instead of quantizing; otherwise
+ * the model is quantized and the file written atomically (a temporary file in cache_dir, fsync,
+ * rename, fsync of the directory), replacing a refused one. A file is never read past
+ * max_file_bytes (0: RECUR_WEIGHTS_CACHE_MAX_BYTES); a model whose file would be larger is
+ * quantized and not cached. cache_dir NULL or "" is recur_model_quantize. Failing to write the
+ * file is not an error (the report says it). report (may be NULL) says what happened. */
+#define RECUR_WEIGHTS_CACHE_MAX_BYTES ((uint64_t)16 << 30)
+
+typedef enum {
+    RECUR_WCACHE_OFF = 0,        /* no cache_dir: quantized at load */
+    RECUR_WCACHE_HIT = 1,        /* read from the cache file (weights_origin "cache") */
+    RECUR_WCACHE_WRITTEN = 2,    /* no file: quantized, file written */
+    RECUR_WCACHE_REPLACED = 3,   /* a file refused by `rule`: quantized, file replaced */
+    RECUR_WCACHE_NOT_WRITTEN = 4 /* quantized; the file (refused by `rule`, or absent) could not be
+                                  * written, or would exceed max_file_bytes: `detail` says why */
+} recur_wcache_outcome;
+
+typedef struct {
+    recur_wcache_outcome outcome;
+    char path[1024];  /* the cache file (outcome != OFF) */
+    char rule[40];    /* the rule that refused the file found there ("" if none was refused) */
+    char detail[256]; /* what the rule saw, or why the file was not written */
+} recur_wcache_report;
+
+int recur_model_quantize_cached(const recur_model *src, const char *weights_dtype, const char *cache_dir,
+                                uint64_t max_file_bytes, recur_model **out, recur_wcache_report *report,
+                                char *err, size_t errlen);
+/* "off", "hit", "written", "replaced" or "not_written". */
+const char *recur_wcache_outcome_name(recur_wcache_outcome o);
 
 /* The state dtype of every state and workspace created from m from now on (default F32); set it
  * once, before creating any: a state or workspace of another dtype is RECUR_EMISMATCH to the

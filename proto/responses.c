@@ -32,6 +32,8 @@ void proto_model_json(proto_buf *b, const recur_model_info *info, const char *na
     proto_buf_json_str(b, info->weights_dtype, strnlen(info->weights_dtype, sizeof info->weights_dtype));
     proto_buf_printf(b, ",\"weight_bytes\":%zu,\"state_dtype\":", info->weight_bytes);
     proto_buf_json_str(b, info->state_dtype, strnlen(info->state_dtype, sizeof info->state_dtype));
+    proto_buf_puts(b, ",\"weights_origin\":");
+    proto_buf_json_str(b, info->weights_origin, strnlen(info->weights_origin, sizeof info->weights_origin));
     proto_buf_printf(b, ",\"isa\":\"%s\"}", recur_isa_name());
 }
 

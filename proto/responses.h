@@ -14,7 +14,8 @@
 /* GET /v1/model: name (the served model's, given by the caller: a seeded model is not the trained
  * one its config names), vocab_size, d_model, n_layers, n_heads, head_k, head_v, d_ff,
  * mixers [n_layers], tied_embeddings, max_context (null without softmax layers: no limit),
- * n_params, state_bytes, fingerprint (hex), weights_dtype, weight_bytes. */
+ * n_params, state_bytes, fingerprint (hex), weights_dtype, weight_bytes, state_dtype, weights_origin,
+ * isa. */
 void proto_model_json(proto_buf *b, const recur_model_info *info, const char *name);
 
 /* A session: {"id","tokens_seen","state_bytes","snapshot_bytes","pending_ops"}. */

@@ -135,6 +135,11 @@ static const opt OPTS[] = {
     {"weights_dtype", OPT_STR, F(weights_dtype), 0, 0,
      "auto | q8_0 | q4_0: the GEMM matrices as the weights file holds them (auto), or quantized at "
      "load to llama.cpp's Q8_0 / Q4_0 (an fp16 scale per 32 weights; docs/MODEL.md)"},
+    {"weights_cache", OPT_STR, F(weights_cache), 0, 0,
+     "with weights_dtype q8_0 | q4_0: a directory holding the quantized matrices as a file per model, "
+     "dtype and layout, read instead of quantizing when valid, else written (\"\" = off; docs/MODEL.md)"},
+    {"weights_cache_max_bytes", OPT_U64, F(weights_cache_max_bytes), 4096, BIG,
+     "the largest quantized-weights cache file read or written (a larger model is quantized, not cached)"},
     {"state_dtype", OPT_STR, F(state_dtype), 0, 0,
      "f32 | bf16 | f16: how each session's recurrent state is stored (half: widened to fp32 for each "
      "step, rounded once to nearest even when stored; docs/MODEL.md \"State dtype\")"},
@@ -158,6 +163,7 @@ static void defaults(srv_config *c)
     c->access_log_buffer_bytes = (size_t)1 << 20;
     snprintf(c->weights_dtype, sizeof c->weights_dtype, "auto");
     snprintf(c->state_dtype, sizeof c->state_dtype, "f32");
+    c->weights_cache_max_bytes = RECUR_WEIGHTS_CACHE_MAX_BYTES;
     srv_http_limits_default(&c->http);
     c->max_tokens_per_request = 131072; /* a 128k prompt in one request (fits max_body as ids) */
     c->max_choices_per_request = 16;

@@ -67,6 +67,8 @@ typedef struct {
     int max_idempotency_keys_per_session; /* Idempotency-Key records kept per session */
     char weights_dtype[16];          /* "auto" (as the file) | "q8_0" | "q4_0" (recur_model_quantize) */
     char state_dtype[16];            /* "f32" | "bf16" | "f16" (recur_model_set_state_dtype) */
+    char weights_cache[SRV_PATH_MAX]; /* quantized-weights cache directory; "" = quantize every start */
+    uint64_t weights_cache_max_bytes; /* the largest cache file read or written */
 } srv_config;
 
 /* recurd's release (`recurd --version`, GET /v1/model, the startup log). */

@@ -147,6 +147,24 @@ static int start_access_log(srv_app *app)
     return 0;
 }
 
+/* What the quantized-weights cache did at load (recur_model_quantize_cached): a hit or a write at
+ * info, a refused file (with its rule) or a file not written at warn. */
+static void log_weights_cache(const recur_wcache_report *wc)
+{
+    if (wc->outcome == RECUR_WCACHE_OFF) return;
+    char p[1100], d[300];
+    srv_log_str(wc->path, p, sizeof p);
+    srv_log_str(wc->detail, d, sizeof d);
+    if (wc->rule[0]) /* the file found there was refused, never used */
+        srv_log(SRV_LOG_WARN, "weights_cache_refused", "\"path\":\"%s\",\"rule\":\"%s\",\"detail\":\"%s\"", p,
+                wc->rule, wc->outcome == RECUR_WCACHE_REPLACED ? d : "");
+    if (wc->outcome == RECUR_WCACHE_NOT_WRITTEN)
+        srv_log(SRV_LOG_WARN, "weights_cache_not_written", "\"path\":\"%s\",\"detail\":\"%s\"", p, d);
+    else
+        srv_log(SRV_LOG_INFO, "weights_cache", "\"outcome\":\"%s\",\"path\":\"%s\"",
+                recur_wcache_outcome_name(wc->outcome), p);
+}
+
 static int load_model(srv_app *app)
 {
     int rc;
@@ -174,7 +192,9 @@ static int load_model(srv_app *app)
     }
     if (strcasecmp(app->cfg.weights_dtype, "auto")) {
         recur_model *q = NULL;
-        rc = recur_model_quantize(app->model, app->cfg.weights_dtype, &q, load_err, sizeof load_err);
+        recur_wcache_report wc;
+        rc = recur_model_quantize_cached(app->model, app->cfg.weights_dtype, app->cfg.weights_cache,
+                                         app->cfg.weights_cache_max_bytes, &q, &wc, load_err, sizeof load_err);
         recur_model_free(app->model);
         app->model = q;
         if (rc != 0) {
@@ -183,6 +203,7 @@ static int load_model(srv_app *app)
                     app->cfg.weights_dtype, srv_log_str(load_err[0] ? load_err : recur_strerror(rc), e, sizeof e));
             return -1;
         }
+        log_weights_cache(&wc);
     }
     recur_state_dtype sdt = RECUR_STATE_F32;
     recur_state_dtype_parse(app->cfg.state_dtype, &sdt); /* checked with the config */
@@ -294,11 +315,12 @@ int main(int argc, char **argv)
     char h[300], name[200];
     srv_log(SRV_LOG_INFO, "listening",
             "\"host\":\"%s\",\"address\":\"%s\",\"port\":%d,\"model\":\"%s\",\"vocab_size\":%d,"
-            "\"n_layers\":%d,\"state_bytes\":%zu,\"state_dtype\":\"%s\",\"workers\":%d,\"max_batch\":%d,\"decode_workers\":%d,"
+            "\"n_layers\":%d,\"state_bytes\":%zu,\"state_dtype\":\"%s\",\"weights_dtype\":\"%s\",\"weights_origin\":\"%s\",\"workers\":%d,\"max_batch\":%d,\"decode_workers\":%d,"
             "\"auth\":%s,\"isa\":\"%s\"",
             srv_log_str(app->cfg.host, h, sizeof h), bind_addr.address, srv_server_port(app->server),
             srv_log_str(app->model_name, name, sizeof name), app->info->vocab_size,
-            app->info->n_layers, app->info->state_bytes, app->info->state_dtype, app->cfg.workers, app->cfg.max_batch,
+            app->info->n_layers, app->info->state_bytes, app->info->state_dtype, app->info->weights_dtype,
+            app->info->weights_origin, app->cfg.workers, app->cfg.max_batch,
             app->cfg.decode_workers, app->cfg.api_key[0] ? "true" : "false", recur_isa_name());
 
     srv_sd_notify("READY=1"); /* listening: a Type=notify unit is started */

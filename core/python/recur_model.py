@@ -3,6 +3,8 @@
     m = Model.load(dir)                         # or Model.load_files(cfg, weights)
     m = Model.init_seed(config_json_text, seed)
     m = Model.load(dir, weights_dtype="q8_0")   # matrices quantized at load: "q8_0", "q4_0" (None: as the file)
+    m = Model.load(dir, weights_dtype="q8_0", weights_cache="/var/cache/recur")  # the quantized matrices
+                                                # read from / written to a file there (m.weights_cache: what happened)
     m = Model.load(dir, state_dtype="bf16")     # session states stored as "f32" (default), "bf16" or "f16"
     m.info                                      # dict: name, vocab_size, ..., state_bytes, fingerprint
     s = m.state()                               # zeroed session state
@@ -49,7 +51,15 @@ class _Info(ctypes.Structure):
                 ("n_params", ctypes.c_int64), ("state_bytes", ctypes.c_size_t),
                 ("fingerprint", ctypes.c_uint64), ("weight_bytes", ctypes.c_size_t),
                 ("weights_dtype", ctypes.c_char * 8), ("softmax_layers", ctypes.c_int),
-                ("state_dtype", ctypes.c_char * 8)]
+                ("state_dtype", ctypes.c_char * 8), ("weights_origin", ctypes.c_char * 12)]
+
+
+class _WCacheReport(ctypes.Structure):
+    _fields_ = [("outcome", ctypes.c_int), ("path", ctypes.c_char * 1024), ("rule", ctypes.c_char * 40),
+                ("detail", ctypes.c_char * 256)]
+
+
+WCACHE_OUTCOMES = ["off", "hit", "written", "replaced", "not_written"]
 
 
 class _Sampler(ctypes.Structure):
@@ -71,6 +81,9 @@ for _name, _res, _args in [
     ("recur_model_init_seed", ctypes.c_int, [ctypes.c_char_p, ctypes.c_uint64, ctypes.POINTER(_P)]),
     ("recur_model_free", None, [_P]),
     ("recur_model_quantize", ctypes.c_int, [_P, ctypes.c_char_p, ctypes.POINTER(_P), ctypes.c_char_p, ctypes.c_size_t]),
+    ("recur_model_quantize_cached", ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint64,
+                                                   ctypes.POINTER(_P), ctypes.POINTER(_WCacheReport),
+                                                   ctypes.c_char_p, ctypes.c_size_t]),
     ("recur_model_get_info", ctypes.POINTER(_Info), [_P]),
     ("recur_model_set_state_dtype", ctypes.c_int, [_P, ctypes.c_int]),
     ("recur_state_dtype_parse", ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int)]),
@@ -134,42 +147,64 @@ class Model:
             "mixers": [MIXERS[i.mixers[l]] for l in range(i.n_layers)], "n_params": i.n_params,
             "state_bytes": i.state_bytes, "fingerprint": i.fingerprint,
             "weight_bytes": i.weight_bytes, "weights_dtype": i.weights_dtype.decode(),
-            "state_dtype": i.state_dtype.decode(),
+            "state_dtype": i.state_dtype.decode(), "weights_origin": i.weights_origin.decode(),
         }
+        self.weights_cache = None  # the quantized-weights cache's report (_quantized), when one was used
         self.vocab = i.vocab_size
         self.max_batch = max_batch
 
     @staticmethod
-    def _quantized(h, weights_dtype):
-        """h itself for weights_dtype None / "auto", else its quantized copy (h is freed)."""
+    def _quantized(h, weights_dtype, weights_cache=None, weights_cache_max_bytes=0):
+        """(h itself for weights_dtype None / "auto", else its quantized copy (h is freed), the
+        cache report as a dict or None). weights_cache: a directory (recur_model_quantize_cached)."""
         if weights_dtype is None or weights_dtype.lower() == "auto":
-            return h
+            return h, None
         q = _P()
         err = ctypes.create_string_buffer(512)
-        rc = _lib.recur_model_quantize(h, weights_dtype.encode(), ctypes.byref(q), err, len(err))
+        rep = _WCacheReport()
+        rc = _lib.recur_model_quantize_cached(h, weights_dtype.encode(),
+                                              os.fsencode(weights_cache) if weights_cache else None,
+                                              weights_cache_max_bytes or 0, ctypes.byref(q), ctypes.byref(rep),
+                                              err, len(err))
         _lib.recur_model_free(h)
         _check(rc, "quantize to %s: %s" % (weights_dtype, err.value.decode("utf-8", "replace")))
-        return q
+        report = None
+        if weights_cache:
+            report = {"outcome": WCACHE_OUTCOMES[rep.outcome], "path": os.fsdecode(rep.path),
+                      "rule": rep.rule.decode(), "detail": rep.detail.decode("utf-8", "replace")}
+        return q, report
 
     @classmethod
-    def load(cls, path, max_batch=64, weights_dtype=None, state_dtype=None):
+    def _make(cls, h, max_batch, weights_dtype, state_dtype, weights_cache, weights_cache_max_bytes):
+        q, report = cls._quantized(h, weights_dtype, weights_cache, weights_cache_max_bytes)
+        m = cls(q.value, max_batch, state_dtype)
+        m.weights_cache = report
+        return m
+
+    @classmethod
+    def load(cls, path, max_batch=64, weights_dtype=None, state_dtype=None, weights_cache=None,
+             weights_cache_max_bytes=0):
         """weights_dtype: None / "auto" (as the file), "q8_0" or "q4_0" (quantized at load).
-        state_dtype: None / "f32", "bf16" or "f16" (how this model's session states are stored)."""
+        state_dtype: None / "f32", "bf16" or "f16" (how this model's session states are stored).
+        weights_cache: None, or a directory for the quantized matrices' file (read when valid, else
+        written; weights_cache_max_bytes bounds it, 0: 16 GiB); self.weights_cache reports."""
         h = _P()
         err = ctypes.create_string_buffer(1024)
         rc = _lib.recur_model_load_ex(os.fsencode(path), ctypes.byref(h), err, len(err))
         _check(rc, "load %s: %s" % (path, err.value.decode("utf-8", "replace")))
-        return cls(cls._quantized(h, weights_dtype).value, max_batch, state_dtype)
+        return cls._make(h, max_batch, weights_dtype, state_dtype, weights_cache, weights_cache_max_bytes)
 
     @classmethod
-    def load_files(cls, config_path, weights_path, max_batch=64, weights_dtype=None, state_dtype=None):
+    def load_files(cls, config_path, weights_path, max_batch=64, weights_dtype=None, state_dtype=None,
+                   weights_cache=None, weights_cache_max_bytes=0):
         h = _P()
         _check(_lib.recur_model_load_files(os.fsencode(config_path), os.fsencode(weights_path),
                                            ctypes.byref(h)), "load %s" % weights_path)
-        return cls(cls._quantized(h, weights_dtype).value, max_batch, state_dtype)
+        return cls._make(h, max_batch, weights_dtype, state_dtype, weights_cache, weights_cache_max_bytes)
 
     @classmethod
-    def init_seed(cls, config_json, seed, max_batch=64, weights_dtype=None, state_dtype=None):
+    def init_seed(cls, config_json, seed, max_batch=64, weights_dtype=None, state_dtype=None, weights_cache=None,
+                  weights_cache_max_bytes=0):
         if not isinstance(config_json, (str, bytes)):
             import json
             config_json = json.dumps(config_json)
@@ -177,7 +212,7 @@ class Model:
             config_json = config_json.encode()
         h = _P()
         _check(_lib.recur_model_init_seed(config_json, seed, ctypes.byref(h)), "init_seed")
-        return cls(cls._quantized(h, weights_dtype).value, max_batch, state_dtype)
+        return cls._make(h, max_batch, weights_dtype, state_dtype, weights_cache, weights_cache_max_bytes)
 
     def __del__(self):
         # The cyclic GC may finalise a Model before the States that reference it: then the
