@@ -54,7 +54,17 @@ void recur__solve_unit_lower(int c, int V, const float *B, ptrdiff_t ldb, float 
  * way the hardware prefetcher streams it into L2 at full bandwidth, whereas the per-head reads
  * that follow (K floats every H K) stalled on every line: +12 % chunkwise tokens/s at T = 16k
  * (2026-11-29; software prefetch of the same lines, in one burst or spread over the step,
- * changed nothing on this machine). */
+ * changed nothing on this machine).
+ * Re-measured 2026-12-02 (issue 18; thread CPU time, T = 1k and the long T alternating in one
+ * process, load 10-14, EPYC with AVX-512 and 1 MiB L2, retention unless named): at T = 16k the
+ * chunkwise forms of all seven mixers run at 0.94-1.00x their T = 1k rate, so nothing is left to
+ * stream there on this host. With inputs far beyond its L3 (T = 128k, 512 MB of q k v o) they
+ * run at 0.86-0.91x (perf: the lost time is the touch itself and the first stores to o's rows
+ * in recur__mm). None of these did better in the same runs: software prefetch of the next
+ * chunk's q k v (and o with write intent) in one burst before each head, 0.80-0.87x; the same
+ * drained 24 lines per 6 x 64 tile inside recur__mm, 0.84-0.85x (the touch shrank, the products
+ * slowed by more, probably as the prefetches held the L1 miss buffers that the products' L2
+ * reads need); touching o's rows as well, 0.85-0.87x. */
 static inline float recur__touch(const float *a, size_t n)
 {
     float acc = 0.0f;

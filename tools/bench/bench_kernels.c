@@ -10,6 +10,7 @@
  *                      [--mixers linear,retention,...] [--forms recurrent,parallel,chunkwise]
  *                      [--H 4] [--K 64] [--V 64] [--chunk 64]
  * Prints one JSON object per line on stdout:
+ *   {"kind":"blas","core":..}   OpenBLAS's kernel for this CPU (openblas_get_corename)
  *   {"kind":"sgemm","m":..,"n":..,"k":..,"median_s":..,"gflops":..,"cpu_median_s":..,"gflops_cpu":..}
  *   {"kind":"mm","m":..,"n":..,"k":..,"causal":0|1,"median_s":..,"gflops":..,"cpu_median_s":..,
  *    "gflops_cpu":..}   librecur's own
@@ -323,6 +324,9 @@ int main(int argc, char **argv)
     if (opt_reps < 1)
         opt_reps = 1;
 
+    /* which of OpenBLAS's kernels sgemm runs (DYNAMIC_ARCH picks one per CPU): the peak is that
+     * kernel's, e.g. an AVX2 one ("Haswell") on some AVX-512 CPUs, an AVX-512 one on others */
+    printf("{\"kind\":\"blas\",\"core\":\"%s\"}\n", openblas_get_corename());
     bench_sgemm(64, 64, 64);
     bench_sgemm(64, 64, 256);
     bench_sgemm(256, 256, 256);

@@ -125,6 +125,13 @@ def render(c_out, t_out, Ts):
                f"(`CLOCK_THREAD_CPUTIME_ID`): the time the kernel held a core, not the time other work "
                f"on these shared cores held it; on a quiet machine the two agree."
                if peak else "sgemm was not measured.")
+    core = next((r["core"] for r in c_out if r["kind"] == "blas"), None)
+    if core:
+        out.append("")
+        out.append(f"OpenBLAS runs its `{core}` kernel on this CPU (`openblas_get_corename()`): the peak "
+                   f"is that kernel's, so the % of peak below depend on which kernel OpenBLAS picks "
+                   f"(an AVX2 one such as Haswell reaches about half of an AVX-512 core's peak, "
+                   f"which recur__mm uses).")
     mm = [r for r in c_out if r["kind"] == "mm"]
     if mm:
         out.append("")
@@ -244,7 +251,10 @@ def long_sequences(res, cpu_peak, Ts):
                f"sgemm peak by CPU time ({cpu_peak:.1f} GFLOP/s, same run). Targets: T = {LONG_T} at "
                f"≥ {100 * LONG_PEAK_FRACTION:.0f} % of the peak, and its rate ≥ {LONG_RATE_RATIO:.2f} × "
                f"the same form's rate at T = {SHORT_T}. The last column is the rate ratio of the fastest "
-               f"runs of each T.")
+               f"runs of each T. Why CPU time: on a loaded machine a call at T = {SHORT_T} (about 1 ms) "
+               f"often runs within one time slice, while one at T = {LONG_T} (50-100 ms) is cut into "
+               f"many, so the wall-time GFLOP/s above charge the other work's share of the cores to the "
+               f"long sequence; on a quiet machine the two columns agree.")
     out.append("")
     out.append(f"| mixer | T = {SHORT_T} GFLOP/s | T = {LONG_T} GFLOP/s (% of peak) | verdict "
                f"(≥ {100 * LONG_PEAK_FRACTION:.0f} %) | T = {LONG_T} ÷ T = {SHORT_T} | verdict "
