@@ -254,7 +254,10 @@ def long_sequences(res, cpu_peak, Ts):
                f"runs of each T. Why CPU time: on a loaded machine a call at T = {SHORT_T} (about 1 ms) "
                f"often runs within one time slice, while one at T = {LONG_T} (50-100 ms) is cut into "
                f"many, so the wall-time GFLOP/s above charge the other work's share of the cores to the "
-               f"long sequence; on a quiet machine the two columns agree.")
+               f"long sequence; on a quiet machine the two columns agree. A ratio above 1 means the "
+               f"T = {SHORT_T} calls paid more per token: they take turns with the recurrent and parallel "
+               f"forms, whose data evict the chunkwise operands between calls, and a short call's fixed "
+               f"costs weigh more.")
     out.append("")
     out.append(f"| mixer | T = {SHORT_T} GFLOP/s | T = {LONG_T} GFLOP/s (% of peak) | verdict "
                f"(≥ {100 * LONG_PEAK_FRACTION:.0f} %) | T = {LONG_T} ÷ T = {SHORT_T} | verdict "
