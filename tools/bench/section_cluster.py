@@ -309,7 +309,7 @@ def resume_once(margs, extra, fsync, n, log):
 def resume_table(margs, budget, work, quick=False):
     """Resume of a session that is only in Redis (issue 16: p99 <= 3 ms on loopback): node A
     creates the sessions (a create commits without taking the lease), node B gets one GET per
-    session — its first request for it: the lease and the state in one Lua round trip, then the
+    session — its first request for it: the lease and the state in one round trip, then the
     state restored with every snapshot check — and then the same GET again, resident. Wall time
     per request at the client and in B's access log (first byte to last byte), and B's and
     Redis's CPU time per request (load-independent where wall time is the scheduler's). Three
@@ -326,7 +326,7 @@ def resume_table(margs, budget, work, quick=False):
     load1 = open("/proc/loadavg").read().split()[0]
     lines = [f"**Resume from Redis** (`models/default` as above; redis-server {redis_version()} with "
              f"AOF; {n} sessions created on node A, then one `GET /v1/sessions/{{id}}` each on node "
-             "B — its first request for the session: lease and state in one Lua round trip, "
+             "B — its first request for the session: lease and state in one round trip (`MULTI`, the acquire script, `GET` of the state, `EXEC`), "
              "restored with every snapshot check — then the same GET again, resident (the "
              "control: the same request with no resume); one client connection (Python "
              "`requests`), requests one after another; each variant run "
