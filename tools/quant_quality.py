@@ -16,11 +16,23 @@ state, the 64 sessions batched (a batched step is bit-identical to a single one)
 
 default: models/default (an F16 file; its results are the fp32 ones, bit for bit). d512:
 tools/configs/bench_d512.json seeded (seed 1, fp32 weights; random weights, so its bpb is near
-8 and only the differences mean anything). Prints a markdown table."""
+8 and only the differences mean anything). The model families of docs/MODELS.md, as seeded
+Hugging Face folders written here at a small size (FAMILY_SIZE: d 128, 2 layers, head dim 32, F32, std
+FAMILY_STD) with the byte vocabulary (vocab_size 256: a folder without tokenizer.json reads bytes,
+so the held-out stream is its token ids as for the default model): gated_deltanet, gla, delta_net
+(tools/export_hf.py), mamba2 (tools/export_mamba2.py), rwkv7 (tools/export_rwkv7.py). A seeded
+model's bits/byte means little (random weights); the Δ and the greedy agreement are the figures.
+
+    /usr/bin/python3 tools/quant_quality.py --models gated_deltanet,gla,delta_net,mamba2,rwkv7
+
+Prints a markdown table."""
 import argparse
+import atexit
 import json
 import os
+import shutil
 import sys
+import tempfile
 
 import numpy as np
 
@@ -72,7 +84,48 @@ def decode_scores(m, toks):
     return np.concatenate([np.array(x) for x in nats]), np.concatenate([np.array(x) for x in top])
 
 
+FAMILIES = ("gated_deltanet", "gla", "delta_net", "mamba2", "rwkv7")
+FAMILY_SIZE = dict(d=128, layers=2, vocab=256, head_dim=32)
+FAMILY_STD = 0.1  # larger than a trained init: logits far from uniform, so agreement can drop
+_folders = {}
+
+
+def family_folder(name):
+    """A seeded folder of family `name` (seed 1), written once per run into a temporary directory."""
+    if name in _folders:
+        return _folders[name]
+    root = tempfile.mkdtemp(prefix="quant_quality_")
+    atexit.register(shutil.rmtree, root, True)
+    out = os.path.join(root, name)
+    z = FAMILY_SIZE
+    if name in ("gated_deltanet", "gla", "delta_net"):
+        import export_hf
+        cfg = {"model_type": name, "hidden_size": z["d"], "num_hidden_layers": z["layers"],
+               "vocab_size": z["vocab"], "num_heads": z["d"] // z["head_dim"]}
+        if name == "gated_deltanet":
+            cfg["head_dim"] = z["head_dim"]
+        export_hf.write_folder(out, cfg, export_hf.random_tensors(cfg, 1, std=FAMILY_STD), "F32")
+    elif name == "mamba2":
+        import export_mamba2
+        from mamba2_model import resolve_config
+        raw = export_mamba2.raw_config(hidden_size=z["d"], layers=z["layers"], state_size=32,
+                                       head_dim=z["head_dim"], vocab=z["vocab"])
+        export_mamba2.write_folder(out, raw, export_mamba2.random_params(resolve_config(raw), 1, FAMILY_STD))
+    elif name == "rwkv7":
+        import export_rwkv7
+        from rwkv7_model import random_params, resolve_config
+        raw = export_rwkv7.raw_config(hidden_size=z["d"], layers=z["layers"], head_dim=z["head_dim"],
+                                      vocab=z["vocab"])
+        export_rwkv7.write_folder(out, raw, random_params(resolve_config(raw), 1, FAMILY_STD))
+    else:
+        raise SystemExit("unknown model %r (default, d512, %s)" % (name, ", ".join(FAMILIES)))
+    _folders[name] = out
+    return out
+
+
 def load_model(name, weights_dtype=None, state_dtype=None):
+    if name in FAMILIES:
+        return rm.Model.load(family_folder(name), weights_dtype=weights_dtype, state_dtype=state_dtype)
     if name == "default":
         return rm.Model.load(os.path.join(ROOT, "models", "default"), weights_dtype=weights_dtype,
                              state_dtype=state_dtype)
