@@ -179,7 +179,8 @@ static int read_cache(const char *path, recur_model *m, const recur_model *src, 
         snprintf(r->detail, sizeof r->detail, "not a regular file");
     } else {
         e->file_bytes = (uint64_t)st.st_size;
-        do n = pread(fd, h, sizeof h, 0); while (n < 0 && errno == EINTR);
+        if (e->file_bytes <= e->max_file_bytes) /* else not a byte is read: the check refuses it */
+            do n = pread(fd, h, sizeof h, 0); while (n < 0 && errno == EINTR);
         if (n < 0) {
             rule = "weights_cache_unreadable";
             snprintf(r->detail, sizeof r->detail, "read: %s", strerror(errno));
