@@ -8,6 +8,7 @@ everything else is plain bytes.
 
     python3 tests/fuzz/make_corpus.py            # rewrites every corpus directory
     python3 tests/fuzz/make_corpus.py snapshot server   # only these targets
+    python3 tests/fuzz/make_corpus.py weights_cache     # quantized-weights cache files (librecur writes the valid ones)
 
 The tiny model configs are read from fuzz_configs.h, so the C targets and the seeds agree.
 Snapshot payloads are forward-pass results, so their float bytes depend on how the library was
@@ -484,6 +485,51 @@ def state_put_seeds():
     return out
 
 
+# ---------------------------------------------------------------- weights_cache
+
+
+def cache_file(cfg, dtype):
+    """The quantized-weights cache file of a seeded model (seed 1) quantized as dtype, written by
+    librecur (recur_model_quantize_cached through the binding)."""
+    import shutil
+    import tempfile
+    sys.path.insert(0, os.path.join(ROOT, "core", "python"))
+    import recur_model
+    d = tempfile.mkdtemp()
+    try:
+        m = recur_model.Model.init_seed(cfg, 1, max_batch=1, weights_dtype=dtype, weights_cache=d)
+        with open(m.weights_cache["path"], "rb") as f:
+            return f.read()
+    finally:
+        shutil.rmtree(d)
+
+
+def seeds_weights_cache(configs):
+    """fuzz_weights_cache.c: byte 0 = config | dtype << 2 | reseal header << 3 | reseal payload << 4."""
+    out = []
+    for c, cfg in enumerate(configs):
+        for q, dt in enumerate(("q8_0", "q4_0")):
+            good = cache_file(cfg, dt)
+            flag = c | q << 2
+            tag = "c%d-%s-" % (c, dt)
+            out.append((tag + "valid", bytes([flag]) + good))
+            out.append((tag + "truncated", bytes([flag]) + good[:len(good) // 2]))
+            flip = bytearray(good)
+            flip[64 + 5] ^= 1
+            out.append((tag + "payload-bit", bytes([flag]) + bytes(flip)))
+            out.append((tag + "payload-bit-resealed", bytes([flag | 16]) + bytes(flip)))
+            for label, off, val in (("version", 8, 2), ("layout", 12, 0), ("dtype", 32, 7), ("matrices", 36, 1)):
+                h = bytearray(good)
+                h[off:off + 4] = struct.pack("<I", val)
+                out.append((tag + label + "-resealed", bytes([flag | 8]) + bytes(h)))
+            out.append((tag + "other-dtype", bytes([c | (1 - q) << 2]) + good))
+            out.append((tag + "trailing", bytes([flag]) + good + bytes(32)))
+        out.append(("c%d-other-model" % c, bytes([(c + 1) % 3]) + cache_file(cfg, "q8_0")))
+    out.append(("empty", b"\x00"))
+    out.append(("header-only", b"\x08RECURWQC" + bytes(56)))
+    return out
+
+
 # ---------------------------------------------------------------- main
 
 def main(argv):
@@ -495,6 +541,7 @@ def main(argv):
         "http": seeds_http,
         "http_async": seeds_http,
         "server": lambda: seeds_server() + state_put_seeds(),
+        "weights_cache": lambda: seeds_weights_cache(configs),
     }
     for name in argv or sorted(targets):
         write_seeds(name, targets[name]())
