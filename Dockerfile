@@ -2,10 +2,10 @@
 #   docker build -t recurd .
 #   docker run --rm -p 8080:8080 -v recurd-state:/srv/recurd/state -e RECURD_API_KEY=change-me recurd
 #   docker run ... recurd --workers 4 --max-sessions 50000     (flags are appended, see below)
-# Only Debian packages are used (no other downloads). The binary is built for generic x86-64
-# with the Makefile's PORTABLE_OPT (the build `make test-isa` tests and `make bench` measures):
-# no -march=native, so the image runs on any host, and the hot code is compiled once per kernel
-# path (AVX-512, AVX2, baseline) and chosen at start from the CPU (docs/DESIGN.md §4.1).
+# Only Debian packages are used (no other downloads). The binary is plain `make`'s: built for
+# generic x86-64 (PORTABLE_OPT; the build `make test-isa` tests and `make bench` measures), so the
+# image runs on any host, with the hot code compiled once per kernel path (AVX-512, AVX2,
+# baseline) and chosen at start from the CPU (docs/DESIGN.md §4.1).
 
 FROM debian:bookworm-slim AS build
 RUN apt-get update \
@@ -17,7 +17,7 @@ COPY Makefile ./
 COPY core core
 COPY proto proto
 COPY server server
-RUN make OPT="-O3 -march=x86-64 -ffp-contract=fast" build/recurd
+RUN make build/recurd
 
 FROM debian:bookworm-slim
 RUN apt-get update \

@@ -1,7 +1,9 @@
 # recurd — one Makefile, flags readable, everything built into build/.
 #
 #   make deps    install the Debian packages we need (apt-get; sudo when not root)
-#   make         librecur (.a/.so), recurd, recur CLI, recur-load, unit tests
+#   make         librecur (.a/.so), recurd, recur CLI, recur-load, unit tests: the portable build
+#                (any x86-64; the hot code compiled per kernel path and chosen at start), in build/
+#   make NATIVE=1  the same for this machine only (-march=native), in build-native/
 #   make test    deps + build + every test suite, with a summary   (SANITIZE=1: ASan+UBSan)
 #   make bench   writes docs/BENCHMARKS.md
 #   make run     recurd on 127.0.0.1:8080 with models/default
@@ -34,7 +36,21 @@ DEBIAN_PACKAGES := build-essential pkg-config libuv1-dev libcjson-dev libopenbla
                    nginx \
                    libhiredis-dev redis-server
 
-OPT       ?= -O3 -march=native -ffp-contract=fast
+# Code generation (docs/DESIGN.md §4.1). Plain `make` builds the portable binary, the Dockerfile's:
+# -march=x86-64 with the hot files compiled once per kernel path (ISA_FILES below). NATIVE=1 builds
+# for the machine it runs on (-march=native, into build-native/). The sanitizer build stays
+# -march=native and single-path (ISA_MULTI=0): compiling ISA_FILES three times under ASan would
+# add minutes to CI (docs/TESTING.md "Sanitizers"). OPT=... on the command line overrides both.
+PORTABLE_OPT := -O3 -march=x86-64 -ffp-contract=fast
+NATIVE_OPT   := -O3 -march=native -ffp-contract=fast
+ifeq ($(NATIVE),1)
+  OPT   ?= $(NATIVE_OPT)
+  BUILD := build-native
+endif
+ifeq ($(SANITIZE),1)
+  OPT ?= $(NATIVE_OPT)
+endif
+OPT       ?= $(PORTABLE_OPT)
 WARN      := -Wall -Wextra -Wstrict-prototypes -Wno-unused-parameter -Wno-psabi -Werror
 BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
 BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
@@ -103,7 +119,7 @@ ifneq ($(LOAD_SRC),)
 endif
 
 .SECONDARY:
-.PHONY: all deps test test-isa isa-builds bench-portable test-unit test-python test-js-deps test-js-jinja-deps test-js-openai-deps test-js-playground-deps bench bench-tools run clean fuzz fuzz-build fuzz-replay
+.PHONY: all deps test test-isa isa-builds bench-isa-refs test-unit test-python test-js-deps test-js-jinja-deps test-js-openai-deps test-js-playground-deps bench bench-tools run clean fuzz fuzz-build fuzz-replay
 all: $(BINS) $(TEST_BIN)
 
 # ---------------------------------------------------------------- deps
@@ -140,9 +156,10 @@ $(BUILD)/obj/%.o: %.c Makefile | $(PUBLIC_INC)/recur.h
 # Per-ISA objects (core/isa.h, docs/DESIGN.md §4.1): the hot loops outside the GEMM (forward pass,
 # mixers, chunkwise products, blocks). Each file of ISA_FILES is compiled with its global names
 # suffixed (core/isa_rename.h): _base with the build's flags, and, in a build without
-# -march=native (ISA_MULTI=1: the portable build, the Dockerfile's), again as _avx2 and _avx512
-# with those instruction sets enabled. core/isa.c jumps to the running path's objects. A native
-# build compiles each file once (_base, which then runs for every path).
+# -march=native (ISA_MULTI=1: the portable build, plain `make`, the Dockerfile's), again as _avx2
+# and _avx512 with those instruction sets enabled. core/isa.c jumps to the running path's objects.
+# A native build (NATIVE=1, SANITIZE=1) compiles each file once (_base, which then runs for every
+# path).
 ISA_FILES   := model_forward gated_linear delta_rule generalized_delta softmax_attention chunk_decay \
                chunk_mm gla retention linear_attention short_conv block_mamba2 block_rwkv7
 ISA_SRC     := $(patsubst %,core/%.c,$(ISA_FILES))
@@ -295,7 +312,7 @@ fuzz: $(FUZZ_BIN)
 BENCH_DIR   := $(BUILD)/bench
 BENCH_TOOLS := $(BENCH_DIR)/bench_kernels $(BENCH_DIR)/bench_model $(BENCH_DIR)/load/bench_batch \
                $(BENCH_DIR)/load/hello_server $(BENCH_DIR)/tokenizer/bench_tokenizer
-BENCH_MARCH ?= -march=native
+BENCH_MARCH ?= $(or $(filter -march=%,$(OPT)),-march=native)
 BENCH_CORE_FLAGS := -std=c11 -O2 $(BENCH_MARCH) -Wall -Icore $(BLAS_CFLAGS)
 BENCH_LOAD_FLAGS := -std=c11 -D_GNU_SOURCE -O3 -march=native -Wall -Wextra -Wstrict-prototypes \
                     -Werror -Icore -isystem $(LLHTTP_INC) $(BLAS_CFLAGS)
@@ -315,26 +332,35 @@ $(BENCH_DIR)/load/hello_server: tools/bench/hello_server.c $(LIBLLHTTP_A)
 
 bench-tools: $(BENCH_TOOLS)
 
-# ---------------------------------------------------------------- kernel paths (docs/DESIGN.md §kernel dispatch)
-# One binary carries the AVX-512, AVX2 and portable kernels (core/isa.h). test-isa builds the
-# portable librecur (-march=x86-64, into build-portable/: the library and the unit suites that
-# need only it) and runs the path suites of it and of $(BUILD) on every path this CPU has
-# (tests/test_isa.sh).
-PORTABLE_OPT := -O3 -march=x86-64 -ffp-contract=fast
+# ---------------------------------------------------------------- kernel paths (docs/DESIGN.md §4.1)
+# One binary carries the AVX-512, AVX2 and portable kernels (core/isa.h). test-isa runs the path
+# suites (tests/test_isa.sh) on every path this CPU has, in the portable build (build/, plain
+# `make`'s flags) and the native one (build-native/, NATIVE=1): librecur and the unit suites that
+# need only it (tests-core/).
 ISA_UNIT     := test_packed_gemm test_batch_identity test_chunk_mm test_quant
 $(BUILD)/tests-core/%: $(BUILD)/obj/tests/unit/%.o $(LIBRECUR_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ -lcriterion $(LDLIBS)
 isa-builds:
-	@$(MAKE) --no-print-directory BUILD=build-portable OPT="$(PORTABLE_OPT)" build-portable/librecur.so \
-	  $(addprefix build-portable/tests-core/,$(ISA_UNIT))
-	@$(MAKE) --no-print-directory $(LIBRECUR_SO) $(addprefix $(BUILD)/tests-core/,$(ISA_UNIT))
-# The portable build's bench_model (tools/bench/section_portable.py): bench code also for x86-64.
-bench-portable:
-	@$(MAKE) --no-print-directory BUILD=build-portable OPT="$(PORTABLE_OPT)" BENCH_MARCH=-march=x86-64 \
-	  build-portable/bench/bench_model
+	@$(MAKE) --no-print-directory NATIVE= SANITIZE= build/librecur.so $(addprefix build/tests-core/,$(ISA_UNIT))
+	@$(MAKE) --no-print-directory NATIVE=1 SANITIZE= build-native/librecur.so \
+	  $(addprefix build-native/tests-core/,$(ISA_UNIT))
 test-isa: isa-builds
-	PY=$(PY) tests/test_isa.sh build-portable $(BUILD)
+	PY=$(PY) tests/test_isa.sh build build-native
+
+# The portable binary's per-path references (tools/bench/section_portable.py): for path P, a
+# -march=native build on a CPU whose best path is P — avx512: build-native/ (this machine,
+# -march=native); avx2: build-v3/ (-march=x86-64-v3); portable: build-v2/ (-march=x86-64-v2, a
+# pre-AVX2 x86), each single-path (ISA_MULTI=0) with its bench code for the same -march.
+REF_OPT_v3 := -O3 -march=x86-64-v3 -ffp-contract=fast
+REF_OPT_v2 := -O3 -march=x86-64-v2 -ffp-contract=fast
+bench-isa-refs:
+	@$(MAKE) --no-print-directory NATIVE= SANITIZE= build/bench/bench_model
+	@$(MAKE) --no-print-directory NATIVE=1 SANITIZE= build-native/bench/bench_model
+	@$(MAKE) --no-print-directory NATIVE= SANITIZE= BUILD=build-v3 OPT="$(REF_OPT_v3)" ISA_MULTI=0 \
+	  build-v3/bench/bench_model
+	@$(MAKE) --no-print-directory NATIVE= SANITIZE= BUILD=build-v2 OPT="$(REF_OPT_v2)" ISA_MULTI=0 \
+	  build-v2/bench/bench_model
 
 bench: all bench-tools
 	$(PY) tools/bench/run_all.py
@@ -344,4 +370,4 @@ run: deps
 	$(BUILD)/recurd --config config/recurd.json --host 127.0.0.1 --port 8080 --model models/default
 
 clean:
-	rm -rf build build-san build-fuzz build-portable
+	rm -rf build build-native build-san build-fuzz build-v3 build-v2

@@ -303,6 +303,11 @@ FN512 void tile512(const int WT, const int MR, const int NP, int K, const float 
                  float beta, float *y, int ldy, int n_left, const void *pf)
 {
     __m512 acc[MR_TILE][NP512_ONE_ROW];
+    /* beta waits in memory: the 14 x 2 tile needs all 32 zmm across the K loop (28 accumulators,
+     * 2 weights, 1 broadcast); left to the register allocator, GCC's generic tuning (the portable
+     * build's) kept beta and 0.0f in zmm and spilled an accumulator, a store-to-load round trip
+     * per k (-7 % on the d512 prefill) */
+    volatile float beta_later = beta;
     const size_t ps = (size_t)K * RECUR_PANEL;
     const size_t pair_bytes_k = 2 * RECUR_PANEL * (WT == RECUR_WT_F32 ? 4 : 2); /* 128 or 64 */
 #pragma GCC unroll 16
@@ -331,7 +336,7 @@ FN512 void tile512(const int WT, const int MR, const int NP, int K, const float 
         for (int p = 0; p < NP; p++) {
             int cols = n_left - p * RECUR_PANEL;
             if (cols <= 0) break;
-            recur__store_panel512(y + (size_t)m * ldy + p * RECUR_PANEL, acc[m][p], cols, beta);
+            recur__store_panel512(y + (size_t)m * ldy + p * RECUR_PANEL, acc[m][p], cols, beta_later);
         }
 }
 

@@ -5,7 +5,7 @@
  *   bench_model (--model DIR [--fp32-weights] | --config FILE [--seed N]) [--weights-dtype D] [--state-dtype S]
  *               [--batches 1,8,64]
  *               [--reps R] [--tokens-per-rep N] [--prefill N] [--prefill-reps R] [--sgemm-m M]
- *               [--prefill-sgemm-m M] [--gemm-shapes N:K,N:K,...]
+ *               [--prefill-sgemm-m M] [--gemm-shapes N:K,N:K,...] [--model-only]
  *
  * --model loads DIR as recurd does (an F16 / BF16 file keeps its matrices half in memory);
  * --weights-dtype q8_0|q4_0 then quantizes them (recur_model_quantize, as recurd --weights-dtype);
@@ -35,6 +35,8 @@
  *          reported as kind "packed_seq" (and at M = prefill-sgemm-m).
  * stream:  cblas_sgemv over a [params/d][d] matrix (as many floats as the weights): batch-1
  *          decode streams every weight once per token through sgemv, so this is its bound.
+ * --model-only: decode and prefill alone (no sgemm, packed, shape or stream measures; what
+ *          tools/bench/section_portable.py compares between builds).
  * Times: wall (CLOCK_MONOTONIC) and process CPU time (CLOCK_PROCESS_CPUTIME_ID) per rep; the
  * caller takes medians.
  *
@@ -271,11 +273,12 @@ int main(int argc, char **argv)
 {
     const char *config = NULL, *dir = NULL, *batches = "1,8,64", *wdtype = NULL, *sdtype = NULL;
     uint64_t seed = 1;
-    int reps = 5, prefill_reps = 3, sgemm_m = 0, prefill_m = 256, fp32_weights = 0;
+    int reps = 5, prefill_reps = 3, sgemm_m = 0, prefill_m = 256, fp32_weights = 0, model_only = 0;
     long tokens_per_rep = 512, prefill = 4096;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--fp32-weights")) { fp32_weights = 1; continue; }
+        if (!strcmp(a, "--model-only")) { model_only = 1; continue; }
         if (!v) goto usage;
         if (!strcmp(a, "--model")) dir = v;
         else if (!strcmp(a, "--config")) config = v;
@@ -346,12 +349,12 @@ int main(int argc, char **argv)
     if (sgemm_m <= 0) sgemm_m = maxb;
 
     /* the sgemm sequence at M = sgemm_m (built first: its reps interleave with that batch's) */
-    gemm_seq g;
-    seq_build(&g, in, sgemm_m);
+    gemm_seq g = {0};
+    if (!model_only) seq_build(&g, in, sgemm_m);
     double *gw = calloc((size_t)reps, sizeof(double)), *gc = calloc((size_t)reps, sizeof(double));
     int greps = 0;
     long seq_runs = 1;
-    seq_run(&g); /* warm-up */
+    if (!model_only) seq_run(&g); /* warm-up */
 
     double *w = calloc((size_t)reps, sizeof(double)), *c = calloc((size_t)reps, sizeof(double));
     for (int bi = 0; bi < nb; bi++) {
@@ -361,7 +364,7 @@ int main(int argc, char **argv)
             dec_init(&D, m, B);
             long steps = tokens_per_rep / B < 4 ? 4 : tokens_per_rep / B;
             dec_run(&D, m, 4, single); /* warm-up */
-            int with_gemm = !single && B == sgemm_m && greps == 0;
+            int with_gemm = !model_only && !single && B == sgemm_m && greps == 0;
             if (with_gemm) seq_runs = steps;
             for (int r = 0; r < reps; r++) {
                 double w0 = wall(), c0 = cpu();
@@ -385,6 +388,7 @@ int main(int argc, char **argv)
             dec_free(&D);
         }
     }
+    if (model_only) goto model_prefill;
     if (greps == 0) { /* no batch equal to sgemm_m: time the sequence on its own */
         for (int r = 0; r < reps; r++) {
             double w0 = wall(), c0 = cpu();
@@ -471,6 +475,7 @@ int main(int argc, char **argv)
         fflush(stdout);
         time_packed(&p, 1, reps);
     }
+model_prefill:
     if (prefill > 0 && prefill_reps > 0) {
         recur_workspace *ws;
         recur_state *s;
@@ -500,6 +505,6 @@ usage:
     fprintf(stderr, "usage: bench_model (--model DIR [--fp32-weights] | --config FILE [--seed N]) [--weights-dtype q8_0|q4_0] [--state-dtype f32|bf16|f16]\n"
                     "                   [--batches 1,8,64] [--reps R]\n"
                     "                   [--tokens-per-rep N] [--prefill N] [--prefill-reps R] [--sgemm-m M]\n"
-                    "                   [--prefill-sgemm-m M] [--gemm-shapes N:K,N:K,...]\n");
+                    "                   [--prefill-sgemm-m M] [--gemm-shapes N:K,N:K,...] [--model-only]\n");
     return 2;
 }

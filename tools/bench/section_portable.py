@@ -1,19 +1,19 @@
-"""Benchmark section "portable" (issue 15): the portable build (`make bench-portable`: the
-Makefile's PORTABLE_OPT, -march=x86-64, into build-portable/, as `make test-isa` builds it)
-against the native build (-march=native, ctx.build) — C model speed per kernel path.
+"""Benchmark section "portable" (issue 15): the portable binary (plain `make`: -march=x86-64, the
+hot files compiled once per kernel path, build/) against, for each kernel path P, the build a
+user with a CPU whose best path is P would make with -march=native (docs/DESIGN.md §4.1):
 
-Both builds' bench_model run the same models (models/default F16 and the d512 of
-tools/configs/bench_d512.json exported with --seed 1 --dtype F16, the file section "quant" uses)
-with RECUR_ISA forced to each path this CPU has (core/isa.h), one thread; runs alternate
-(native, portable, then portable, native in the next round) so both see the same load. Rates are
-tokens per CPU second, the median over every rep of every round: decode B = 1 and B = 64
-(recur_model_step_batch) and prefill. Target (issue 15): portable / native >= 0.95 per path.
+    path      reference build (`make bench-isa-refs`)
+    avx512    build-native/  -march=native on this machine (NATIVE=1)
+    avx2      build-v3/      -march=x86-64-v3, single-path (ISA_MULTI=0)
+    portable  build-v2/      -march=x86-64-v2, single-path: what -march=native gives on a pre-AVX2 x86
 
-The fair comparison is with the native build forced to the same path: there the GEMMs follow
-RECUR_ISA in both builds, but the native build compiles the rest of core once for the build
-machine (its AVX-512 code runs under RECUR_ISA=avx2 / portable too), while the portable build
-runs that path's per-ISA objects (Makefile ISA_FILES). So for avx2 and portable the native
-figure is an upper bound the portable build should not be expected to beat.
+Both binaries run with RECUR_ISA=P (the reference's GEMMs follow it; the rest of its code is
+compiled for P's instruction set, as on such a CPU). Models: models/default (F16) and the d512 of
+tools/configs/bench_d512.json exported with --seed 1 --dtype F16 (the file section "quant" uses).
+bench_model --model-only, one thread; runs alternate (reference, portable, then portable,
+reference in the next round) so both see the same load. Rates are tokens per CPU second, the
+median over every rep of every round: decode B = 1 and B = 64 (recur_model_step_batch) and
+prefill of 512 tokens. Target (issue 15): portable / reference >= 0.95 on every measure.
 
 Run alone: /usr/bin/python3 tools/bench/run_all.py --sections portable
 """
@@ -26,7 +26,12 @@ import benchutil
 TITLE = "Portable build vs native build, per kernel path (issue 15)"
 ORDER = 37
 
-PORTABLE_BUILD = "build-portable"
+PORTABLE_BUILD = "build"
+REFERENCE = {  # path -> (build directory, how it is compiled)
+    "avx512": ("build-native", "-march=native"),
+    "avx2": ("build-v3", "-march=x86-64-v3"),
+    "portable": ("build-v2", "-march=x86-64-v2"),
+}
 D512_CONFIG = "tools/configs/bench_d512.json"
 D512_DIR = "bench/d512_f16"
 TARGET = 0.95
@@ -65,43 +70,43 @@ def _rates(outs):
 
 
 def run(ctx):
-    native = os.path.join(ctx.build, "bench", "bench_model")
-    ctx.run(benchutil.make_target(ctx.root, ctx.build, native))
-    ctx.run(["make", "--no-print-directory", "bench-portable"], timeout=3600)
-    portable = os.path.join(ctx.root, PORTABLE_BUILD, "bench", "bench_model")
-    d512 = os.path.relpath(os.path.join(ctx.build, D512_DIR), ctx.root)
+    ctx.run(["make", "--no-print-directory", "bench-isa-refs"], timeout=3600)
+    bench = lambda d: os.path.join(d, "bench", "bench_model")
+    portable = bench(PORTABLE_BUILD)
+    d512 = os.path.join(PORTABLE_BUILD, D512_DIR)
     if not os.path.exists(os.path.join(ctx.root, d512, "model.safetensors")):
         ctx.run([ctx.python, "tools/export.py", "--config", D512_CONFIG, "--seed", "1", "--out", d512,
                  "--dtype", "F16"], timeout=600)
-    rounds = 1 if ctx.quick else 2
-    models = [("default", "models/default", 256, 3), ("d512", d512, 64, 3)]
+    rounds = 1 if ctx.quick else 3
+    models = [("default", "models/default", 256, 3), ("d512", d512, 128, 3)]
     paths = _paths()
-    builds = {"native": os.path.relpath(native, ctx.root), "portable": os.path.relpath(portable, ctx.root)}
-    outs = {}  # (model, path, build) -> [run outputs]
+    outs = {}  # (model, path, "reference" | "portable") -> [run outputs]
     load = [open("/proc/loadavg").read().split()[:3]]
     for rnd in range(rounds):
-        order = ["native", "portable"] if rnd % 2 == 0 else ["portable", "native"]
+        order = ["reference", "portable"] if rnd % 2 == 0 else ["portable", "reference"]
         for mkey, mdir, tokens, reps in models:
             for isa in paths:
                 for b in order:
-                    argv = ["env", f"RECUR_ISA={isa}", builds[b], "--model", mdir, "--batches", "1,64",
+                    exe = portable if b == "portable" else bench(REFERENCE[isa][0])
+                    argv = ["env", f"RECUR_ISA={isa}", exe, "--model", mdir, "--batches", "1,64",
                             "--reps", str(reps), "--tokens-per-rep", str(tokens), "--prefill", "512",
-                            "--prefill-reps", str(reps), "--sgemm-m", "1", "--prefill-sgemm-m", "0"]
+                            "--prefill-reps", str(reps), "--model-only"]
                     outs.setdefault((mkey, isa, b), []).append(benchutil.jsonl(ctx.run(argv, timeout=900)))
         load.append(open("/proc/loadavg").read().split()[:3])
     raw = os.path.join(ctx.build, "bench", "portable_raw.jsonl")
+    os.makedirs(os.path.dirname(raw), exist_ok=True)
     with open(raw, "w") as f:
         for (mkey, isa, b), runs in outs.items():
             for i, out in enumerate(runs):
                 for r in out:
                     f.write(json.dumps(dict(r, model=mkey, isa=isa, build=b, run=i)) + "\n")
-    md = ["| model | path | decode B = 1 native / portable (tok/CPU-s) | ratio | decode B = 64 native / portable "
-          "| ratio | prefill 512 native / portable | ratio | ≥ 0.95 |",
-          "|---|---|---|---|---|---|---|---|---|"]
+    md = ["| model | path | reference build | decode B = 1 reference / portable (tok/CPU-s) | ratio "
+          "| decode B = 64 reference / portable | ratio | prefill 512 reference / portable | ratio | ≥ 0.95 |",
+          "|---|---|---|---|---|---|---|---|---|---|"]
     met, missed = 0, []
     for mkey, *_ in models:
         for isa in reversed(paths):
-            n, p = _rates(outs[(mkey, isa, "native")]), _rates(outs[(mkey, isa, "portable")])
+            n, p = _rates(outs[(mkey, isa, "reference")]), _rates(outs[(mkey, isa, "portable")])
             cells, ok = [], True
             for k in ("b1", "b64", "pre"):
                 rat = p[k] / n[k] if n[k] and p[k] else None
@@ -110,17 +115,19 @@ def run(ctx):
             met += ok
             if not ok:
                 missed.append(f"{mkey} {isa}")
-            md.append(f"| {mkey} | {isa} | " + " | ".join(cells) + f" | {'met' if ok else 'NOT met'} |")
+            md.append(f"| {mkey} | {isa} | `{REFERENCE[isa][0]}` ({REFERENCE[isa][1]}) | " + " | ".join(cells)
+                      + f" | {'met' if ok else 'NOT met'} |")
     total = len(models) * len(paths)
-    verdict = (f"Target (portable ≥ {TARGET}× native on every measure): met on {met} of {total} model × path rows"
+    verdict = (f"Target (portable ≥ {TARGET}× reference on every measure): met on {met} of {total} model × path rows"
                + (f"; not met: {', '.join(missed)}" if missed else "") + ".")
     return ("\n".join(md) + "\n\n" + verdict + "\n\n"
-            f"Native: `{builds['native']}` (-march=native); portable: `{builds['portable']}` (`make bench-portable`, "
-            "-march=x86-64, per-ISA objects: docs/DESIGN.md §4.1). Each path is forced with RECUR_ISA in both builds; "
-            "under RECUR_ISA=avx2 or portable the native build still runs its -march=native code outside the GEMMs "
-            "(compiled once there), so for those rows native is the upper bound and a ratio below 1 is the price of "
-            "the narrower instruction set, not of dispatch. "
+            f"Portable: `{portable}` (plain `make`: -march=x86-64, per-ISA objects, docs/DESIGN.md §4.1). "
+            "Reference for path P: the build a -march=native user gets on a CPU whose best path is P — "
+            "avx512: this machine's -march=native (`make NATIVE=1`); avx2: -march=x86-64-v3; portable: "
+            "-march=x86-64-v2 (a pre-AVX2 x86-64), the last two single-path (ISA_MULTI=0); all built by "
+            "`make bench-isa-refs`. Both binaries run with RECUR_ISA=P. "
             f"{rounds} rounds, builds alternated; per run 3 reps of decode (tokens per rep at B = 1: "
-            + ", ".join(f"{m[0]} {m[2]}" for m in models) + ") and of prefill, medians over all reps; "
+            + ", ".join(f"{m[0]} {m[2]}" for m in models) + ") and of prefill, medians over all reps "
+            "(bench_model --model-only); "
             f"raw: `{os.path.relpath(raw, ctx.root)}`. "
             f"Load average before / after each round: {', '.join('/'.join(x) for x in load)}.\n")
