@@ -12,7 +12,8 @@ import threading
 
 import requests
 
-from persist_helpers import get_state, info, metrics, pd, wait_for
+from daemon import read_to_eof
+from persist_helpers import get_state, info, metrics, pd
 
 VOCAB = 256
 OFF_LOOP = ("--resume-cached-on-loop", "false")
@@ -83,14 +84,7 @@ def raw_request(port, method, path, body=None):
     s.sendall(("%s %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                "Content-Length: %d\r\nConnection: close\r\n\r\n" % (method, path, len(data))).encode()
               + data)
-    out = b""
-    while True:
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        out += chunk
-    s.close()
-    head, _, rest = out.partition(b"\r\n\r\n")
+    head, _, rest = read_to_eof(s).partition(b"\r\n\r\n")
     return int(head.split()[1]), rest
 
 
