@@ -337,7 +337,7 @@ bench-tools: $(BENCH_TOOLS)
 # suites (tests/test_isa.sh) on every path this CPU has, in the portable build (build/, plain
 # `make`'s flags) and the native one (build-native/, NATIVE=1): librecur and the unit suites that
 # need only it (tests-core/).
-ISA_UNIT     := test_packed_gemm test_batch_identity test_chunk_mm test_quant
+ISA_UNIT     := test_packed_gemm test_batch_identity test_chunk_mm test_quant test_bf16_gemm
 $(BUILD)/tests-core/%: $(BUILD)/obj/tests/unit/%.o $(LIBRECUR_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ -lcriterion $(LDLIBS)

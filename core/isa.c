@@ -20,6 +20,13 @@ static int has_vnni(void)
     return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 11));
 }
 
+/* AVX512_BF16 from CPUID leaf 7 subleaf 1 (EAX bit 5): vdpbf16ps, the bf16 prefill (bf16_gemm.h) */
+static int has_bf16(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5));
+}
+
 static int has_avx512(void)
 {
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -38,18 +45,19 @@ const char *recur__isa_str(recur_isa isa)
 }
 
 /* resolved once; -1 before. A race resolves twice to the same value (env and CPU are fixed). */
-static int isa_cached = -1, isa_refused, isa_vnni;
+static int isa_cached = -1, isa_refused, isa_vnni, isa_bf16;
 
 static void resolve(void)
 {
     __builtin_cpu_init();
     recur_isa best = has_avx512() ? RECUR_ISA_AVX512 : has_avx2() ? RECUR_ISA_AVX2 : RECUR_ISA_PORTABLE;
     recur_isa isa = best;
-    int refused = 0, vnni = best == RECUR_ISA_AVX512 && has_vnni();
+    int refused = 0, vnni = best == RECUR_ISA_AVX512 && has_vnni(), bf16 = best == RECUR_ISA_AVX512 && has_bf16();
     const char *want = getenv("RECUR_ISA");
     if (want && want[0]) {
         if (!strcmp(want, "avx512")) isa = RECUR_ISA_AVX512;
         else if (!strcmp(want, "avx512-novnni")) isa = RECUR_ISA_AVX512, vnni = 0;
+        else if (!strcmp(want, "avx512-nobf16")) isa = RECUR_ISA_AVX512, bf16 = 0;
         else if (!strcmp(want, "avx2")) isa = RECUR_ISA_AVX2;
         else if (!strcmp(want, "portable")) isa = RECUR_ISA_PORTABLE;
         else refused = 1;
@@ -58,6 +66,7 @@ static void resolve(void)
     }
     __atomic_store_n(&isa_refused, refused, __ATOMIC_RELAXED);
     __atomic_store_n(&isa_vnni, vnni && isa == RECUR_ISA_AVX512, __ATOMIC_RELAXED);
+    __atomic_store_n(&isa_bf16, bf16 && isa == RECUR_ISA_AVX512, __ATOMIC_RELAXED);
     __atomic_store_n(&isa_cached, (int)isa, __ATOMIC_RELEASE);
 }
 
@@ -77,6 +86,12 @@ int recur__isa_vnni(void)
     return __atomic_load_n(&isa_vnni, __ATOMIC_RELAXED);
 }
 
+int recur__isa_bf16(void)
+{
+    recur__isa();
+    return __atomic_load_n(&isa_bf16, __ATOMIC_RELAXED);
+}
+
 int recur__isa_check(char *err, size_t errlen)
 {
     recur__isa();
@@ -85,7 +100,7 @@ int recur__isa_check(char *err, size_t errlen)
         const char *want = getenv("RECUR_ISA");
         snprintf(err, errlen,
                  "RECUR_ISA=%s: not a kernel path this CPU supports (avx512 needs avx512f/bw/vl/dq+fma+f16c, "
-                 "avx2 needs avx2+fma+f16c; known: avx512, avx512-novnni, avx2, portable; this CPU's best: %s)",
+                 "avx2 needs avx2+fma+f16c; known: avx512, avx512-novnni, avx512-nobf16, avx2, portable; this CPU's best: %s)",
                  want ? want : "", recur__isa_str(has_avx512() ? RECUR_ISA_AVX512 : has_avx2() ? RECUR_ISA_AVX2 : RECUR_ISA_PORTABLE));
     }
     return RECUR_EISA;

@@ -8,6 +8,8 @@
  *   RECUR_ISA=avx512    avx512f+bw+vl+dq, fma, f16c (and avx512_vnni when the CPU has it: the
  *                       quantized GEMM's vpdpbusd, quant.h)
  *   RECUR_ISA=avx512-novnni  the AVX-512 path without vpdpbusd (tests of the widening kernel)
+ *   RECUR_ISA=avx512-nobf16  the AVX-512 path as on a CPU without avx512_bf16: the bf16 prefill
+ *                       (bf16_gemm.h) is refused (tests of the refusal)
  *   RECUR_ISA=avx2      avx2, fma, f16c
  *   RECUR_ISA=portable  plain C (SSE2 at -march=x86-64), never a fused multiply-add
  * A forced path the CPU lacks, or an unknown name, is refused: recur__isa_check returns
@@ -30,6 +32,10 @@ recur_isa recur__isa(void);
 
 /* Whether the AVX-512 path may use avx512_vnni (the CPU has it, RECUR_ISA is not avx512-novnni). */
 int recur__isa_vnni(void);
+
+/* Whether the AVX-512 path may use avx512_bf16 (vdpbf16ps: CPUID leaf 7 subleaf 1 EAX bit 5;
+ * RECUR_ISA is not avx512-nobf16). The bf16 prefill runs only where this holds. */
+int recur__isa_bf16(void);
 
 /* 0, or RECUR_EISA with err (may be NULL) naming RECUR_ISA's value and what the CPU lacks. */
 int recur__isa_check(char *err, size_t errlen);

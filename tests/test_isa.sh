@@ -1,6 +1,6 @@
 #!/bin/sh
 # test_isa.sh — every kernel path this CPU has, forced one at a time by RECUR_ISA, in each build
-# given (directories holding librecur.so and tests-core/): the packed GEMM, quantized GEMM, chunk_mm
+# given (directories holding librecur.so and tests-core/): the packed GEMM, quantized GEMM, bf16 GEMM, chunk_mm
 # and batch bit-identity unit suites, and the C model against its PyTorch twin (test_model_parity.py).
 # `make test-isa` runs it on the portable build (-march=x86-64) and the native one.
 set -u
@@ -11,6 +11,9 @@ has avx2 fma f16c && paths="$paths avx2"
 has avx512f avx512bw avx512vl avx512dq fma f16c && paths="$paths avx512"
 # the AVX-512 path without vpdpbusd (the quantized GEMM's widening kernel, core/quant_gemm.c)
 has avx512f avx512bw avx512vl avx512dq fma f16c avx512_vnni && paths="$paths avx512-novnni"
+# the AVX-512 path as on a CPU without avx512_bf16 (the bf16 prefill refused, core/bf16_gemm.c's
+# scalar formula in its unit suite)
+has avx512f avx512bw avx512vl avx512dq fma f16c avx512_bf16 && paths="$paths avx512-nobf16"
 PY=${PY:-/usr/bin/python3}
 fail=0 pass=0
 for b in "$@"; do
