@@ -74,7 +74,7 @@ int recur__mamba2_rows(const recur_model *m, const recur_layer *L, const recur__
 
     // u = RMSNorm(x) ; proj = [z | xBC | dt] = in_proj u (+ bias)
     for (int r = 0; r < R; r++) rmsnorm(ws->h + (size_t)r * d, x + (size_t)r * d, L->attn_norm, d, eps);
-    recur__packed_gemm_t(R, n_in, d, ws->h, d, L->w_in, m->wtype, 0.0f, ws->proj, n_in);
+    recur__model_gemm(m, prefill, R, n_in, d, ws->h, d, L->w_in, 0.0f, ws->proj, n_in);
     if (L->in_bias)
         for (int r = 0; r < R; r++)
             for (int i = 0; i < n_in; i++) ws->proj[(size_t)r * n_in + i] += L->in_bias[i];
@@ -98,7 +98,7 @@ int recur__mamba2_rows(const recur_model *m, const recur_layer *L, const recur__
 
     // y = gated norm(o + D x, z) ; x += out_proj y (+ bias)
     for (int r = 0; r < R; r++) gated_output(m, L, ws, r);
-    recur__packed_gemm_t(R, d, d_ssm, ws->o, d_ssm, L->wo, m->wtype, 1.0f, x, d);
+    recur__model_gemm(m, prefill, R, d, d_ssm, ws->o, d_ssm, L->wo, 1.0f, x, d);
     if (L->out_bias)
         for (int r = 0; r < R; r++)
             for (int i = 0; i < d; i++) x[(size_t)r * d + i] += L->out_bias[i];

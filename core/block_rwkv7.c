@@ -142,7 +142,6 @@ int recur__rwkv7_rows(const recur_model *m, const recur_layer *L, const recur__r
     const int *rk = B->rw_ranks;
     const float eps = (float)B->eps;
     const size_t S_floats = (size_t)H * N * N;
-    const recur_wtype wt = m->wtype;
     float *mix = ws->scr + (size_t)S_MIX * d;
     float *lw = ws->scr + (size_t)S_LORA * d, *la = lw + rk[0], *lv = la + rk[1], *lg = lv + rk[2];
 
@@ -164,26 +163,26 @@ int recur__rwkv7_rows(const recur_model *m, const recur_layer *L, const recur__r
                (size_t)d * sizeof(float));
 
     // r, k, v ; the LoRA downs and ups
-    recur__packed_gemm_t(R, d, d, mix + 0 * (size_t)d, ld, L->rw[T_RW_WR - T_RW_LN0_W], wt, 0.0f, ws->r, d);
-    recur__packed_gemm_t(R, d, d, mix + 2 * (size_t)d, ld, L->rw[T_RW_WK - T_RW_LN0_W], wt, 0.0f, ws->k, d);
-    recur__packed_gemm_t(R, d, d, mix + 3 * (size_t)d, ld, L->rw[T_RW_WV - T_RW_LN0_W], wt, 0.0f, ws->v, d);
-    recur__packed_gemm_t(R, rk[0], d, mix + 1 * (size_t)d, ld, L->rw[T_RW_W1 - T_RW_LN0_W], wt, 0.0f, lw, ld);
-    recur__packed_gemm_t(R, rk[1], d, mix + 4 * (size_t)d, ld, L->rw[T_RW_A1 - T_RW_LN0_W], wt, 0.0f, la, ld);
+    recur__model_gemm(m, prefill, R, d, d, mix + 0 * (size_t)d, ld, L->rw[T_RW_WR - T_RW_LN0_W], 0.0f, ws->r, d);
+    recur__model_gemm(m, prefill, R, d, d, mix + 2 * (size_t)d, ld, L->rw[T_RW_WK - T_RW_LN0_W], 0.0f, ws->k, d);
+    recur__model_gemm(m, prefill, R, d, d, mix + 3 * (size_t)d, ld, L->rw[T_RW_WV - T_RW_LN0_W], 0.0f, ws->v, d);
+    recur__model_gemm(m, prefill, R, rk[0], d, mix + 1 * (size_t)d, ld, L->rw[T_RW_W1 - T_RW_LN0_W], 0.0f, lw, ld);
+    recur__model_gemm(m, prefill, R, rk[1], d, mix + 4 * (size_t)d, ld, L->rw[T_RW_A1 - T_RW_LN0_W], 0.0f, la, ld);
     if (l > 0)
-        recur__packed_gemm_t(R, rk[2], d, mix + 3 * (size_t)d, ld, L->rw[T_RW_V1 - T_RW_LN0_W], wt, 0.0f, lv, ld);
-    recur__packed_gemm_t(R, rk[3], d, mix + 5 * (size_t)d, ld, L->rw[T_RW_G1 - T_RW_LN0_W], wt, 0.0f, lg, ld);
+        recur__model_gemm(m, prefill, R, rk[2], d, mix + 3 * (size_t)d, ld, L->rw[T_RW_V1 - T_RW_LN0_W], 0.0f, lv, ld);
+    recur__model_gemm(m, prefill, R, rk[3], d, mix + 5 * (size_t)d, ld, L->rw[T_RW_G1 - T_RW_LN0_W], 0.0f, lg, ld);
     for (int r = 0; r < R; r++) {
         float *row = ws->scr + (size_t)r * ld + (size_t)S_LORA * d;
         for (int i = 0; i < rk[0]; i++) row[i] = tanhf(row[i]);
         float *g1 = row + rk[0] + rk[1] + rk[2];
         for (int i = 0; i < rk[3]; i++) g1[i] = sigmoid(g1[i]);
     }
-    recur__packed_gemm_t(R, d, rk[0], lw, ld, L->rw[T_RW_W2 - T_RW_LN0_W], wt, 0.0f, ws->wlog, d);
-    recur__packed_gemm_t(R, d, rk[1], la, ld, L->rw[T_RW_A2 - T_RW_LN0_W], wt, 0.0f, ws->scr + (size_t)S_A * d, ld);
+    recur__model_gemm(m, prefill, R, d, rk[0], lw, ld, L->rw[T_RW_W2 - T_RW_LN0_W], 0.0f, ws->wlog, d);
+    recur__model_gemm(m, prefill, R, d, rk[1], la, ld, L->rw[T_RW_A2 - T_RW_LN0_W], 0.0f, ws->scr + (size_t)S_A * d, ld);
     if (l > 0)
-        recur__packed_gemm_t(R, d, rk[2], lv, ld, L->rw[T_RW_V2 - T_RW_LN0_W], wt, 0.0f,
+        recur__model_gemm(m, prefill, R, d, rk[2], lv, ld, L->rw[T_RW_V2 - T_RW_LN0_W], 0.0f,
                              ws->scr + (size_t)S_VGATE * d, ld);
-    recur__packed_gemm_t(R, d, rk[3], lg, ld, L->rw[T_RW_G2 - T_RW_LN0_W], wt, 0.0f, ws->scr + (size_t)S_G * d, ld);
+    recur__model_gemm(m, prefill, R, d, rk[3], lg, ld, L->rw[T_RW_G2 - T_RW_LN0_W], 0.0f, ws->scr + (size_t)S_G * d, ld);
     for (int r = 0; r < R; r++) gates_row(m, L, ws, r, l == 0);
 
     // the state update, token by token: prefill rows in order through states[0], decode row r
@@ -200,7 +199,7 @@ int recur__rwkv7_rows(const recur_model *m, const recur_layer *L, const recur__r
 
     // o = (GroupNorm(o) + bonus) * g ; x += W_o o
     for (int r = 0; r < R; r++) output_row(m, L, ws, r);
-    recur__packed_gemm_t(R, d, d, ws->o, d, L->rw[T_RW_WO - T_RW_LN0_W], wt, 1.0f, x, d);
+    recur__model_gemm(m, prefill, R, d, d, ws->o, d, L->rw[T_RW_WO - T_RW_LN0_W], 1.0f, x, d);
 
     // channel mix: xf = LN2(x) ; k = xf + (prev - xf) * x_k ; x += W_value relu(W_key k)^2
     for (int r = 0; r < R; r++) {
@@ -213,11 +212,11 @@ int recur__rwkv7_rows(const recur_model *m, const recur_layer *L, const recur__r
     for (int r = 0; r < (prefill ? 1 : R); r++)
         memcpy(recur__lstate(states[r], L) + S_floats + d, ws->h + (size_t)(prefill ? R - 1 : r) * d,
                (size_t)d * sizeof(float));
-    recur__packed_gemm_t(R, ff, d, mix, ld, L->rw[T_RW_FFN_KEY - T_RW_LN0_W], wt, 0.0f, ws->ff, ff);
+    recur__model_gemm(m, prefill, R, ff, d, mix, ld, L->rw[T_RW_FFN_KEY - T_RW_LN0_W], 0.0f, ws->ff, ff);
     for (size_t i = 0; i < (size_t)R * ff; i++) {
         const float y = fmaxf(ws->ff[i], 0.0f);
         ws->ff[i] = y * y;
     }
-    recur__packed_gemm_t(R, d, ff, ws->ff, ff, L->rw[T_RW_FFN_VALUE - T_RW_LN0_W], wt, 1.0f, x, d);
+    recur__model_gemm(m, prefill, R, d, ff, ws->ff, ff, L->rw[T_RW_FFN_VALUE - T_RW_LN0_W], 1.0f, x, d);
     return RECUR_OK;
 }

@@ -536,6 +536,7 @@ int recur__model_finish(recur_model *m)
     snprintf(info->weights_dtype, sizeof info->weights_dtype, "%s",
              m->wtype == RECUR_WT_F16 ? "F16" : m->wtype == RECUR_WT_BF16 ? "BF16" : "F32");
     snprintf(info->weights_origin, sizeof info->weights_origin, "file"); /* seeded: model_init.c */
+    snprintf(info->prefill_dtype, sizeof info->prefill_dtype, "F32");
     return pack_weights(m);
 }
 
@@ -544,6 +545,7 @@ int recur__model_finish(recur_model *m)
 void recur_model_free(recur_model *m)
 {
     if (!m) return;
+    recur__prefill_panels_free(m);
     recur__big_free(m->arena, m->arena_floats * sizeof(float));
     free(m);
 }

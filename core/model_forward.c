@@ -105,11 +105,12 @@ void recur_workspace_free(recur_workspace *ws)
  * of the model's wtype (fp32, or the weights file's F16 / BF16 widened in the kernel). One kernel
  * for every row count: a row's result is the same bits whether it is stepped alone, in a batch
  * at any position, or in a prefill piece (packed_gemm.h); and with W pre-packed it is faster than
- * sgemv at one row and than sgemm (which repacks W per call) at 8 to 256 rows. */
-static void linear_rows(const recur_model *m, int R, int N, int Kd, const float *A, int lda, const void *Wp,
-                        float beta, float *C, int ldc)
+ * sgemv at one row and than sgemm (which repacks W per call) at 8 to 256 rows. Prefill rows of a
+ * model with the bf16 prefill go through W's bf16 panels instead (recur__model_gemm). */
+static void linear_rows(const recur_model *m, int prefill, int R, int N, int Kd, const float *A, int lda,
+                        const void *Wp, float beta, float *C, int ldc)
 {
-    recur__packed_gemm_t(R, N, Kd, A, lda, Wp, m->wtype, beta, C, ldc);
+    recur__model_gemm(m, prefill, R, N, Kd, A, lda, Wp, beta, C, ldc);
 }
 
 /* ---------------------------------------------------------------- mixer core */
@@ -192,13 +193,13 @@ static void qk_rows(const recur_block *B, float *dst, const float *src, int H, i
 }
 
 /* Split the projected rows into the core's inputs (docs/MODEL.md "Blocks"). */
-static void preprocess_rows(const recur_model *m, const recur_layer *L, recur_workspace *ws, int R)
+static void preprocess_rows(const recur_model *m, const recur_layer *L, recur_workspace *ws, int R, int prefill)
 {
     const recur_block *B = &m->cfg.block[L - m->layers];
     const int H = m->cfg.n_heads, K = m->cfg.head_k, V = m->cfg.head_v;
     const size_t HK = (size_t)H * K, HV = (size_t)H * V;
     if (L->w_gk_up) /* low-rank GLA gate: gk = W_up (W_down h) + bias, W_down h in the projection */
-        linear_rows(m, R, (int)HK, B->gate_rank, ws->proj + L->off_gk, L->n_in, L->w_gk_up, 0.0f, ws->gk, (int)HK);
+        linear_rows(m, prefill, R, (int)HK, B->gate_rank, ws->proj + L->off_gk, L->n_in, L->w_gk_up, 0.0f, ws->gk, (int)HK);
     for (int r = 0; r < R; r++) {
         const float *p = ws->proj + (size_t)r * L->n_in;
         float *v = ws->v + r * HV;
@@ -276,10 +277,10 @@ static int layer_rows(const recur_model *m, recur_workspace *ws, recur_state *co
     // h = RMSNorm_attn(x) ; proj = [q|k|v|g|gk|b|a] = W_in h
     for (int r = 0; r < R; r++)
         rmsnorm(ws->h + (size_t)r * d, ws->x + (size_t)r * d, L->attn_norm, d, eps);
-    linear_rows(m, R, L->n_in, d, ws->h, d, L->w_in, 0.0f, ws->proj, L->n_in);
+    linear_rows(m, prefill, R, L->n_in, d, ws->h, d, L->w_in, 0.0f, ws->proj, L->n_in);
     // q|k|v = shortconv(q|k|v) ; then activations, norms, gates
     if (L->conv_ch) conv_rows(m, L, ws, states, R, prefill);
-    preprocess_rows(m, L, ws, R);
+    preprocess_rows(m, L, ws, R, prefill);
 
     // o = core(q, k, v, gates; state)
     for (int r = 0; r < (prefill ? 1 : R); r++) {
@@ -297,18 +298,18 @@ static int layer_rows(const recur_model *m, recur_workspace *ws, recur_state *co
             for (size_t i = 0; i < HV; i++) o[i] *= silu_v(g[i]);
         }
     }
-    linear_rows(m, R, d, (int)HV, ws->o, (int)HV, L->wo, 1.0f, ws->x, d);
+    linear_rows(m, prefill, R, d, (int)HV, ws->o, (int)HV, L->wo, 1.0f, ws->x, d);
     if (!B->mlp) return RECUR_OK;
 
     // h = RMSNorm_mlp(x) ; x += down( silu(gate h) * (up h) )
     for (int r = 0; r < R; r++)
         rmsnorm(ws->h + (size_t)r * d, ws->x + (size_t)r * d, L->mlp_norm, d, eps);
-    linear_rows(m, R, 2 * ff, d, ws->h, d, L->w_gate_up, 0.0f, ws->ff, 2 * ff);
+    linear_rows(m, prefill, R, 2 * ff, d, ws->h, d, L->w_gate_up, 0.0f, ws->ff, 2 * ff);
     for (int r = 0; r < R; r++) {
         float *f = ws->ff + (size_t)r * 2 * ff;
         for (int j = 0; j < ff; j++) f[j] = silu_v(f[j]) * f[ff + j];
     }
-    linear_rows(m, R, d, ff, ws->ff, 2 * ff, L->w_down, 1.0f, ws->x, d);
+    linear_rows(m, prefill, R, d, ff, ws->ff, 2 * ff, L->w_down, 1.0f, ws->x, d);
     return RECUR_OK;
 }
 
@@ -348,7 +349,8 @@ static int forward_rows(const recur_model *m, recur_workspace *ws, recur_state *
     }
 
     if (logits && first_logit < R) {
-        // logits = lm_head RMSNorm_f(x)   (a LayerNorm with bias: rwkv7), rows first_logit..R-1
+        // logits = lm_head RMSNorm_f(x)   (a LayerNorm with bias: rwkv7), rows first_logit..R-1,
+        // on the model's own path for prefill too (model_prefill.c)
         // (a row's result does not depend on the others: the same bits as over every row)
         const int NL = R - first_logit;
         const float *x0 = ws->x + (size_t)first_logit * d;
@@ -358,7 +360,7 @@ static int forward_rows(const recur_model *m, recur_workspace *ws, recur_state *
             else
                 rmsnorm(ws->h + (size_t)r * d, x0 + (size_t)r * d, m->norm_f, d, (float)c->norm_eps);
         }
-        linear_rows(m, NL, c->vocab_size, d, ws->h, d, m->lm_head, 0.0f, logits, c->vocab_size);
+        linear_rows(m, 0, NL, c->vocab_size, d, ws->h, d, m->lm_head, 0.0f, logits, c->vocab_size);
     }
     return RECUR_OK;
 }

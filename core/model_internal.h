@@ -177,7 +177,28 @@ struct recur_model {
     int n_softmax;              /* layers with a KV cache */
     int max_in;                 /* max n_in over layers */
     int max_conv;               /* max conv_ch * conv_size over layers (0: no conv) */
+    /* the bf16 prefill (recur_model_set_prefill_dtype, model_prefill.c): every GEMM matrix but the
+     * LM head also held as bf16 panels (bf16_gemm.h), read only by the prefill entry points */
+    struct recur_prefill_panels *pf; /* [pf_n] sorted by matrix address; NULL: prefill in fp32 */
+    int pf_n;
+    void *pf_block;             /* every bf16 panel (recur__big_alloc), pf_bytes */
+    size_t pf_bytes;
 };
+
+/* A packed GEMM matrix of a model: W [N][K] at w (elements of the model's wtype). */
+typedef struct {
+    void *w;
+    int N, K;
+} recur_matrix;
+#define RECUR_MAX_MATRICES (RECUR_MAX_LAYERS * (T_N_LAYER_TENSORS - T_RW_LN0_W) + 1)
+
+/* The GEMM of model matrix W [N][K] over R rows, y = beta*y + x W^T: through W's bf16 panels
+ * when prefill and the model has them (bf16_gemm.h), else the model's own path (packed_gemm.h,
+ * quant.h). The one home of this choice for the forward pass and the blocks. */
+void recur__model_gemm(const recur_model *m, int prefill, int R, int N, int K, const float *x, int ldx,
+                       const void *W, float beta, float *y, int ldy);
+/* Free m's bf16 panels (recur_model_free; prefill dtype f32). */
+void recur__prefill_panels_free(recur_model *m);
 
 /* One tensor of the model: its safetensors name, shape and place(s) in the arena. A tensor is
  * held as fp32 (ptr), as halves of the model's wtype (half), or both (embed of a tied half

@@ -80,6 +80,8 @@ int recur__quant_shell(const recur_model *src, const char *weights_dtype, recur_
         }
     m->info = src->info;
     m->sdtype = src->sdtype; /* info says it already */
+    snprintf(m->info.prefill_dtype, sizeof m->info.prefill_dtype, "F32"); /* no bf16 panels of its own */
+    m->info.prefill_bytes = 0;
     snprintf(m->info.weights_dtype, sizeof m->info.weights_dtype, "%s", recur__wtype_name(qt));
     snprintf(m->info.weights_origin, sizeof m->info.weights_origin, "quantized");
     m->info.weight_bytes = m->arena_floats * sizeof(float);

@@ -184,6 +184,10 @@ typedef struct {
                                            * weights file holds them), "seeded", "quantized"
                                            * (quantized at load) or "cache" (read from a cached
                                            * quantized file, recur_model_quantize_cached) */
+    char prefill_dtype[8];                /* how prefill computes its GEMMs: "F32" (as decode) or
+                                           * "BF16" (recur_model_set_prefill_dtype) */
+    size_t prefill_bytes;                 /* bytes of the bf16 prefill panels (0 for F32), beyond
+                                           * weight_bytes */
 } recur_model_info;
 
 /* How a session's recurrent state is stored (docs/MODEL.md "State dtype"): fp32, or a half
@@ -268,6 +272,16 @@ recur_state_dtype recur_model_state_dtype(const recur_model *m);
 int recur_state_dtype_parse(const char *name, recur_state_dtype *out);
 /* "F32", "BF16" or "F16". */
 const char *recur_state_dtype_name(recur_state_dtype t);
+
+/* How the prefill entry points (recur_model_prefill, recur_model_prefill_tail) compute their
+ * GEMMs (docs/MODEL.md "Prefill dtype"): "f32" (default: the model's matrices, as decode) or
+ * "bf16" (case-insensitive): every GEMM matrix but the LM head is also held as bfloat16 panels
+ * (info.prefill_bytes more memory) and prefill rounds each GEMM input to bf16 and accumulates in
+ * fp32 (vdpbf16ps). Decode (recur_model_step, recur_model_step_batch) and the LM head are
+ * unchanged. Refused (RECUR_EINVAL, err names why) for another name, on a CPU or RECUR_ISA path
+ * without avx512_bf16, and for quantized matrices; RECUR_ENOMEM when the panels do not fit. Set
+ * it before sharing m between threads. Snapshots and fingerprints do not change. */
+int recur_model_set_prefill_dtype(recur_model *m, const char *prefill_dtype, char *err, size_t errlen);
 
 /* Scratch buffers for up to max_batch sessions per batched step and prefill of any length
  * (long prefills are processed in pieces of the workspace's size). One workspace per thread. */

@@ -6,6 +6,7 @@
     m = Model.load(dir, weights_dtype="q8_0", weights_cache="/var/cache/recur")  # the quantized matrices
                                                 # read from / written to a file there (m.weights_cache: what happened)
     m = Model.load(dir, state_dtype="bf16")     # session states stored as "f32" (default), "bf16" or "f16"
+    m = Model.load(dir, prefill_dtype="bf16")   # prefill's GEMMs on bf16 inputs (avx512_bf16 CPUs only)
     m.info                                      # dict: name, vocab_size, ..., state_bytes, fingerprint
     s = m.state()                               # zeroed session state
     logits = m.step(s, token)                   # [vocab] float32
@@ -51,7 +52,8 @@ class _Info(ctypes.Structure):
                 ("n_params", ctypes.c_int64), ("state_bytes", ctypes.c_size_t),
                 ("fingerprint", ctypes.c_uint64), ("weight_bytes", ctypes.c_size_t),
                 ("weights_dtype", ctypes.c_char * 8), ("softmax_layers", ctypes.c_int),
-                ("state_dtype", ctypes.c_char * 8), ("weights_origin", ctypes.c_char * 12)]
+                ("state_dtype", ctypes.c_char * 8), ("weights_origin", ctypes.c_char * 12),
+                ("prefill_dtype", ctypes.c_char * 8), ("prefill_bytes", ctypes.c_size_t)]
 
 
 class _WCacheReport(ctypes.Structure):
@@ -86,6 +88,7 @@ for _name, _res, _args in [
                                                    ctypes.c_char_p, ctypes.c_size_t]),
     ("recur_model_get_info", ctypes.POINTER(_Info), [_P]),
     ("recur_model_set_state_dtype", ctypes.c_int, [_P, ctypes.c_int]),
+    ("recur_model_set_prefill_dtype", ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]),
     ("recur_state_dtype_parse", ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int)]),
     ("recur_workspace_create", ctypes.c_int, [_P, ctypes.c_int, ctypes.POINTER(_P)]),
     ("recur_workspace_free", None, [_P]),
@@ -125,7 +128,7 @@ def _fptr(a):
 class Model:
     """A loaded model with its own workspace (one thread at a time)."""
 
-    def __init__(self, handle, max_batch=64, state_dtype=None):
+    def __init__(self, handle, max_batch=64, state_dtype=None, prefill_dtype=None):
         self._h = _P(handle)
         self._live_states = 0   # the C model is freed only once no State needs it
         self._closed = False
@@ -136,6 +139,13 @@ class Model:
                 self._release()
                 raise RecurError(EINVAL, "state_dtype %r (f32, bf16 or f16)" % state_dtype)
             _check(_lib.recur_model_set_state_dtype(self._h, t.value), "state_dtype")
+        if prefill_dtype is not None:
+            err = ctypes.create_string_buffer(512)
+            rc = _lib.recur_model_set_prefill_dtype(self._h, prefill_dtype.encode(), err, len(err))
+            if rc < 0:
+                self._closed = True
+                self._release()
+                raise RecurError(rc, "prefill_dtype %r: %s" % (prefill_dtype, err.value.decode("utf-8", "replace")))
         ws = _P()
         _check(_lib.recur_workspace_create(self._h, max_batch, ctypes.byref(ws)), "workspace")
         self._ws = ws
@@ -148,6 +158,7 @@ class Model:
             "state_bytes": i.state_bytes, "fingerprint": i.fingerprint,
             "weight_bytes": i.weight_bytes, "weights_dtype": i.weights_dtype.decode(),
             "state_dtype": i.state_dtype.decode(), "weights_origin": i.weights_origin.decode(),
+            "prefill_dtype": i.prefill_dtype.decode(), "prefill_bytes": i.prefill_bytes,
         }
         self.weights_cache = None  # the quantized-weights cache's report (_quantized), when one was used
         self.vocab = i.vocab_size
@@ -175,36 +186,41 @@ class Model:
         return q, report
 
     @classmethod
-    def _make(cls, h, max_batch, weights_dtype, state_dtype, weights_cache, weights_cache_max_bytes):
+    def _make(cls, h, max_batch, weights_dtype, state_dtype, weights_cache, weights_cache_max_bytes,
+              prefill_dtype=None):
         q, report = cls._quantized(h, weights_dtype, weights_cache, weights_cache_max_bytes)
-        m = cls(q.value, max_batch, state_dtype)
+        m = cls(q.value, max_batch, state_dtype, prefill_dtype)
         m.weights_cache = report
         return m
 
     @classmethod
     def load(cls, path, max_batch=64, weights_dtype=None, state_dtype=None, weights_cache=None,
-             weights_cache_max_bytes=0):
+             weights_cache_max_bytes=0, prefill_dtype=None):
         """weights_dtype: None / "auto" (as the file), "q8_0" or "q4_0" (quantized at load).
         state_dtype: None / "f32", "bf16" or "f16" (how this model's session states are stored).
         weights_cache: None, or a directory for the quantized matrices' file (read when valid, else
-        written; weights_cache_max_bytes bounds it, 0: 16 GiB); self.weights_cache reports."""
+        written; weights_cache_max_bytes bounds it, 0: 16 GiB); self.weights_cache reports.
+        prefill_dtype: None / "f32" or "bf16" (prefill's GEMMs on bf16 inputs, vdpbf16ps; refused
+        where the CPU lacks avx512_bf16)."""
         h = _P()
         err = ctypes.create_string_buffer(1024)
         rc = _lib.recur_model_load_ex(os.fsencode(path), ctypes.byref(h), err, len(err))
         _check(rc, "load %s: %s" % (path, err.value.decode("utf-8", "replace")))
-        return cls._make(h, max_batch, weights_dtype, state_dtype, weights_cache, weights_cache_max_bytes)
+        return cls._make(h, max_batch, weights_dtype, state_dtype, weights_cache, weights_cache_max_bytes,
+                         prefill_dtype)
 
     @classmethod
     def load_files(cls, config_path, weights_path, max_batch=64, weights_dtype=None, state_dtype=None,
-                   weights_cache=None, weights_cache_max_bytes=0):
+                   weights_cache=None, weights_cache_max_bytes=0, prefill_dtype=None):
         h = _P()
         _check(_lib.recur_model_load_files(os.fsencode(config_path), os.fsencode(weights_path),
                                            ctypes.byref(h)), "load %s" % weights_path)
-        return cls._make(h, max_batch, weights_dtype, state_dtype, weights_cache, weights_cache_max_bytes)
+        return cls._make(h, max_batch, weights_dtype, state_dtype, weights_cache, weights_cache_max_bytes,
+                         prefill_dtype)
 
     @classmethod
     def init_seed(cls, config_json, seed, max_batch=64, weights_dtype=None, state_dtype=None, weights_cache=None,
-                  weights_cache_max_bytes=0):
+                  weights_cache_max_bytes=0, prefill_dtype=None):
         if not isinstance(config_json, (str, bytes)):
             import json
             config_json = json.dumps(config_json)
@@ -212,7 +228,8 @@ class Model:
             config_json = config_json.encode()
         h = _P()
         _check(_lib.recur_model_init_seed(config_json, seed, ctypes.byref(h)), "init_seed")
-        return cls._make(h, max_batch, weights_dtype, state_dtype, weights_cache, weights_cache_max_bytes)
+        return cls._make(h, max_batch, weights_dtype, state_dtype, weights_cache, weights_cache_max_bytes,
+                         prefill_dtype)
 
     def __del__(self):
         # The cyclic GC may finalise a Model before the States that reference it: then the
