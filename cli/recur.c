@@ -10,6 +10,7 @@
  * `--config CFG.json --seed N` for a seeded model of any size (tests, benchmarks); with
  * `--weights-dtype q8_0|q4_0` its matrices are quantized at load (recur_model_quantize), or read
  * from the cached quantized file in `--weights-cache DIR` (recur_model_quantize_cached).
+ * With `--prefill-dtype bf16` prefill computes its GEMMs on bf16 inputs (recur_model_set_prefill_dtype).
  * Text goes through the model folder's tokenizer (tokenizer.json or the RWKV World vocabulary,
  * docs/API.md §Tokenizers); without one (and for seeded models) tokens are bytes, and the
  * model's vocabulary must cover them. Exit codes: 0 ok, 1 runtime error, 2 usage error. */
@@ -45,6 +46,7 @@ typedef struct {
     const char *weights_cache; /* NULL: quantize at every load; else the cache directory */
     uint64_t weights_cache_max_bytes; /* 0: RECUR_WEIGHTS_CACHE_MAX_BYTES */
     recur_state_dtype state_dtype; /* --state-dtype f32 (default) | bf16 | f16 */
+    const char *prefill_dtype;     /* --prefill-dtype: NULL (f32) | "f32" | "bf16" */
 } opts;
 
 static const char *prog = "recur";
@@ -63,7 +65,9 @@ static void usage(FILE *f)
             "       --weights-dtype auto|q8_0|q4_0 quantizes its matrices at load (default auto: as the file).\n"
             "       --weights-cache DIR reads / writes the quantized matrices as a file in DIR\n"
             "       (--weights-cache-max-bytes N bounds that file, default 16 GiB).\n"
-            "       --state-dtype f32|bf16|f16 stores session states in that type (default f32).\n",
+            "       --state-dtype f32|bf16|f16 stores session states in that type (default f32).\n"
+            "       --prefill-dtype f32|bf16 computes prefill's GEMMs on bf16 inputs (bf16: CPUs with\n"
+            "       avx512_bf16 only; default f32).\n",
             prog, prog, prog, prog, prog, DEFAULT_MODEL);
 }
 
@@ -124,6 +128,14 @@ static int parse_args(int argc, char **argv, opts *o)
             NEED_VALUE();
             if (recur_state_dtype_parse(argv[++i], &o->state_dtype)) {
                 fprintf(stderr, "%s: bad value for --state-dtype: %s (f32, bf16 or f16)\n", prog, argv[i]);
+                return -1;
+            }
+        }
+        else if (!strcmp(a, "--prefill-dtype")) {
+            NEED_VALUE();
+            o->prefill_dtype = argv[++i];
+            if (strcasecmp(o->prefill_dtype, "f32") && strcasecmp(o->prefill_dtype, "bf16")) {
+                fprintf(stderr, "%s: bad value for --prefill-dtype: %s (f32 or bf16)\n", prog, o->prefill_dtype);
                 return -1;
             }
         }
@@ -208,6 +220,11 @@ static recur_model *open_model(const opts *o, const char *dir)
                     wc.detail);
     }
     recur_model_set_state_dtype(m, o->state_dtype); /* before any state or workspace */
+    if (o->prefill_dtype && (rc = recur_model_set_prefill_dtype(m, o->prefill_dtype, err, sizeof err))) {
+        fprintf(stderr, "%s: --prefill-dtype %s: %s\n", prog, o->prefill_dtype, err[0] ? err : recur_strerror(rc));
+        recur_model_free(m);
+        return NULL;
+    }
     return m;
 }
 
@@ -293,6 +310,8 @@ static int cmd_info(const opts *o)
     printf("state_dtype     %s (recurrent state as stored; --state-dtype)\n", i->state_dtype);
     printf("weights         %s in memory, %.2f MiB\n", i->weights_dtype, i->weight_bytes / 1048576.0);
     printf("weights_origin  %s\n", i->weights_origin);
+    printf("prefill_dtype   %s (prefill's GEMM inputs; --prefill-dtype), %.2f MiB of bf16 panels\n", i->prefill_dtype,
+           i->prefill_bytes / 1048576.0);
     printf("fingerprint     %016llx\n", (unsigned long long)i->fingerprint);
     printf("isa             %s (kernel path; RECUR_ISA forces one)\n", recur_isa_name());
     recur_model_free(m);

@@ -34,7 +34,9 @@ void proto_model_json(proto_buf *b, const recur_model_info *info, const char *na
     proto_buf_json_str(b, info->state_dtype, strnlen(info->state_dtype, sizeof info->state_dtype));
     proto_buf_puts(b, ",\"weights_origin\":");
     proto_buf_json_str(b, info->weights_origin, strnlen(info->weights_origin, sizeof info->weights_origin));
-    proto_buf_printf(b, ",\"isa\":\"%s\"}", recur_isa_name());
+    proto_buf_puts(b, ",\"prefill_dtype\":");
+    proto_buf_json_str(b, info->prefill_dtype, strnlen(info->prefill_dtype, sizeof info->prefill_dtype));
+    proto_buf_printf(b, ",\"prefill_bytes\":%zu,\"isa\":\"%s\"}", info->prefill_bytes, recur_isa_name());
 }
 
 void proto_session_json(proto_buf *b, const char *id, uint64_t tokens_seen, size_t state_bytes,

@@ -143,6 +143,9 @@ static const opt OPTS[] = {
     {"state_dtype", OPT_STR, F(state_dtype), 0, 0,
      "f32 | bf16 | f16: how each session's recurrent state is stored (half: widened to fp32 for each "
      "step, rounded once to nearest even when stored; docs/MODEL.md \"State dtype\")"},
+    {"prefill_dtype", OPT_STR, F(prefill_dtype), 0, 0,
+     "f32 | bf16: prefill's GEMM inputs rounded to bf16, fp32 accumulation (vdpbf16ps; refused where the "
+     "CPU lacks avx512_bf16; decode unchanged; docs/MODEL.md \"Prefill dtype\")"},
 };
 #define N_OPTS (sizeof OPTS / sizeof OPTS[0])
 
@@ -164,6 +167,7 @@ static void defaults(srv_config *c)
     snprintf(c->weights_dtype, sizeof c->weights_dtype, "auto");
     snprintf(c->state_dtype, sizeof c->state_dtype, "f32");
     c->weights_cache_max_bytes = RECUR_WEIGHTS_CACHE_MAX_BYTES;
+    snprintf(c->prefill_dtype, sizeof c->prefill_dtype, "f32");
     srv_http_limits_default(&c->http);
     c->max_tokens_per_request = 131072; /* a 128k prompt in one request (fits max_body as ids) */
     c->max_choices_per_request = 16;
@@ -516,6 +520,8 @@ int srv_config_load(srv_config *cfg, int argc, char **argv, char *err, size_t en
     recur_state_dtype sdt;
     if (recur_state_dtype_parse(cfg->state_dtype, &sdt))
         return srv_errf(err, en, "state_dtype must be f32, bf16 or f16");
+    if (strcasecmp(cfg->prefill_dtype, "f32") && strcasecmp(cfg->prefill_dtype, "bf16"))
+        return srv_errf(err, en, "prefill_dtype must be f32 or bf16");
     return 0;
 }
 

@@ -69,6 +69,7 @@ typedef struct {
     char state_dtype[16];            /* "f32" | "bf16" | "f16" (recur_model_set_state_dtype) */
     char weights_cache[SRV_PATH_MAX]; /* quantized-weights cache directory; "" = quantize every start */
     uint64_t weights_cache_max_bytes; /* the largest cache file read or written */
+    char prefill_dtype[16];          /* "f32" | "bf16" (recur_model_set_prefill_dtype) */
 } srv_config;
 
 /* recurd's release (`recurd --version`, GET /v1/model, the startup log). */

@@ -208,6 +208,15 @@ static int load_model(srv_app *app)
     recur_state_dtype sdt = RECUR_STATE_F32;
     recur_state_dtype_parse(app->cfg.state_dtype, &sdt); /* checked with the config */
     recur_model_set_state_dtype(app->model, sdt);        /* before any state or workspace */
+    /* the CPU's check happens here, not with the config: a bf16 prefill refused by name */
+    if ((rc = recur_model_set_prefill_dtype(app->model, app->cfg.prefill_dtype, load_err, sizeof load_err))) {
+        char e[1024];
+        srv_log(SRV_LOG_ERROR, "prefill_dtype_refused", "\"prefill_dtype\":\"%s\",\"error\":\"%s\"",
+                app->cfg.prefill_dtype, srv_log_str(load_err[0] ? load_err : recur_strerror(rc), e, sizeof e));
+        recur_model_free(app->model);
+        app->model = NULL;
+        return -1;
+    }
     app->info = recur_model_get_info(app->model);
     /* seeded random weights are not the trained model the config may name */
     if (app->cfg.model_config[0])

@@ -11,7 +11,8 @@
  * --weights-dtype q8_0|q4_0 then quantizes them (recur_model_quantize, as recurd --weights-dtype);
  * --fp32-weights widens them to fp32 at load instead (the same function, bit for bit: the
  * before/after of keeping half weights). --state-dtype f32|bf16|f16 stores the sessions' states so
- * (recur_model_set_state_dtype, as recurd --state-dtype). The info line gives weight_bytes,
+ * (recur_model_set_state_dtype, as recurd --state-dtype); --prefill-dtype f32|bf16 sets how the
+ * prefill computes its GEMMs (recur_model_set_prefill_dtype). The info line gives weight_bytes,
  * weights_dtype, state_bytes and state_dtype.
  *
  * decode:  recur_model_step_batch over B distinct sessions (B = 1 also recur_model_step); a rep
@@ -271,7 +272,7 @@ static void dec_run(decoder *D, const recur_model *m, long steps, int single)
 
 int main(int argc, char **argv)
 {
-    const char *config = NULL, *dir = NULL, *batches = "1,8,64", *wdtype = NULL, *sdtype = NULL;
+    const char *config = NULL, *dir = NULL, *batches = "1,8,64", *wdtype = NULL, *sdtype = NULL, *pdtype = NULL;
     uint64_t seed = 1;
     int reps = 5, prefill_reps = 3, sgemm_m = 0, prefill_m = 256, fp32_weights = 0, model_only = 0;
     long tokens_per_rep = 512, prefill = 4096;
@@ -284,6 +285,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--config")) config = v;
         else if (!strcmp(a, "--weights-dtype")) wdtype = v;
         else if (!strcmp(a, "--state-dtype")) sdtype = v;
+        else if (!strcmp(a, "--prefill-dtype")) pdtype = v;
         else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--batches")) batches = v;
         else if (!strcmp(a, "--reps")) reps = atoi(v);
@@ -326,13 +328,21 @@ int main(int argc, char **argv)
         if (recur_state_dtype_parse(sdtype, &st)) goto usage;
         recur_model_set_state_dtype(m, st);
     }
+    if (pdtype) {
+        char err[512] = "";
+        if ((rc = recur_model_set_prefill_dtype(m, pdtype, err, sizeof err))) {
+            fprintf(stderr, "bench_model: %s\n", err);
+            die("prefill_dtype", rc);
+        }
+    }
     const recur_model_info *in = recur_model_get_info(m);
     printf("{\"kind\": \"info\", \"name\": \"%s\", \"params\": %lld, \"d_model\": %d, \"n_layers\": %d, "
            "\"n_heads\": %d, \"head_k\": %d, \"head_v\": %d, \"d_ff\": %d, \"vocab\": %d, "
-           "\"state_bytes\": %zu, \"source\": \"%s\", \"weight_bytes\": %zu, \"weights_dtype\": \"%s\", \"state_dtype\": \"%s\"}\n",
+           "\"state_bytes\": %zu, \"source\": \"%s\", \"weight_bytes\": %zu, \"weights_dtype\": \"%s\", \"state_dtype\": \"%s\", "
+           "\"prefill_dtype\": \"%s\", \"prefill_bytes\": %zu}\n",
            in->name, (long long)in->n_params, in->d_model, in->n_layers, in->n_heads, in->head_k, in->head_v,
            in->d_ff, in->vocab_size, in->state_bytes, dir ? "weights" : "seeded", in->weight_bytes,
-           in->weights_dtype, in->state_dtype);
+           in->weights_dtype, in->state_dtype, in->prefill_dtype, in->prefill_bytes);
     fflush(stdout);
 
     int bs[32], nb = 0, maxb = 1;
@@ -503,6 +513,7 @@ model_prefill:
     return 0;
 usage:
     fprintf(stderr, "usage: bench_model (--model DIR [--fp32-weights] | --config FILE [--seed N]) [--weights-dtype q8_0|q4_0] [--state-dtype f32|bf16|f16]\n"
+                    "                   [--prefill-dtype f32|bf16]\n"
                     "                   [--batches 1,8,64] [--reps R]\n"
                     "                   [--tokens-per-rep N] [--prefill N] [--prefill-reps R] [--sgemm-m M]\n"
                     "                   [--prefill-sgemm-m M] [--gemm-shapes N:K,N:K,...] [--model-only]\n");
