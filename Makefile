@@ -285,7 +285,7 @@ $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB_OBJ)
 
 # clang 14 takes over 9 minutes on packed_gemm.c's always-inline AVX-512/AVX2 tiles under the
 # sanitizers: the fuzz build leaves them out (RECUR_GEMM_PORTABLE_ONLY, the portable path only).
-$(FUZZ_BUILD)/obj/core/packed_gemm.o $(FUZZ_BUILD)/obj/core/quant_gemm.o: FUZZ_CFLAGS += -DRECUR_GEMM_PORTABLE_ONLY
+$(FUZZ_BUILD)/obj/core/packed_gemm.o $(FUZZ_BUILD)/obj/core/quant_gemm.o $(FUZZ_BUILD)/obj/core/bf16_gemm.o: FUZZ_CFLAGS += -DRECUR_GEMM_PORTABLE_ONLY
 # ISA_FILES once, as _base (no per-ISA copies under the sanitizers either).
 $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(ISA_SRC)): FUZZ_CFLAGS += $(ISA_RENAME) -DRECUR_ISA_SUFFIX=base
 $(FUZZ_BUILD)/obj/core/isa.o: FUZZ_CFLAGS += -DRECUR_ISA_MULTI=0
