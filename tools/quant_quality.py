@@ -1,10 +1,11 @@
-"""Held-out quality of quantized weights and of half-precision states (docs/MODELS.md "Quantized
-weights", "State dtype"): bits/byte of the whole 132,732-byte held-out stream (tools/data.py)
+"""Held-out quality of quantized weights, of half-precision states and of the bf16 prefill
+(docs/MODELS.md "Quantized weights", "State dtype", "Prefill dtype"): bits/byte of the whole 132,732-byte held-out stream (tools/data.py)
 and greedy agreement: the fraction of positions whose most likely next byte equals the reference's
-(the unquantized model; the f32 state).
+(the unquantized model; the f32 state; the fp32 prefill).
 
     /usr/bin/python3 tools/quant_quality.py [--models default,d512] [--bytes N]
     /usr/bin/python3 tools/quant_quality.py --state-dtypes f32,bf16,f16 [--models ...] [--bytes N]
+    /usr/bin/python3 tools/quant_quality.py --prefill-dtypes f32,bf16 [--models ...] [--bytes N]
 
 Weights: the stream folded as one sequence, state carried, as `recur score` does (prefill), with
 the matrices as the file holds them and quantized to Q8_0 / Q4_0.
@@ -13,6 +14,10 @@ f16. "prefill": as above (one sequence; a half state is rounded once per prefill
 tokens). "decode": token by token, the state rounded after every token (the worst case, what a
 generating session does): the stream cut into 64 consecutive segments, each stepped from a zero
 state, the 64 sessions batched (a batched step is bit-identical to a single one).
+Prefill (--prefill-dtypes): the stream folded as for weights (prefill calls of 4096 tokens, each
+run by librecur in pieces of 256, logits of every position), the model loaded with each prefill
+dtype (bf16: every GEMM of the layers on bf16 inputs, the LM head as the model holds it; a CPU
+without avx512_bf16 refuses it by name).
 
 default: models/default (an F16 file; its results are the fp32 ones, bit for bit). d512:
 tools/configs/bench_d512.json seeded (seed 1, fp32 weights; random weights, so its bpb is near
@@ -123,14 +128,31 @@ def family_folder(name):
     return out
 
 
-def load_model(name, weights_dtype=None, state_dtype=None):
+def load_model(name, weights_dtype=None, state_dtype=None, prefill_dtype=None):
+    kw = dict(weights_dtype=weights_dtype, state_dtype=state_dtype, prefill_dtype=prefill_dtype)
     if name in FAMILIES:
-        return rm.Model.load(family_folder(name), weights_dtype=weights_dtype, state_dtype=state_dtype)
+        return rm.Model.load(family_folder(name), **kw)
     if name == "default":
-        return rm.Model.load(os.path.join(ROOT, "models", "default"), weights_dtype=weights_dtype,
-                             state_dtype=state_dtype)
+        return rm.Model.load(os.path.join(ROOT, "models", "default"), **kw)
     cfg = open(os.path.join(ROOT, "tools", "configs", "bench_d512.json")).read()
-    return rm.Model.init_seed(cfg, 1, weights_dtype=weights_dtype, state_dtype=state_dtype)
+    return rm.Model.init_seed(cfg, 1, **kw)
+
+
+def prefill_table(models, dtypes, toks):
+    print("| model | prefill | bits/byte | Δ vs fp32 prefill | greedy agreement | bf16 panels |")
+    print("|---|---|---|---|---|---|")
+    for name in models:
+        base = None
+        for dt in dtypes:
+            m = load_model(name, prefill_dtype=dt)
+            nats, top = stream_scores(m, toks)
+            bpb = nats.sum() / np.log(2) / len(nats)
+            if base is None:
+                base = (bpb, top)
+            agree = float(np.mean(top == base[1]))
+            print("| %s | %s | %.5f | %+.5f | %.4f | %.2f MiB |" % (
+                name, m.info["prefill_dtype"], bpb, bpb - base[0], agree, m.info["prefill_bytes"] / 2 ** 20))
+            sys.stdout.flush()
 
 
 def state_table(models, dtypes, toks):
@@ -157,11 +179,16 @@ def main():
     ap.add_argument("--bytes", type=int, default=0, help="score only the first N bytes (0 = all)")
     ap.add_argument("--state-dtypes", default="",
                     help="comma list (the first is the reference, e.g. f32,bf16,f16): the state table instead")
+    ap.add_argument("--prefill-dtypes", default="",
+                    help="comma list (the first is the reference, e.g. f32,bf16): the prefill table instead")
     a = ap.parse_args()
     held = data.split()[1]
     toks = list(held[:a.bytes] if a.bytes else held)
     if a.state_dtypes:
         state_table(a.models.split(","), a.state_dtypes.split(","), toks)
+        return
+    if a.prefill_dtypes:
+        prefill_table(a.models.split(","), a.prefill_dtypes.split(","), toks)
         return
     print("| model | weights | bits/byte | Δ vs unquantized | greedy agreement | weight bytes |")
     print("|---|---|---|---|---|---|")
