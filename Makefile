@@ -119,7 +119,7 @@ ifneq ($(LOAD_SRC),)
 endif
 
 .SECONDARY:
-.PHONY: all deps test test-isa isa-builds bench-isa-refs test-unit test-python test-js-deps test-js-jinja-deps test-js-openai-deps test-js-playground-deps bench bench-tools run clean fuzz fuzz-build fuzz-replay
+.PHONY: all deps test test-isa test-isa-paths isa-builds bench-isa-refs test-unit test-python test-js-deps test-js-jinja-deps test-js-openai-deps test-js-playground-deps bench bench-tools run clean fuzz fuzz-build fuzz-replay
 all: $(BINS) $(TEST_BIN)
 
 # ---------------------------------------------------------------- deps
@@ -228,7 +228,8 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 test: deps
 	@$(MAKE) --no-print-directory all
-	@$(MAKE) --no-print-directory test-js-deps test-js-jinja-deps test-js-openai-deps test-js-playground-deps test-unit test-python fuzz-replay
+	@$(MAKE) --no-print-directory test-js-deps test-js-jinja-deps test-js-openai-deps test-js-playground-deps test-unit test-python fuzz-replay \
+	  $(if $(SANITIZE),,test-isa-paths)
 
 test-unit: $(TEST_BIN)
 	@fail=0; pass=0; for t in $(TEST_BIN); do \
@@ -347,6 +348,10 @@ isa-builds:
 	  $(addprefix build-native/tests-core/,$(ISA_UNIT))
 test-isa: isa-builds
 	PY=$(PY) tests/test_isa.sh build build-native
+# Part of `make test` (not under SANITIZE: the parity suite loads librecur into an uninstrumented
+# Python): the path suites of the binary this tree builds, on every path this CPU has.
+test-isa-paths: $(LIBRECUR_SO) $(addprefix $(BUILD)/tests-core/,$(ISA_UNIT))
+	PY=$(PY) tests/test_isa.sh $(BUILD)
 
 # The portable binary's per-path references (tools/bench/section_portable.py): for path P, a
 # -march=native build on a CPU whose best path is P — avx512: build-native/ (this machine,
