@@ -34,6 +34,9 @@ typedef struct {
     uint32_t *Wb; /* bf16 panels */
 } bmat;
 
+/* aligned_alloc needs a size that is a multiple of the alignment */
+static void *alloc64(size_t bytes) { return aligned_alloc(64, (bytes + 63) / 64 * 64); }
+
 static bmat bmat_new(int N, int K)
 {
     bmat a = {N, K, malloc(sizeof(float) * (size_t)N * K), NULL, NULL};
@@ -198,9 +201,9 @@ Test(bf16_gemm, pack_from_half_panels)
     const int N = 33, K = 45;
     const recur_wtype types[] = {RECUR_WT_F16, RECUR_WT_BF16};
     for (int t = 0; t < 2; t++) {
-        uint16_t *Wh = malloc(sizeof(uint16_t) * N * K), *Whp = aligned_alloc(64, recur__packed_floats(N, K) * 2 + 64);
-        float *Wf = malloc(sizeof(float) * N * K), *Wfp = aligned_alloc(64, recur__packed_floats(N, K) * 4 + 64);
-        uint32_t *A = aligned_alloc(64, recur__bf16_packed_bytes(N, K) + 64), *B = aligned_alloc(64, recur__bf16_packed_bytes(N, K) + 64);
+        uint16_t *Wh = malloc(sizeof(uint16_t) * N * K), *Whp = alloc64(recur__packed_floats(N, K) * 2);
+        float *Wf = malloc(sizeof(float) * N * K), *Wfp = alloc64(recur__packed_floats(N, K) * 4);
+        uint32_t *A = alloc64(recur__bf16_packed_bytes(N, K)), *B = alloc64(recur__bf16_packed_bytes(N, K));
         cr_assert(Wh && Whp && Wf && Wfp && A && B);
         for (int i = 0; i < N * K; i++) {
             Wh[i] = recur__float_to_half(frand() * 3.0f, types[t]);
