@@ -138,20 +138,26 @@ def load_model(name, weights_dtype=None, state_dtype=None, prefill_dtype=None):
     return rm.Model.init_seed(cfg, 1, **kw)
 
 
+def scored_against_first(name, key, dtypes, toks, score=None):
+    """For each dtype (the first is the reference): (model, bits/byte, Δ vs the reference, greedy
+    agreement with the reference), the model loaded with `key`=dtype and scored by `score`."""
+    base = None
+    for dt in dtypes:
+        m = load_model(name, **{key: dt})
+        nats, top = (score or stream_scores)(m, toks)
+        bpb = nats.sum() / np.log(2) / len(nats)
+        if base is None:
+            base = (bpb, top)
+        yield m, bpb, bpb - base[0], float(np.mean(top == base[1]))
+
+
 def prefill_table(models, dtypes, toks):
     print("| model | prefill | bits/byte | Δ vs fp32 prefill | greedy agreement | bf16 panels |")
     print("|---|---|---|---|---|---|")
     for name in models:
-        base = None
-        for dt in dtypes:
-            m = load_model(name, prefill_dtype=dt)
-            nats, top = stream_scores(m, toks)
-            bpb = nats.sum() / np.log(2) / len(nats)
-            if base is None:
-                base = (bpb, top)
-            agree = float(np.mean(top == base[1]))
+        for m, bpb, delta, agree in scored_against_first(name, "prefill_dtype", dtypes, toks):
             print("| %s | %s | %.5f | %+.5f | %.4f | %.2f MiB |" % (
-                name, m.info["prefill_dtype"], bpb, bpb - base[0], agree, m.info["prefill_bytes"] / 2 ** 20))
+                name, m.info["prefill_dtype"], bpb, delta, agree, m.info["prefill_bytes"] / 2 ** 20))
             sys.stdout.flush()
 
 
@@ -160,16 +166,9 @@ def state_table(models, dtypes, toks):
     print("|---|---|---|---|---|---|---|")
     for name in models:
         for fold, fn in (("prefill", stream_scores), ("decode", decode_scores)):
-            base = None
-            for dt in dtypes:
-                m = load_model(name, state_dtype=dt)
-                nats, top = fn(m, toks)
-                bpb = nats.sum() / np.log(2) / len(nats)
-                if base is None:
-                    base = (bpb, top)
-                agree = float(np.mean(top == base[1]))
+            for m, bpb, delta, agree in scored_against_first(name, "state_dtype", dtypes, toks, fn):
                 print("| %s | %s | %s | %.5f | %+.5f | %.4f | %d |" % (
-                    name, fold, m.info["state_dtype"], bpb, bpb - base[0], agree, m.info["state_bytes"]))
+                    name, fold, m.info["state_dtype"], bpb, delta, agree, m.info["state_bytes"]))
                 sys.stdout.flush()
 
 
@@ -193,18 +192,10 @@ def main():
     print("| model | weights | bits/byte | Δ vs unquantized | greedy agreement | weight bytes |")
     print("|---|---|---|---|---|---|")
     for name in a.models.split(","):
-        base = None
-        for dt in (None, "q8_0", "q4_0"):
-            m = load_model(name, weights_dtype=dt)
-            nats, top = stream_scores(m, toks)
-            bpb = nats.sum() / np.log(2) / len(nats)
-            if base is None:
-                base = (bpb, top)
-            agree = float(np.mean(top == base[1]))
+        for m, bpb, delta, agree in scored_against_first(name, "weights_dtype", (None, "q8_0", "q4_0"), toks):
             print("| %s | %s | %.4f | %+.4f | %.4f | %.2f MiB |" % (
-                name, m.info["weights_dtype"], bpb, bpb - base[0], agree, m.info["weight_bytes"] / 2 ** 20))
+                name, m.info["weights_dtype"], bpb, delta, agree, m.info["weight_bytes"] / 2 ** 20))
             sys.stdout.flush()
-
 
 if __name__ == "__main__":
     main()
