@@ -14,6 +14,18 @@ RECURD = os.path.join(BUILD, "recurd")
 TINY_MODEL = os.path.join(ROOT, "tests", "fixtures", "tiny_model.json")
 
 
+def python_env(**extra):
+    """The environment for a child /usr/bin/python3 that loads librecur: under SANITIZE=1
+    (RECUR_SANITIZE=1) build-san/librecur.so needs the ASan runtime loaded first, as pytest itself
+    had it (Makefile, SANITIZE); the interpreter's own leaks are not ours."""
+    env = dict(os.environ, **extra)
+    if os.environ.get("RECUR_SANITIZE") == "1":
+        rt = subprocess.run(["cc", "-print-file-name=libasan.so"], capture_output=True,
+                            text=True).stdout.strip()
+        env.update(LD_PRELOAD=rt, ASAN_OPTIONS="detect_leaks=0")
+    return env
+
+
 def free_port():
     """A loopback port free at the time of the call, for a server that cannot take --port 0."""
     with socket.socket() as s:

@@ -17,7 +17,7 @@ import pytest
 import requests
 
 import recur_model as rm
-from daemon import Daemon, RECURD, ROOT, TINY_MODEL, check_config
+from daemon import Daemon, RECURD, ROOT, TINY_MODEL, check_config, python_env
 
 DEFAULT = os.path.join(ROOT, "models", "default")
 RECUR = os.path.join(os.path.dirname(RECURD), "recur")
@@ -162,8 +162,8 @@ def test_refusals_by_name():
 
 
 def run_py(code, env_isa):
-    env = dict(os.environ, RECUR_ISA=env_isa,
-               PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "core", "python"), os.environ.get("PYTHONPATH", "")]))
+    env = python_env(RECUR_ISA=env_isa,
+                     PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "core", "python"), os.environ.get("PYTHONPATH", "")]))
     return subprocess.run(["/usr/bin/python3", "-c", code], cwd=ROOT, capture_output=True, timeout=120, env=env)
 
 

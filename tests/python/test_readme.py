@@ -20,7 +20,7 @@ import subprocess
 
 import pytest
 
-from daemon import BUILD, ROOT, free_port
+from daemon import BUILD, ROOT, free_port, python_env
 
 README = os.path.join(ROOT, "README.md")
 
@@ -78,12 +78,7 @@ def test_readme_block_runs_as_pasted(workdir, case):
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", RECUR_BUILD=BUILD)
     if lang == "python":
         cmd = ["/usr/bin/python3", "-c", script]
-        if os.environ.get("RECUR_SANITIZE") == "1":
-            # build-san/librecur.so needs the ASan runtime loaded first, as pytest itself had it
-            # (Makefile, SANITIZE); the interpreter's own leaks are not ours
-            rt = subprocess.run(["cc", "-print-file-name=libasan.so"], capture_output=True,
-                                text=True).stdout.strip()
-            env.update(LD_PRELOAD=rt, ASAN_OPTIONS="detect_leaks=0")
+        env = python_env(OPENBLAS_NUM_THREADS="1", RECUR_BUILD=BUILD)
     else:
         prelude = ("set -euo pipefail\n"
                    "curl() { command curl --fail-with-body \"$@\"; }\n")
