@@ -55,6 +55,12 @@ static int by_address(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* one matrix's bf16 panels in the shared block, rounded up to a cache line */
+static size_t panel_span(const recur_matrix *mt)
+{
+    return (recur__bf16_packed_bytes(mt->N, mt->K) + 63) / 64 * 64;
+}
+
 /* the bf16 panels of every matrix but the LM head (the last one listed) */
 static int build_panels(recur_model *m)
 {
@@ -64,7 +70,7 @@ static int build_panels(recur_model *m)
     recur__quant_each_matrix(m, m, collect, &ml); /* every packed matrix, the LM head last */
     const int n = ml.n - 1;
     size_t bytes = 0;
-    for (int i = 0; i < n; i++) bytes += (recur__bf16_packed_bytes(mt[i].N, mt[i].K) + 63) / 64 * 64;
+    for (int i = 0; i < n; i++) bytes += panel_span(&mt[i]);
     struct recur_prefill_panels *pf = malloc(sizeof *pf * (size_t)(n > 0 ? n : 1));
     unsigned char *block = bytes ? recur__big_alloc(bytes) : NULL;
     if (!pf || (bytes && !block)) {
@@ -77,7 +83,7 @@ static int build_panels(recur_model *m)
         recur__pack_bf16(wb, mt[i].w, m->wtype, mt[i].N, mt[i].K);
         pf[i].w = mt[i].w;
         pf[i].wb = wb;
-        off += (recur__bf16_packed_bytes(mt[i].N, mt[i].K) + 63) / 64 * 64;
+        off += panel_span(&mt[i]);
     }
     free(mt);
     qsort(pf, (size_t)n, sizeof *pf, by_address);
