@@ -208,9 +208,6 @@ static int redis_config_bad(const srv_config *c, char *err, size_t en)
         srv_redis_url u;
         if (srv_redis_url_parse(c->redis, &u, err, en) != 0)
             return -1;
-        if (c->state_dir[0])
-            return srv_errf(err, en, "redis with state_dir is not supported yet: choose one tier "
-                                     "behind RAM (docs/SCALING.md)");
     }
     if (!name_ok(c->redis_key_prefix, "._-"))
         return srv_errf(err, en, "redis_key_prefix must be 1-64 letters, digits, '.', '_' or '-'");

@@ -223,9 +223,10 @@ static void finish_and_pump(srv_op *op)
 }
 
 /* Drop a session whose only running op is the head (answered already): every other queued op
- * gets status/code/message. */
+ * gets status/code/message. gone: deleted for good (its state_dir file too); else only this
+ * copy goes (its file, a version Redis accepted, stays: residency.h). */
 static void drop_session_ops(srv_app *app, srv_session *s, int status, const char *code,
-                             const char *message)
+                             const char *message, int gone)
 {
     srv_op *o = s->q_head;
     while (o) {
@@ -242,13 +243,18 @@ static void drop_session_ops(srv_app *app, srv_session *s, int status, const cha
     }
     s->q_head = s->q_tail = NULL;
     s->q_len = 0;
-    srv_table_remove(app->table, s);
+    if (gone) {
+        srv_table_remove(app->table, s);
+        return;
+    }
+    srv_residency_dropping(app, s, 0);
+    srv_table_drop(app->table, s);
 }
 
 /* Remove a session whose only op (the running head) is op: every other queued op gets 404. */
 static void remove_session(srv_app *app, srv_session *s)
 {
-    drop_session_ops(app, s, 404, "session_not_found", "the session was deleted");
+    drop_session_ops(app, s, 404, "session_not_found", "the session was deleted", 1);
 }
 
 /* ---------------------------------------------------------------- the Redis tier (redis_tier.h) */
@@ -325,7 +331,7 @@ void srv_ops_committed(srv_op *op, int rc)
         return;
     }
     /* the copy holds a change Redis does not: dropped, the next request reloads from Redis */
-    drop_session_ops(app, s, status, code, msg);
+    drop_session_ops(app, s, status, code, msg, 0);
 }
 
 static void write_out(srv_op *op)

@@ -15,6 +15,7 @@
 #include "persist.h"
 #include "prefix_redis.h"
 #include "redis_conn.h"
+#include "residency.h"
 
 /* ---------------------------------------------------------------- the scripts
  *
@@ -128,6 +129,10 @@ typedef struct lookup {
     lresult res;
     char holder[NODE_MAX + 1];
     long long holder_pttl;
+    /* with state_dir (residency.h): the session read from the id's file, detached, until Redis
+     * says whether cached_ver is current; NULL when there is none (or it was not trusted) */
+    srv_session *cached;
+    uint64_t cached_ver;
 } lookup;
 
 /* States made ahead in the threadpool for sessions loaded from Redis: a state's first touch
@@ -154,6 +159,7 @@ typedef struct srv_tier {
     /* /metrics */
     uint64_t hits, misses, bytes_written, bytes_read, commits, commit_failures, lease_conflicts,
         fenced, loads_invalid, deletes, renewals;
+    uint64_t file_hits, file_stale, file_rejected; /* state_dir files (srv_residency_cached) */
 } srv_tier;
 
 static srv_tier *tier_of(const srv_app *app)
@@ -233,10 +239,12 @@ static void lease_taken(srv_tier *t, srv_session *s, uint64_t sent_ms)
     s->rv_lease_until = sent_ms + t->lease_ms - t->lease_ms / 10;
 }
 
-static void drop_copy(srv_tier *t, srv_session *s)
+/* gone: deleted or expired in Redis (its state_dir file goes too). */
+static void drop_copy(srv_tier *t, srv_session *s, int gone)
 {
     srv_log(SRV_LOG_INFO, "redis_copy_dropped", "\"id_prefix\":\"%.8s\",\"version\":%llu", s->id,
             (unsigned long long)s->rv_version);
+    srv_residency_dropping(t->app, s, gone);
     srv_table_drop(t->app->table, s);
 }
 
@@ -296,6 +304,8 @@ static void commit_done(srv_redis *r, redisReply *rep, void *arg)
                 if (j->took_lease)
                     lease_taken(t, s, j->sent_ms);
                 srv_idem_mark(s, 1, 2); /* its Idempotency-Key records are in Redis */
+                s->rv_inflight = 0;
+                srv_residency_committed(app, s); /* SIGTERM: its file now */
             }
         } else {
             rc = SRV_TIER_FENCED;
@@ -330,7 +340,7 @@ static void commit_done(srv_redis *r, redisReply *rep, void *arg)
     if (!s)
         return;
     if (s->rv_fenced && idle(s) && !s->rv_waiter) {
-        drop_copy(t, s);
+        drop_copy(t, s, 0);
         return;
     }
     /* changed again while this commit was in flight: the next one, now if nothing computes */
@@ -551,11 +561,25 @@ static lookup *lookup_find(srv_tier *t, const char *id)
     return NULL;
 }
 
+/* A lookup in flight for id (the requests for it are held until it is answered). */
+static lookup *lookup_new(srv_tier *t, const char *id)
+{
+    lookup *l = calloc(1, sizeof *l);
+    if (!l)
+        abort();
+    memcpy(l->id, id, 33);
+    l->res = L_PENDING;
+    l->next = t->lookups;
+    t->lookups = l;
+    return l;
+}
+
 static void lookup_remove(srv_tier *t, lookup *x)
 {
     for (lookup **pp = &t->lookups; *pp; pp = &(*pp)->next)
         if (*pp == x) {
             *pp = x->next;
+            srv_residency_cached_discard(t->app, x->cached);
             free(x);
             return;
         }
@@ -629,7 +653,11 @@ static int adopt_from(srv_tier *t, const char *id, const redisReply *state, uint
 {
     srv_app *app = t->app;
     srv_session *s;
-    hook_make_room(t); /* over max_sessions only when every resident session is busy or dirty */
+    /* over max_sessions only when every resident session is busy or dirty */
+    if (srv_residency_persists(app))
+        srv_residency_make_room(app); /* evicted to state_dir */
+    else
+        hook_make_room(t);
     if (srv_table_adopt(app->table, id, uv_now(app->loop), &s) != 0)
         return -1;
     const char *why = NULL;
@@ -645,9 +673,12 @@ static int adopt_from(srv_tier *t, const char *id, const redisReply *state, uint
     s->rv_version = ver;
     lease_taken(t, s, sent_ms);
     t->bytes_read += state->len;
+    srv_residency_adopted(app, s); /* its file, if any, is stale */
     spares_refill(t);
     return 0;
 }
+
+static void lookup_answer(srv_tier *t, lookup *l, lresult res, const char *holder, long long pttl);
 
 static void acquire_done(srv_redis *r, redisReply *rep, void *arg)
 {
@@ -656,6 +687,10 @@ static void acquire_done(srv_redis *r, redisReply *rep, void *arg)
     srv_app *app = t->app;
     lookup *l = lookup_find(t, j->id);
     srv_session *s = srv_table_peek(app->table, j->id);
+    /* the session read from its state_dir file, whose version was sent as ours */
+    srv_session *cached = l ? l->cached : NULL;
+    if (l)
+        l->cached = NULL;
     lresult res = L_UNAVAILABLE;
     const redisReply *state = NULL; /* the state, from the script or from the GET beside it */
     if (j->exec && rep && rep->type == REDIS_REPLY_ARRAY) { /* EXEC: {script's answer, GET} */
@@ -677,23 +712,34 @@ static void acquire_done(srv_redis *r, redisReply *rep, void *arg)
             snprintf(holder, sizeof holder, "%.*s", (int)rep->element[1]->len, rep->element[1]->str);
             pttl = rep->element[2]->integer;
             if (s && idle(s))
-                drop_copy(t, s); /* another node serves it now */
+                drop_copy(t, s, 0); /* another node serves it now */
         } else if (code == -3) {
             res = L_NOTFOUND;
             t->misses++;
             if (s && idle(s) && s->rv_version)
-                drop_copy(t, s); /* deleted or expired elsewhere */
+                drop_copy(t, s, 1); /* deleted or expired elsewhere */
+            else if (!s)
+                srv_residency_forget(app, j->id); /* its file, if any */
         } else if (code == 0 && rep->elements == 2 && s) {
             res = L_OK;
             lease_taken(t, s, j->sent_ms);
+        } else if (code == 0 && rep->elements == 2 && cached) {
+            /* the file holds the version Redis holds: no state bytes were sent */
+            srv_residency_cached_link(app, cached);
+            cached->rv_version = strtoull(rep->element[1]->str, NULL, 10);
+            lease_taken(t, cached, j->sent_ms);
+            cached = NULL;
+            t->file_hits++;
+            res = L_OK;
         } else if (code == 1 && (rep->elements == 3 ? (state = rep->element[2]) : state) &&
                    state->type == REDIS_REPLY_STRING) {
             uint64_t ver = strtoull(rep->element[1]->str, NULL, 10);
+            t->file_stale += cached != NULL; /* another node moved it on: Redis's state */
             if (s && !idle(s)) {
                 res = L_UNAVAILABLE; /* cannot swap a busy copy; the next request asks again */
             } else {
                 if (s)
-                    drop_copy(t, s);
+                    drop_copy(t, s, 0);
                 t->hits++;
                 res = adopt_from(t, j->id, state, ver, j->sent_ms) == 0 ? L_OK : L_INVALID;
             }
@@ -703,9 +749,16 @@ static void acquire_done(srv_redis *r, redisReply *rep, void *arg)
     } else if (rep && rep->type == REDIS_REPLY_ERROR) {
         srv_log(SRV_LOG_ERROR, "redis_lookup_error", "\"error\":\"%.200s\"", rep->str);
     }
+    srv_residency_cached_discard(app, cached);
     free(j);
-    if (!l)
-        return;
+    if (l)
+        lookup_answer(t, l, res, holder, pttl);
+}
+
+/* The lookup l is answered: the requests held for it read res. */
+static void lookup_answer(srv_tier *t, lookup *l, lresult res, const char *holder, long long pttl)
+{
+    srv_app *app = t->app;
     l->res = res;
     snprintf(l->holder, sizeof l->holder, "%s", holder);
     l->holder_pttl = pttl;
@@ -719,23 +772,24 @@ static void acquire_done(srv_redis *r, redisReply *rep, void *arg)
 
 static void ignore_reply(srv_redis *r, redisReply *rep, void *arg);
 
-/* Ask Redis for the lease (and the state when our copy is stale or missing). */
-static int send_acquire(srv_tier *t, const char *id, const srv_session *s)
+/* Ask Redis for the lease (and the state when our copy, of version have, is stale; have 0: we
+ * have none). The copy is a resident session or its state_dir file. */
+static int send_acquire(srv_tier *t, const char *id, uint64_t have)
 {
     keyset ks;
     keys_of(t, id, &ks);
     char ver[24] = "", ttl[24], lease[24];
-    if (s)
-        snprintf(ver, sizeof ver, "%llu", (unsigned long long)s->rv_version);
+    if (have)
+        snprintf(ver, sizeof ver, "%llu", (unsigned long long)have);
     snprintf(ttl, sizeof ttl, "%llu", (unsigned long long)t->ttl_ms);
     snprintf(lease, sizeof lease, "%llu", (unsigned long long)t->lease_ms);
-    const char *argv[5] = {t->node, lease, ver, ttl, s ? "1" : "0"};
+    const char *argv[5] = {t->node, lease, ver, ttl, have ? "1" : "0"};
     job *j = job_new(t, id);
     if (!now_up(t)) {
         free(j);
         return -1;
     }
-    if (s) { /* the state only when our copy is stale: through the script */
+    if (have) { /* the state only when our copy is stale: through the script */
         if (eval(t, ACQUIRE_LUA, &ks, 5, argv, NULL, acquire_done, j) != 0) {
             free(j);
             return -1;
@@ -828,7 +882,7 @@ srv_tier_gate srv_tier_lookup(srv_app *app, srv_conn *c, const char *id, int mut
             unavailable(c); /* its last request is still running; the next one reloads */
             return SRV_TIER_ANSWERED;
         }
-        drop_copy(t, s);
+        drop_copy(t, s, 0);
         s = NULL;
     }
     if (s) {
@@ -852,7 +906,20 @@ srv_tier_gate srv_tier_lookup(srv_app *app, srv_conn *c, const char *id, int mut
         unavailable(c);
         return SRV_TIER_ANSWERED;
     }
-    if (send_acquire(t, id, s) != 0) {
+    uint64_t have = s ? s->rv_version : 0;
+    srv_session *cached = NULL;
+    if (!s) { /* state_dir: its file first (residency.h), then its version asked of Redis */
+        srv_cached_gate g = srv_residency_cached(app, id, &cached, &have);
+        if (g == SRV_CACHED_HOLD) {
+            lookup_new(t, id); /* srv_tier_cached_read goes on */
+            return SRV_TIER_HOLD;
+        }
+        t->file_rejected += g == SRV_CACHED_REJECTED;
+        if (g != SRV_CACHED_READY)
+            have = 0;
+    }
+    if (send_acquire(t, id, have) != 0) {
+        srv_residency_cached_discard(app, cached);
         if (s) {
             *out = s;
             return SRV_TIER_PASS;
@@ -860,14 +927,28 @@ srv_tier_gate srv_tier_lookup(srv_app *app, srv_conn *c, const char *id, int mut
         unavailable(c);
         return SRV_TIER_ANSWERED;
     }
-    l = calloc(1, sizeof *l);
-    if (!l)
-        abort();
-    memcpy(l->id, id, 33);
-    l->res = L_PENDING;
-    l->next = t->lookups;
-    t->lookups = l;
+    lookup_new(t, id)->cached = cached;
     return SRV_TIER_HOLD;
+}
+
+void srv_tier_cached_read(srv_app *app, const char *id, srv_session *s, uint64_t ver, int gate)
+{
+    srv_tier *t = tier_of(app);
+    lookup *l = t ? lookup_find(t, id) : NULL;
+    if (!l || l->res != L_PENDING || l->cached) { /* cannot happen: the lookup waits for this */
+        srv_residency_cached_discard(app, s);
+        srv_held_store_ready(app, id);
+        return;
+    }
+    t->file_rejected += gate == SRV_CACHED_REJECTED;
+    if (gate != SRV_CACHED_READY)
+        ver = 0;
+    if (!now_up(t) || send_acquire(t, id, ver) != 0) {
+        srv_residency_cached_discard(app, s);
+        lookup_answer(t, l, L_UNAVAILABLE, "", 0);
+        return;
+    }
+    l->cached = s;
 }
 
 /* ---------------------------------------------------------------- tick: renewals, retries */
@@ -886,7 +967,7 @@ static void renew_done(srv_redis *r, redisReply *rep, void *arg)
             s->rv_fenced = 1; /* another node took it over: our next commit would be refused */
             t->lease_conflicts++;
             if (idle(s))
-                drop_copy(t, s);
+                drop_copy(t, s, 0);
         }
     }
     free(j);
@@ -1002,8 +1083,10 @@ int srv_tier_start(srv_app *app, int port)
         return -1;
     }
     app->tier = t;
-    srv_table_hooks h = {NULL, hook_make_room, NULL, NULL, t};
-    srv_table_set_hooks(app->table, &h);
+    if (!srv_residency_persists(app)) { /* with state_dir, residency's hooks make room */
+        srv_table_hooks h = {NULL, hook_make_room, NULL, NULL, t};
+        srv_table_set_hooks(app->table, &h);
+    }
     uv_timer_init(app->loop, &t->tick);
     t->tick.data = t;
     uint64_t every = t->lease_ms / 4 < 20 ? 20 : t->lease_ms / 4;
@@ -1126,6 +1209,15 @@ void srv_tier_metrics(srv_app *app, proto_buf *b)
         {"recurd_redis_invalid_states_total", "counter",
          "States in Redis that failed their checks on load.", t->loads_invalid},
         {"recurd_redis_deletes_total", "counter", "Sessions deleted from Redis.", t->deletes},
+        {"recurd_redis_file_hits_total", "counter",
+         "Sessions loaded from their state_dir file after Redis confirmed its version (no state "
+         "bytes read from Redis).", t->file_hits},
+        {"recurd_redis_file_stale_total", "counter",
+         "state_dir files older than Redis's version: the session came from Redis (the file is "
+         "rewritten at its next write).", t->file_stale},
+        {"recurd_redis_file_rejected_total", "counter",
+         "state_dir files not trusted: no version stamp, or one (or the state) that failed its "
+         "checks (quarantined).", t->file_rejected},
         {"recurd_redis_lease_renewals_total", "counter", "Leases renewed during long requests.",
          t->renewals},
         {"recurd_redis_reconnects_total", "counter", "Connection attempts after the first.",

@@ -56,6 +56,11 @@ typedef enum { SRV_TIER_PASS, SRV_TIER_ANSWERED, SRV_TIER_HOLD } srv_tier_gate;
 srv_tier_gate srv_tier_lookup(srv_app *app, srv_conn *c, const char *id, int mutating,
                               srv_session **s);
 
+/* With state_dir: the read of id's file that srv_tier_lookup started (srv_residency_cached:
+ * SRV_CACHED_HOLD) is settled: s (detached, or NULL) of stamp ver, gate an srv_cached_gate
+ * (residency.h). Its version is asked of Redis, the requests still held. */
+void srv_tier_cached_read(srv_app *app, const char *id, srv_session *s, uint64_t ver, int gate);
+
 /* s changed (nothing in flight on it): commit it, with its Idempotency-Key records not in
  * Redis yet (idempotency.h). waiter: an op whose response waits for the commit (redis_sync), or
  * NULL. Returns 1 when srv_ops_committed(waiter, rc) will be called, 0 when the caller goes on at

@@ -12,6 +12,8 @@
 #include "offloop.h"
 #include "persist.h"
 #include "readpool.h"
+#include "redis_stamp.h"
+#include "redis_tier.h"
 #include "state_blob.h"
 
 /* Async snapshot writes in flight at once: bounds the memory held by serialized copies
@@ -82,6 +84,7 @@ typedef struct wjob {
     size_t csec_len;
     uint64_t gen;     /* the session's mut_gen when serialized */
     int gen_valid;    /* no request was pending: the file holds everything up to gen */
+    uint64_t ver;     /* with the Redis tier: the version stamped after the bytes (redis_stamp.h) */
     int err;          /* 0 or -errno, set by the worker */
     int serr;         /* with cstate: the worker could not serialize the copy (RECUR_E*) */
 } wjob;
@@ -89,6 +92,7 @@ typedef struct wjob {
 struct srv_residency {
     srv_app *app;
     srv_persist *p;   /* NULL: persistence off */
+    int tier;         /* --redis too: a file is a cache of one Redis version (residency.h) */
     int max_resident; /* 0: no budget beyond max_sessions */
     size_t snap_max;  /* largest snapshot file accepted */
 
@@ -367,10 +371,42 @@ static int append_section(uint8_t **buf, size_t *len, const uint8_t *sec, size_t
     return 0;
 }
 
-/* A session file: the state blob, then its checkpoints' section when it has any. */
+/* With the Redis tier: the version the bytes before it are (redis_stamp.h); ver 0: none. */
+static int append_stamp(uint8_t **buf, size_t *len, uint64_t ver)
+{
+    if (!ver)
+        return 0;
+    uint8_t st[SRV_STAMP_BYTES];
+    srv_stamp_write(st, ver, *len);
+    return append_section(buf, len, st, sizeof st);
+}
+
+/* The version a file of s is stamped with now: with the tier, the one Redis holds (writable). */
+static uint64_t stamp_of(const srv_residency *r, const srv_session *s)
+{
+    return r->tier ? s->rv_version : 0;
+}
+
+/* A session file: the state blob, then its checkpoints' section when it has any, then (with
+ * the Redis tier) its version's stamp. */
 static int serialize(srv_residency *r, srv_session *s, uint8_t **out, size_t *out_len)
 {
-    return srv_session_file_write(s, r->app->info->vocab_size, out, out_len);
+    int rc = srv_session_file_write(s, r->app->info->vocab_size, out, out_len);
+    if (!rc && (rc = append_stamp(out, out_len, stamp_of(r, s))) != 0) {
+        free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+/* With the Redis tier, s may be written only while Redis holds exactly its state: committed,
+ * no commit pending or in flight, not fenced, no request that may change it queued or running.
+ * A session that is not is skipped (periodic, idle, shutdown rounds, evictions) until its
+ * commit is answered; a fenced copy is never written. */
+static int writable(const srv_residency *r, const srv_session *s)
+{
+    return !r->tier || (s->rv_version && !s->rv_dirty && !s->rv_inflight && !s->rv_fenced &&
+                        !s->rv_waiter && s->q_len == 0 && !s->running);
 }
 
 static int is_clean(srv_residency *r, srv_session *s)
@@ -476,6 +512,8 @@ static void work_cb(uv_work_t *req)
         j->serr = serialize_state(j->vocab, j->cstate, j->clogits, j->chas_logits, &j->buf, &j->len);
         if (!j->serr)
             j->serr = append_section(&j->buf, &j->len, j->csec, j->csec_len);
+        if (!j->serr)
+            j->serr = append_stamp(&j->buf, &j->len, j->ver);
         if (j->serr) {
             j->err = -EINVAL; /* nothing was written: reported as the loop's serialize failure */
             return;
@@ -548,6 +586,7 @@ static wjob *start_job_ex(srv_residency *r, srv_session *s, wkind kind, int copy
         }
     }
     j->r = r;
+    j->ver = stamp_of(r, s);
     j->st = J_ATTACHED;
     j->s = s;
     memcpy(j->id, s->id, 33);
@@ -581,9 +620,9 @@ static wjob *start_job(srv_residency *r, srv_session *s, wkind kind)
 
 /* No request queued or running, and either no write in flight or one whose bytes are exactly
  * the session as it is now (that write then becomes its eviction write). */
-static int evictable(const srv_session *s)
+static int evictable(const srv_residency *r, const srv_session *s)
 {
-    if (s->q_len || s->running)
+    if (s->q_len || s->running || !writable(r, s))
         return 0;
     const wjob *j = s->pjob;
     return !j || (j->st == J_ATTACHED && !j->cstate && j->gen_valid && j->gen == s->mut_gen);
@@ -608,7 +647,7 @@ static void evict_by_job(srv_residency *r, srv_session *s, wjob *j)
 static srv_session *lru_evictable(srv_residency *r)
 {
     for (srv_session *s = srv_table_lru_first(r->app->table); s; s = s->lru_next)
-        if (evictable(s))
+        if (evictable(r, s))
             return s;
     return NULL;
 }
@@ -713,6 +752,8 @@ static void evicted_write_failed(srv_residency *r, wjob *j)
 {
     entry *e = idx_find(r, j->id);
     srv_session *s;
+    if (r->tier)
+        return; /* Redis holds this version: the file keeps what it had (its stamp says which) */
     if (restore_job(r, j, &s) != 0) {
         /* Our own bytes of a moment ago: cannot fail but for memory. */
         srv_log(SRV_LOG_ERROR, "session_lost", "\"reason\":\"no memory\"");
@@ -762,7 +803,9 @@ static void after_cb(uv_work_t *req, int status)
         entry *e = idx_find(r, j->id);
         if (e && e->pending == j)
             e->pending = NULL;
-        if (err) {
+        if (e && srv_table_peek(r->app->table, j->id)) /* loaded from Redis meanwhile (tier) */
+            idx_set_resident(r, e, 1, uv_now(r->app->loop));
+        else if (err) {
             evicted_write_failed(r, j);
             if (r->shutting_down)
                 enqueue(r, j->id, W_SHUTDOWN); /* one more try before exit */
@@ -854,6 +897,8 @@ static void dispatch(srv_residency *r, const qitem *it)
             drop_clean(r, s);
         return;
     }
+    if (!writable(r, s))
+        return; /* its commit is pending: the next round */
     /* A worker may be writing the state: only between two work items (after SIGTERM the
      * workers are joined, so everything is safe then). */
     if (!r->shutting_down && computing(s)) {
@@ -877,35 +922,62 @@ static void pump(srv_residency *r)
 
 static int make_room(srv_residency *r);
 
-/* The outcome of a resume's read (rc, buf, len) and decode (dec, why; s: the decoded session,
- * detached, or NULL when the read failed), on the loop thread: s joins the table (first making
- * room), or the file is quarantined (a failed check) or forgotten (gone), or the error is kept
- * for the answer (load_error: 503, the file kept). Returns the resident session or NULL; buf is
- * freed and s linked or discarded. */
-static srv_session *settle(srv_residency *r, const char *id, int rc, uint8_t *buf, size_t len,
-                           srv_session *s, int dec, const char *why)
+/* A resume's read and decode: what settle judges. */
+typedef struct {
+    int rc;          /* the read's: 0 or -errno (srv_persist_read*) */
+    uint8_t *buf;    /* the file's bytes, owned (freed by settle) */
+    size_t len;
+    srv_session *s;  /* detached, decoded into (srv_table_detached); NULL when the read failed */
+    int dec;         /* the decode's: 0, or -1 with why (a quarantine reason) */
+    const char *why;
+    int stamped;     /* the file ends with a stamp (redis_stamp.h) of version ver */
+    uint64_t ver;
+} readout;
+
+/* The outcome of a resume's read and decode, on the loop thread: the file is quarantined (a
+ * failed check) or forgotten (gone), or the error is kept for the answer (load_error: 503, the
+ * file kept), or:
+ *   cached NULL (no tier): s joins the table (first making room) and is returned;
+ *   cached set (the Redis tier, srv_residency_cached): s is returned detached when the file had
+ *   a stamp, with *cached = SRV_CACHED_READY; a file without one is not trusted
+ *   (SRV_CACHED_REJECTED, as a quarantined one), an error or a vanished file is
+ *   SRV_CACHED_NONE.
+ * o->buf is freed and o->s linked, returned or discarded. */
+static srv_session *settle(srv_residency *r, const char *id, readout *o, srv_cached_gate *cached)
 {
     srv_table *t = r->app->table;
     entry *e = idx_find(r, id);
-    srv_session *out = NULL;
+    srv_session *out = NULL, *s = o->rc == 0 ? o->s : NULL;
+    srv_cached_gate g = SRV_CACHED_NONE;
+    int rc = o->rc;
     if (!e || e->resident || e->pending) {
         /* changed while a reader had it: expired or deleted (404), or resident already */
-        out = srv_table_peek(t, id);
+        out = cached ? NULL : srv_table_peek(t, id);
     } else if (rc == -ENOENT) { /* removed behind our back */
         idx_del(r, id);
     } else if (rc == -EFBIG || rc == -EINVAL || rc == -ELOOP) {
         r->quarantined++;
-        srv_persist_quarantine(r->p, id, rc == -EFBIG ? proto_state_toolarge_reason(r->app->model, buf, len)
+        srv_persist_quarantine(r->p, id, rc == -EFBIG ? proto_state_toolarge_reason(r->app->model, o->buf, o->len)
                                                       : "notfile");
         idx_del(r, id);
+        g = SRV_CACHED_REJECTED;
     } else if (rc != 0) {
         r->load_failures++;
         srv_log(SRV_LOG_ERROR, "snapshot_read_failed", "\"error\":\"%s\"", strerror(-rc));
-        r->load_error = 1; /* kept: a later request may succeed (EMFILE, EIO) */
-    } else if (dec != 0) {
+        r->load_error = !cached; /* kept: a later request may succeed (EMFILE, EIO) */
+    } else if (o->dec != 0) {
         r->quarantined++;
-        srv_persist_quarantine(r->p, id, why);
+        srv_persist_quarantine(r->p, id, o->why);
         idx_del(r, id);
+        g = SRV_CACHED_REJECTED;
+    } else if (cached) {
+        if (o->stamped) {
+            out = s;
+            s = NULL;
+            g = SRV_CACHED_READY;
+        } else {
+            g = SRV_CACHED_REJECTED; /* written without Redis: no version to check */
+        }
     } else {
         if (make_room(r) != 0) {
             /* The eviction write failed (logged): load anyway rather than answer 404 or 503
@@ -920,43 +992,56 @@ static srv_session *settle(srv_residency *r, const char *id, int rc, uint8_t *bu
         out = s;
         s = NULL;
     }
-    free(buf);
+    free(o->buf);
+    o->buf = NULL;
     if (s)
         srv_table_discard(t, s);
+    if (cached)
+        *cached = g;
     return out;
 }
 
-/* Snapshot bytes into a session of its own, not in the table (srv_table_detached): 0, or -1 when
- * they fail a check (*why: the quarantine reason). Any thread: it touches s and buf only. */
-static int decode(srv_residency *r, srv_session *s, const uint8_t *buf, size_t len, const char **why)
+/* The read bytes into o->s: 0 in o->dec, or -1 when they fail a check (o->why: the quarantine
+ * reason). A stamp (redis_stamp.h) is checked and taken off first; with the Redis tier a file
+ * without one is not decoded (it is not trusted). Any thread: it touches o only. */
+static void decode(srv_residency *r, readout *o)
 {
-    return srv_session_file_read(s, r->app->model, r->app->info->vocab_size,
-                                 r->app->cfg.max_checkpoints_per_session, buf, len, why) != 0 ? -1 : 0;
+    size_t body = o->len;
+    int st = srv_stamp_split(o->buf, o->len, &o->ver, &body, &o->why);
+    o->stamped = st == 1;
+    if (st < 0 || (r->tier && st == 0)) {
+        o->dec = st < 0 ? -1 : 0;
+        return;
+    }
+    o->dec = srv_session_file_read(o->s, r->app->model, r->app->info->vocab_size,
+                                   r->app->cfg.max_checkpoints_per_session, o->buf, body,
+                                   &o->why) != 0 ? -1 : 0;
 }
 
-/* A resume read on the loop thread (rc, buf, len from srv_persist_read*): decoded here. */
-static srv_session *load_here(srv_residency *r, const char *id, int rc, uint8_t *buf, size_t len)
+/* A resume read on the loop thread (o->rc, buf, len from srv_persist_read*): decoded here. */
+static srv_session *load_here(srv_residency *r, const char *id, readout *o, srv_cached_gate *cached)
 {
-    srv_session *s = NULL;
-    const char *why = NULL;
-    int dec = 0;
-    if (rc == 0) {
-        if (srv_table_detached(r->app->table, id, &s) != 0) {
-            free(buf);
+    if (o->rc == 0) {
+        if (srv_table_detached(r->app->table, id, &o->s) != 0) {
+            free(o->buf);
             r->load_failures++;
             srv_log(SRV_LOG_ERROR, "snapshot_load_no_memory", NULL);
-            r->load_error = 1;
+            r->load_error = !cached;
+            if (cached)
+                *cached = SRV_CACHED_NONE;
             return NULL;
         }
-        dec = decode(r, s, buf, len, &why);
+        decode(r, o);
     }
-    return settle(r, id, rc, buf, len, s, dec, why);
+    return settle(r, id, o, cached);
 }
 
 static srv_session *hook_load(void *ctx, const char *id)
 {
     srv_residency *r = ctx;
     r->load_error = 0;
+    if (r->tier)
+        return NULL; /* a file makes no session exist: the tier asks Redis (srv_tier_lookup) */
     entry *e = idx_find(r, id);
     if (!e || e->resident)
         return NULL;
@@ -983,27 +1068,23 @@ static srv_session *hook_load(void *ctx, const char *id)
         r->loads++;
         return s;
     }
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    int rc = srv_persist_read(r->p, id, r->snap_max, &buf, &len);
-    return load_here(r, id, rc, buf, len);
+    readout o = {0};
+    o.rc = srv_persist_read(r->p, id, r->snap_max, &o.buf, &o.len);
+    return load_here(r, id, &o, NULL);
 }
 
 /* ---------------------------------------------------------------- resumes read off the loop */
 
 /* A resume whose snapshot is not in the page cache: a reader thread reads the file and decodes
  * it into a detached session (ljob_work); the loop settles the outcome (ljob_done), and the
- * requests held for the id meanwhile (offloop.h) go on. */
+ * requests held for the id meanwhile (offloop.h) go on — or, with the Redis tier, the tier
+ * checks the file's version with Redis (srv_tier_cached_read), the requests still held. */
 typedef struct ljob {
     srv_readjob rj;      /* first: the pool hands back &rj */
     srv_residency *r;
     struct ljob *next;   /* r->loads */
     char id[33];
-    srv_session *s;      /* detached; decoded into by the reader */
-    int rc, dec;         /* the read's and the decode's results (settle) */
-    const char *why;
-    uint8_t *buf;
-    size_t len;
+    readout o;           /* the read's and the decode's results (settle); o.s detached */
     int finished;        /* settled: the held requests are being applied */
     int failed;          /* ... and it failed transiently: they answer 503 */
 } ljob;
@@ -1019,9 +1100,9 @@ static ljob *ljob_find(srv_residency *r, const char *id)
 static void ljob_work(srv_readjob *rj)
 {
     ljob *j = (ljob *)rj;
-    j->rc = srv_persist_read(j->r->p, j->id, j->r->snap_max, &j->buf, &j->len);
-    if (j->rc == 0)
-        j->dec = decode(j->r, j->s, j->buf, j->len, &j->why);
+    j->o.rc = srv_persist_read(j->r->p, j->id, j->r->snap_max, &j->o.buf, &j->o.len);
+    if (j->o.rc == 0)
+        decode(j->r, &j->o);
 }
 
 static void ljob_done(srv_readjob *rj)
@@ -1029,19 +1110,60 @@ static void ljob_done(srv_readjob *rj)
     ljob *j = (ljob *)rj;
     srv_residency *r = j->r;
     r->load_error = 0;
-    srv_session *s = settle(r, j->id, j->rc, j->buf, j->len, j->rc == 0 ? j->s : NULL, j->dec, j->why);
-    if (j->rc != 0)
-        srv_table_discard(r->app->table, j->s);
+    srv_session *detached = j->o.s;
+    srv_cached_gate g = SRV_CACHED_NONE;
+    srv_session *s = settle(r, j->id, &j->o, r->tier ? &g : NULL);
+    if (j->o.rc != 0)
+        srv_table_discard(r->app->table, detached);
     j->failed = !s && r->load_error;
     r->load_error = 0;
     j->finished = 1;
-    srv_held_store_ready(r->app, j->id); /* they find it resident, or answer 404 / 503 */
+    if (r->tier)
+        srv_tier_cached_read(r->app, j->id, s, j->o.ver, g); /* its version, asked of Redis */
+    else
+        srv_held_store_ready(r->app, j->id); /* they find it resident, or answer 404 / 503 */
     for (ljob **pp = &r->reads; *pp; pp = &(*pp)->next)
         if (*pp == j) {
             *pp = j->next;
             break;
         }
     free(j);
+}
+
+/* A read of id's file, on the loop thread from the page cache, else on a reader thread:
+ * SRV_RESUME_PASS with the settled outcome (load_here: *out, and *cached with the tier), or
+ * SRV_RESUME_HOLD (ljob_done settles it). */
+static srv_resume_gate read_file(srv_residency *r, const char *id, srv_session **out,
+                                 srv_cached_gate *cached, uint64_t *ver)
+{
+    readout o = {0};
+    r->load_error = 0;
+    o.rc = r->app->cfg.resume_cached_on_loop ? srv_persist_read_cached(r->p, id, r->snap_max, &o.buf, &o.len)
+                                             : -EAGAIN;
+    if (o.rc != -EAGAIN) {
+        *out = load_here(r, id, &o, cached);
+        *ver = o.ver;
+        return SRV_RESUME_PASS;
+    }
+    ljob *j = calloc(1, sizeof *j);
+    if (!j)
+        abort();
+    if (srv_table_detached(r->app->table, id, &j->o.s) != 0) {
+        free(j);
+        r->load_failures++;
+        srv_log(SRV_LOG_ERROR, "snapshot_load_no_memory", NULL);
+        r->load_error = !cached;
+        return SRV_RESUME_PASS;
+    }
+    j->r = r;
+    memcpy(j->id, id, 33);
+    j->rj.work = ljob_work;
+    j->rj.done = ljob_done;
+    j->next = r->reads;
+    r->reads = j;
+    r->disk_reads++;
+    srv_readpool_submit(r->rp, &j->rj);
+    return SRV_RESUME_HOLD;
 }
 
 srv_resume_gate srv_residency_resume(srv_app *app, const char *id, srv_session **out)
@@ -1066,34 +1188,119 @@ srv_resume_gate srv_residency_resume(srv_app *app, const char *id, srv_session *
         *out = srv_table_find(app->table, id); /* 404, or its eviction's bytes in memory */
         return SRV_RESUME_PASS;
     }
-    uint8_t *buf = NULL;
-    size_t len = 0;
+    uint64_t ver;
+    return read_file(r, id, out, NULL, &ver);
+}
+
+/* ---------------------------------------------------------------- with the Redis tier */
+
+srv_cached_gate srv_residency_cached(srv_app *app, const char *id, srv_session **out, uint64_t *ver)
+{
+    srv_residency *r = app->res;
+    *out = NULL;
+    *ver = 0;
+    if (!r || !r->tier || !r->rp || r->shutting_down || ljob_find(r, id))
+        return SRV_CACHED_NONE;
+    entry *e = idx_find(r, id);
+    if (!e || e->resident || e->pending)
+        return SRV_CACHED_NONE; /* no file, or its write is in flight (Redis has that state) */
+    srv_cached_gate g = SRV_CACHED_NONE;
+    if (read_file(r, id, out, &g, ver) == SRV_RESUME_HOLD)
+        return SRV_CACHED_HOLD;
     r->load_error = 0;
-    int rc = app->cfg.resume_cached_on_loop ? srv_persist_read_cached(r->p, id, r->snap_max, &buf, &len)
-                                            : -EAGAIN;
-    if (rc != -EAGAIN) {
-        *out = load_here(r, id, rc, buf, len);
-        return SRV_RESUME_PASS;
+    return g;
+}
+
+void srv_residency_cached_link(srv_app *app, srv_session *s)
+{
+    srv_residency *r = app->res;
+    if (make_room(r) != 0)
+        r->over_budget++; /* as in settle */
+    uint64_t now = uv_now(app->loop);
+    srv_table_link(app->table, s, now);
+    entry *e = idx_find(r, s->id);
+    s->mut_gen = 1;
+    s->saved_gen = e ? 1 : 0; /* the file holds it (unless it expired meanwhile) */
+    if (e)
+        idx_set_resident(r, e, 1, now);
+    r->loads++;
+}
+
+void srv_residency_cached_discard(srv_app *app, srv_session *s)
+{
+    if (s)
+        srv_table_discard(app->table, s);
+}
+
+void srv_residency_adopted(srv_app *app, srv_session *s)
+{
+    srv_residency *r = app->res;
+    if (!r || !r->p)
+        return;
+    s->mut_gen = 1; /* not what its file holds (if it has one): written at its next write */
+    s->saved_gen = 0;
+    entry *e = idx_find(r, s->id);
+    if (e && !e->resident && !e->pending)
+        idx_set_resident(r, e, 1, uv_now(app->loop));
+}
+
+static void hook_removed(void *ctx, srv_session *s);
+
+void srv_residency_dropping(srv_app *app, srv_session *s, int gone)
+{
+    srv_residency *r = app->res;
+    if (!r || !r->p)
+        return;
+    if (gone) {
+        hook_removed(r, s);
+        return;
     }
-    j = calloc(1, sizeof *j);
-    if (!j)
-        abort();
-    if (srv_table_detached(app->table, id, &j->s) != 0) {
-        free(j);
-        r->load_failures++;
-        srv_log(SRV_LOG_ERROR, "snapshot_load_no_memory", NULL);
-        r->load_error = 1;
-        return SRV_RESUME_PASS;
+    want_clear(r, s);
+    wjob *j = s->pjob;
+    if (j) { /* its write goes on without it: the bytes are a version Redis accepted */
+        s->pjob = NULL;
+        j->st = J_EVICTED;
+        j->s = NULL;
+        idx_put(r, s->id, 0, s->last_used_ms)->pending = j;
+        return;
     }
-    j->r = r;
-    memcpy(j->id, id, 33);
-    j->rj.work = ljob_work;
-    j->rj.done = ljob_done;
-    j->next = r->reads;
-    r->reads = j;
-    r->disk_reads++;
-    srv_readpool_submit(r->rp, &j->rj);
-    return SRV_RESUME_HOLD;
+    entry *e = idx_find(r, s->id);
+    if (e)
+        idx_set_resident(r, e, 0, s->last_used_ms);
+}
+
+void srv_residency_forget(srv_app *app, const char *id)
+{
+    srv_residency *r = app->res;
+    if (!r || !r->p)
+        return;
+    entry *e = idx_find(r, id);
+    if (!e)
+        return;
+    wjob *j = e->pending;
+    if (j)
+        j->st = J_DELETED; /* its rename may bring the file back: removed again after it */
+    idx_del(r, id);
+    remove_files(r, id, j != NULL);
+}
+
+void srv_residency_committed(srv_app *app, srv_session *s)
+{
+    srv_residency *r = app->res;
+    if (!r || !r->p || !r->shutting_down || s->pjob || is_clean(r, s) || !writable(r, s))
+        return;
+    enqueue(r, s->id, W_SHUTDOWN); /* SIGTERM skipped it: its change was not committed yet */
+    pump(r);
+}
+
+int srv_residency_make_room(srv_app *app)
+{
+    return make_room(app->res);
+}
+
+int srv_residency_persists(const srv_app *app)
+{
+    return app->res && app->res->p;
 }
 
 /* Evict until one more session fits (more than one after loads that went over the budget).
@@ -1142,7 +1349,8 @@ static void hook_removed(void *ctx, srv_session *s)
 
 static size_t hook_stored(void *ctx)
 {
-    return ((srv_residency *)ctx)->n_stored;
+    srv_residency *r = ctx;
+    return r->tier ? 0 : r->n_stored; /* with the tier a file is a cache, not a session */
 }
 
 /* ---------------------------------------------------------------- timer */
@@ -1179,7 +1387,7 @@ static void evict_idle(srv_residency *r, uint64_t now)
         if (now - s->last_used_ms < after)
             break;
         n = s->lru_next; /* drop_clean frees s only */
-        if (s->snap_wanted || s->pjob || !is_idle(s))
+        if (s->snap_wanted || s->pjob || !is_idle(s) || !writable(r, s))
             continue;
         if (is_clean(r, s))
             drop_clean(r, s);
@@ -1216,7 +1424,8 @@ static void expire_on_disk(srv_residency *r, uint64_t now)
         }
     if (gone) {
         r->expired_on_disk += gone;
-        r->app->counters.sessions_expired += gone;
+        if (!r->tier) /* with the tier the session lives on in Redis (its own TTL) */
+            r->app->counters.sessions_expired += gone;
         srv_log(SRV_LOG_INFO, "sessions_expired_on_disk", "\"count\":%zu", gone);
     }
 }
@@ -1313,7 +1522,11 @@ int srv_residency_start(srv_app *app)
         }
         return 0;
     }
+    r->tier = cfg->redis[0] != 0;
     r->max_resident = cfg->max_resident_sessions;
+    if (r->tier && !r->max_resident)
+        r->max_resident = cfg->max_sessions; /* room for a load from Redis: evict one (as the
+                                              * tier does without state_dir) */
     r->snap_max = proto_state_max_body(app->info); /* a file of any state dtype: its state and trailer */
     /* and its checkpoints (checkpoints.h): each a state blob and its 32 bytes of framing */
     r->snap_max += (size_t)cfg->max_checkpoints_per_session * (proto_state_max_body(app->info) + 32) + 24;
@@ -1361,8 +1574,9 @@ static void shutdown_one(srv_session *s, void *arg)
 {
     srv_residency *r = arg;
     want_clear(r, s); /* the workers are joined: nothing computes any more */
-    if (!is_clean(r, s) && !s->pjob)
-        enqueue(r, s->id, W_SHUTDOWN);
+    if (!is_clean(r, s) && !s->pjob && writable(r, s))
+        enqueue(r, s->id, W_SHUTDOWN); /* with the tier, the others once committed
+                                        * (srv_residency_committed) */
 }
 
 void srv_residency_shutdown(srv_app *app)

@@ -31,6 +31,7 @@
 #define SRV_RESIDENCY_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "app.h"
 #include "buf.h"
@@ -60,6 +61,43 @@ void srv_residency_capture(srv_app *app, srv_session *s);
  * SRV_RESUME_PASS: *out is the session, or NULL (srv_residency_take_load_error tells 503). */
 typedef enum { SRV_RESUME_PASS, SRV_RESUME_HOLD } srv_resume_gate;
 srv_resume_gate srv_residency_resume(srv_app *app, const char *id, srv_session **out);
+
+/* ---------------------------------------------------------------- with the Redis tier
+ *
+ * With --redis too, a state_dir file is a cache of one Redis version (docs/SCALING.md "State dir
+ * with Redis"): stamped with it (redis_stamp.h), written only while Redis holds exactly the
+ * session's state (committed, nothing pending or in flight, not fenced, idle), never trusted
+ * before Redis confirmed its version. A file makes no session exist: it does not count against
+ * max_sessions, srv_table_find never loads it, idle_ttl_ms only removes it. */
+
+/* id's file, for a lookup of a session not resident (redis_tier.c):
+ *   SRV_CACHED_NONE      no file to try (none, or its write is in flight, or an I/O error);
+ *   SRV_CACHED_REJECTED  a file without a stamp, or one that failed a check (quarantined): not
+ *                        trusted;
+ *   SRV_CACHED_READY     *out: a detached session decoded from it (srv_table_detached), *ver
+ *                        its stamp: srv_residency_cached_link or _discard it;
+ *   SRV_CACHED_HOLD      a reader thread reads it: srv_tier_cached_read(app, id, s, ver, gate)
+ *                        is called on the loop with one of the above. */
+typedef enum { SRV_CACHED_NONE, SRV_CACHED_REJECTED, SRV_CACHED_READY, SRV_CACHED_HOLD } srv_cached_gate;
+srv_cached_gate srv_residency_cached(srv_app *app, const char *id, srv_session **out, uint64_t *ver);
+/* Redis confirmed the file's version: s joins the table (room made first), clean. */
+void srv_residency_cached_link(srv_app *app, srv_session *s);
+/* The file was not used (stale, leased elsewhere, deleted, Redis unreachable): s freed (NULL ok). */
+void srv_residency_cached_discard(srv_app *app, srv_session *s);
+/* s was loaded from Redis (just adopted): its file, if any, is stale, rewritten at its next
+ * write (round, idle or budget eviction, SIGTERM). */
+void srv_residency_adopted(srv_app *app, srv_session *s);
+/* s leaves memory by the tier's decision (before srv_table_drop): gone (deleted or expired in
+ * Redis) removes its file, else the file stays (a write in flight finishes). */
+void srv_residency_dropping(srv_app *app, srv_session *s, int gone);
+/* id (not resident) is gone from Redis: its file is removed. */
+void srv_residency_forget(srv_app *app, const char *id);
+/* A commit of s was accepted: after SIGTERM, s is written now (it was skipped until then). */
+void srv_residency_committed(srv_app *app, srv_session *s);
+/* Room for one more resident session (loads from Redis): 0 or -1 (as make_room). */
+int srv_residency_make_room(srv_app *app);
+/* 1 when state_dir is set. */
+int srv_residency_persists(const srv_app *app);
 
 /* 1 when the last lookup found the session's snapshot but could not read it (an I/O error
  * or no memory: the file is kept, a retry may succeed); clears the flag. */

@@ -140,7 +140,6 @@ def test_config_refusals():
         (["--redis", "redis://127.0.0.1:70000"], "port"),
         (["--redis", "redis://127.0.0.1:6379/99"], "database"),
         (["--redis", "redis://u:p@127.0.0.1:6379"], "credentials"),
-        (["--redis", "redis://127.0.0.1:6379", "--state-dir", "/tmp/x"], "state_dir"),
         (["--redis-key-prefix", "a:b"], "redis_key_prefix"),
         (["--node-name", "a b"], "node_name"),
         (["--redis-lease-ms", "500", "--redis-timeout-ms", "300"], "redis_lease_ms"),
