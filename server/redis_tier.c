@@ -730,6 +730,7 @@ static void acquire_done(srv_redis *r, redisReply *rep, void *arg)
             lease_taken(t, cached, j->sent_ms);
             cached = NULL;
             t->file_hits++;
+            spares_refill(t); /* the read took a spare state (srv_table_detached) */
             res = L_OK;
         } else if (code == 1 && (rep->elements == 3 ? (state = rep->element[2]) : state) &&
                    state->type == REDIS_REPLY_STRING) {
