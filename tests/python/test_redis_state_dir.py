@@ -259,3 +259,28 @@ def test_prefix_cache_spills_with_redis(tmp_path):
             assert r.status_code == 201 and r.json()["cached_tokens"] == 30, r.text
             assert metrics(d)["recurd_prefix_cache_spill_loads_total"] >= 1
             assert any((tmp_path / "prefix_cache").glob("*.snap"))
+
+
+def test_a_file_makes_no_session_exist(tmp_path):
+    """Files are caches: they do not count against max_sessions, and nothing answers from one
+    before Redis checked its version (Redis down: 503, the file kept, then used once Redis is
+    back)."""
+    with RedisServer() as redis:
+        with running(redis, tmp_path) as a:
+            olds = [create(a, PROMPT) for _ in range(2)]
+            assert a.terminate() == 0
+        assert all(snap(tmp_path, s).exists() for s in olds)
+        with running(redis, tmp_path, "--max-sessions", "2") as a:
+            assert metric(a, "recurd_sessions_stored") == 2
+            news = [create(a, PROMPT) for _ in range(2)]  # the two files take no slot
+            assert len(set(news)) == 2
+            redis.kill()
+            wait_redis_up(a, up=False)
+            r = requests.get(a.url("/v1/sessions/%s" % olds[0]), timeout=TIMEOUT)
+            assert r.status_code == 503 and r.json()["error"]["code"] == "store_unavailable", r.text
+            assert snap(tmp_path, olds[0]).exists()
+            redis.restart()
+            wait_redis_up(a)
+            # room for it: the budget evicts a committed session of this node (written first)
+            assert info(a, olds[0])["tokens_seen"] == len(PROMPT)
+            assert metric(a, "recurd_redis_file_hits_total") == 1
