@@ -284,3 +284,38 @@ def test_a_file_makes_no_session_exist(tmp_path):
             # room for it: the budget evicts a committed session of this node (written first)
             assert info(a, olds[0])["tokens_seen"] == len(PROMPT)
             assert metric(a, "recurd_redis_file_hits_total") == 1
+
+
+def test_requests_held_across_the_read_and_the_version_check(tmp_path, reference):
+    """Two folds sent at once for a session whose file is read by a reader thread: one read, one
+    version check with Redis, both folds applied once each, in one of their two orders."""
+    with RedisServer() as redis:
+        with running(redis, tmp_path) as a:
+            sid = create(a, PROMPT)
+            fold_ok(a, sid, STEPS[0])
+            fold_ok(a, sid, STEPS[1])
+            assert a.terminate() == 0
+        with running(redis, tmp_path, "--resume-cached-on-loop", "false") as a:
+            socks = []
+            for steps in (STEPS[2], STEPS[3]):
+                s = socket.create_connection(("127.0.0.1", a.port))
+                body = json.dumps({"tokens": steps, "top_k": 3}).encode()
+                s.sendall(b"POST /v1/sessions/%s/tokens HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                          b"application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+                          % (sid.encode(), len(body), body))
+                socks.append(s)
+            for s in socks:
+                s.settimeout(30)
+                data = b""
+                while True:
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+                s.close()
+                assert data.startswith(b"HTTP/1.1 200"), data[:200]
+            assert info(a, sid)["tokens_seen"] == len(PROMPT) + sum(map(len, STEPS))
+            assert metric(a, "recurd_session_disk_reads_total") == 1
+            assert metric(a, "recurd_redis_file_hits_total") == 1
+            assert metric(a, "recurd_redis_hits_total") == 0
+            assert redis_version(redis, sid) == 5
