@@ -31,7 +31,7 @@ import time
 import pytest
 import requests
 
-from daemon import Daemon
+from daemon import Daemon, read_to_eof
 from persist_helpers import metrics
 from redis_server import RedisServer
 from test_redis_tier import (LEASE_MS, PROMPT, STEPS, TIMEOUT, create, fold, fold_ok, info, metric,
@@ -306,13 +306,7 @@ def test_requests_held_across_the_read_and_the_version_check(tmp_path, reference
                 socks.append(s)
             for s in socks:
                 s.settimeout(30)
-                data = b""
-                while True:
-                    chunk = s.recv(65536)
-                    if not chunk:
-                        break
-                    data += chunk
-                s.close()
+                data = read_to_eof(s)
                 assert data.startswith(b"HTTP/1.1 200"), data[:200]
             assert info(a, sid)["tokens_seen"] == len(PROMPT) + sum(map(len, STEPS))
             assert metric(a, "recurd_session_disk_reads_total") == 1
