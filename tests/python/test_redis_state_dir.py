@@ -34,6 +34,7 @@ import requests
 from daemon import Daemon, read_to_eof
 from persist_helpers import metrics
 from redis_server import RedisServer
+from test_metrics_format import promtool_check
 from test_redis_tier import (LEASE_MS, PROMPT, STEPS, TIMEOUT, create, fold, fold_ok, info, metric,
                              node, until_served, wait_redis_up)
 
@@ -104,6 +105,10 @@ def test_resume_from_the_file_when_redis_agrees(tmp_path, reference):
             assert metric(a, "recurd_redis_bytes_read_total") == 0  # no state bytes from Redis
             assert metric(a, "recurd_redis_file_stale_total") == 0
             assert redis_version(redis, sid) == 5
+            page = requests.get(a.url("/metrics"), timeout=TIMEOUT).text
+            rc, out = promtool_check(page)  # the tier's and persistence's blocks together
+            assert rc == 0 and out == "", out
+            assert "recurd_redis_file_rejected_total 0" in page
 
 
 def test_resume_from_redis_when_another_node_moved_it_on(tmp_path, reference):
