@@ -1341,7 +1341,14 @@ static void hook_removed(void *ctx, srv_session *s)
         s->pjob = NULL;
         in_flight = 1;
     }
-    if (idx_find(r, s->id) || in_flight) {
+    entry *e = idx_find(r, s->id);
+    if (e && e->pending) {
+        /* with the tier: loaded from Redis while its eviction write still ran (that write's
+         * rename may bring the file back: removed again after it) */
+        e->pending->st = J_DELETED;
+        in_flight = 1;
+    }
+    if (e || in_flight) {
         idx_del(r, s->id);
         remove_files(r, s->id, in_flight);
     }
