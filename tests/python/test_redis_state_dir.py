@@ -318,3 +318,36 @@ def test_requests_held_across_the_read_and_the_version_check(tmp_path, reference
             assert metric(a, "recurd_redis_file_hits_total") == 1
             assert metric(a, "recurd_redis_hits_total") == 0
             assert redis_version(redis, sid) == 5
+
+
+def test_budget_evictions_write_stamped_files_that_resumes_use(tmp_path, reference):
+    """max_resident_sessions 2, four sessions: each eviction writes the session stamped with the
+    version Redis holds, and each later request resumes it from that file (no state bytes read
+    from Redis), bit-identically."""
+    def writes_done(d):
+        deadline = time.time() + 10
+        while metric(d, "recurd_snapshot_writes_in_flight") != 0:
+            assert time.time() < deadline, "eviction writes never finished"
+            time.sleep(0.02)
+
+    with RedisServer() as redis:
+        with running(redis, tmp_path, "--max-resident-sessions", "2") as a:
+            sids = []
+            for _ in range(4):
+                sids.append(create(a, PROMPT))
+                writes_done(a)
+            got = {s: [] for s in sids}
+            for step in STEPS[:2]:
+                for sid in sids:
+                    got[sid].append(fold_ok(a, sid, step))
+                    writes_done(a)
+            for sid in sids:
+                assert got[sid] == reference[:2], sid
+            # LRU over four sessions used in turn: two evictions by the creates, then each
+            # request loads its session from the file and evicts the least recently used one
+            assert metric(a, "recurd_sessions_evicted_total") == 10
+            assert metric(a, "recurd_redis_file_hits_total") == 8
+            for sid in sids[:2]:  # evicted last after their second fold: the current version
+                assert stamp_of(snap(tmp_path, sid)) == redis_version(redis, sid) == 3
+            assert metric(a, "recurd_redis_hits_total") == 0
+            assert metric(a, "recurd_redis_bytes_read_total") == 0
