@@ -129,10 +129,10 @@ typedef struct lookup {
     lresult res;
     char holder[NODE_MAX + 1];
     long long holder_pttl;
-    /* with state_dir (residency.h): the session read from the id's file, detached, until Redis
-     * says whether cached_ver is current; NULL when there is none (or it was not trusted) */
+    /* with state_dir (residency.h): the session read from the id's file (detached), whose
+     * version the acquire sent as ours, until Redis answers; NULL when there is none (or it was
+     * not trusted) */
     srv_session *cached;
-    uint64_t cached_ver;
 } lookup;
 
 /* States made ahead in the threadpool for sessions loaded from Redis: a state's first touch

@@ -180,6 +180,15 @@ def test_delete_removes_the_file_and_the_keys(tmp_path):
                 assert not snap(tmp_path, sid).exists()
                 r = requests.get(a.url("/v1/sessions/%s" % sid), timeout=TIMEOUT)
                 assert r.status_code == 404
+            # a session deleted (or expired) in Redis behind the node's back: 404, its file removed
+            s3 = create(a, PROMPT)
+            assert a.terminate() == 0
+        assert snap(tmp_path, s3).exists()
+        redis.command("DEL", *redis_keys(redis, s3))
+        with running(redis, tmp_path) as a:
+            r = requests.get(a.url("/v1/sessions/%s" % s3), timeout=TIMEOUT)
+            assert r.status_code == 404, r.text
+            assert not snap(tmp_path, s3).exists()
 
 
 def test_a_file_with_a_bad_or_no_stamp_is_not_trusted(tmp_path, reference):
