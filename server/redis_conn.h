@@ -1,6 +1,7 @@
 /*
- * redis_conn.h — one connection to Redis on the event loop (hiredis's async API through its
- * libuv adapter): commands are sent and answered on the loop thread, never blocking it.
+ * redis_conn.h — one connection to Redis on the event loop (hiredis's async API through our
+ * libuv adapter, redis_conn.c): commands are sent and answered on the loop thread, never
+ * blocking it.
  *
  *   - The URL is redis://HOST:PORT[/DB]; HOST is resolved once at start (srv_redis_create), so a
  *     reconnect never waits on DNS.
