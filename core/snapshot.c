@@ -72,19 +72,25 @@ size_t recur_snapshot_size(const recur_state *s)
 
 /* The values of one layer's state, n little-endian fp32 at p: RECUR_ENONFINITE, RECUR_ERANGE
  * (|x| > 2^40, or nonneg and a negative value), or 0. One pass of integer compares, which
- * vectorises (NaN and infinities have the largest magnitude bits). */
+ * vectorises (NaN and infinities have the largest magnitude bits): each value's magnitude bits
+ * a = bits & 0x7fffffff compared as a signed 32-bit integer (a and max_bits < 2^31), so the
+ * baseline x86-64 build (SSE2: pcmpgtd, no unsigned max) vectorises it too (29 -> 9 us for the
+ * default model's 49,408 values, 2026-12-02; the unsigned running maximum it replaces gave the
+ * same answers on 8M random and boundary vectors). */
 static int check_bits(const uint8_t *p, size_t n, int nonneg, uint32_t max_bits)
 {
-    uint32_t mag = 0, neg = 0;
+    int32_t inf = 0, over = 0, neg = 0;
+    const int32_t mb = (int32_t)max_bits;
     for (size_t i = 0; i < n; i++) {
         uint32_t b;
         memcpy(&b, p + 4 * i, 4);
-        uint32_t a = b & 0x7fffffffu;
-        mag = a > mag ? a : mag;
-        neg |= (b >> 31) & (a != 0); /* -0.0 is zero */
+        int32_t a = (int32_t)(b & 0x7fffffffu);
+        inf |= a > 0x7f7fffff;             /* >= +inf's bits: infinite or NaN */
+        over |= a > mb;
+        neg |= ((int32_t)b < 0) & (a != 0); /* -0.0 is zero */
     }
-    if (mag >= 0x7f800000u) return RECUR_ENONFINITE;
-    if (mag > max_bits || (nonneg && neg)) return RECUR_ERANGE;
+    if (inf) return RECUR_ENONFINITE;
+    if (over || (nonneg && neg)) return RECUR_ERANGE;
     return RECUR_OK;
 }
 
