@@ -147,6 +147,62 @@ Test(snapshot_checks, value_rule_on_uploads)
     fx_free(&f);
 }
 
+static void set_u16(uint8_t *b, size_t at, uint16_t v) { memcpy(b + at, &v, 2); }
+
+/* A BF16 state's values are checked on their 16 bits (core/snapshot.c check_bf16): the same
+ * rule, at the same boundaries, as on their fp32 widening; into an F16 state also the F16 range. */
+Test(snapshot_checks, value_rule_on_bf16_uploads)
+{
+    recur_model *m, *m16;
+    recur_workspace *ws;
+    recur_state *s, *t;
+    cr_assert_eq(recur_model_init_seed(REC, 3, &m), 0);
+    cr_assert_eq(recur_model_init_seed(REC, 3, &m16), 0);
+    cr_assert_eq(recur_model_set_state_dtype(m, RECUR_STATE_BF16), 0);
+    cr_assert_eq(recur_model_set_state_dtype(m16, RECUR_STATE_F16), 0);
+    cr_assert_eq(recur_workspace_create(m, 1, &ws), 0);
+    cr_assert_eq(recur_state_create(m, &s), 0);
+    cr_assert_eq(recur_state_create(m, &t), 0);
+    int32_t tok[3] = {1, 2, 3};
+    cr_assert_eq(recur_model_prefill(m, ws, s, tok, 3, NULL), 0);
+    size_t n = recur_snapshot_size(s);
+    uint8_t *snap = malloc(n), *b = malloc(n);
+    cr_assert_eq(recur_snapshot_write(s, snap, n, NULL), 0);
+    /* version 3: the dtype word (8 bytes), then layer 0 (linear: S 32 halves, z 8), layer 1 */
+    size_t S0 = 48, Z0 = 48 + 32 * 2, L1 = 48 + m->layers[0].state_floats * 2;
+    struct { size_t at; uint16_t v; int want, want16; } cases[] = {
+        {S0, 0x5380, 0, RECUR_ERANGE},                       /* 2^40: at the bound */
+        {S0, 0xd380, 0, RECUR_ERANGE},                       /* -2^40 */
+        {L1 + 4, 0x5381, RECUR_ERANGE, RECUR_ERANGE},        /* the next value past it */
+        {L1 + 4, 0xff7f, RECUR_ERANGE, RECUR_ERANGE},        /* -max finite */
+        {S0 + 2, 0x7fc0, RECUR_ENONFINITE, RECUR_ENONFINITE}, /* NaN */
+        {S0 + 2, 0x7f81, RECUR_ENONFINITE, RECUR_ENONFINITE}, /* a signalling NaN */
+        {L1, 0x7f80, RECUR_ENONFINITE, RECUR_ENONFINITE},    /* +inf */
+        {L1, 0xff80, RECUR_ENONFINITE, RECUR_ENONFINITE},    /* -inf */
+        {Z0 + 2, 0xbf80, RECUR_ERANGE, RECUR_ERANGE},        /* a negative normaliser */
+        {Z0 + 2, 0x8000, 0, 0},                              /* -0 */
+        {Z0 + 2, 0x8001, RECUR_ERANGE, RECUR_ERANGE},        /* the smallest negative */
+        {S0 + 2, 0xbf80, 0, 0},                              /* S may be negative */
+        {S0 + 2, 0x477f, 0, 0},                              /* 65280: F16 holds it */
+        {S0 + 2, 0x4780, 0, RECUR_ERANGE},                   /* 65536: F16 cannot */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        memcpy(b, snap, n);
+        set_u16(b, cases[i].at, cases[i].v);
+        fix_sum(b, n);
+        cr_assert_eq(recur_snapshot_check(m, b, n), cases[i].want, "case %zu", i);
+        cr_assert_eq(recur_snapshot_read(t, b, n), cases[i].want, "case %zu", i);
+        cr_assert_eq(recur_snapshot_check(m16, b, n), cases[i].want16, "case %zu (into F16)", i);
+    }
+    free(snap);
+    free(b);
+    recur_state_destroy(s);
+    recur_state_destroy(t);
+    recur_workspace_free(ws);
+    recur_model_free(m);
+    recur_model_free(m16);
+}
+
 Test(snapshot_checks, tokens_seen_is_bounded)
 {
     fixture r, h;
