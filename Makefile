@@ -312,7 +312,8 @@ fuzz: $(FUZZ_BIN)
 # always were (-O2, against librecur.a and its private headers) so figures stay comparable.
 BENCH_DIR   := $(BUILD)/bench
 BENCH_TOOLS := $(BENCH_DIR)/bench_kernels $(BENCH_DIR)/bench_model $(BENCH_DIR)/load/bench_batch \
-               $(BENCH_DIR)/load/hello_server $(BENCH_DIR)/tokenizer/bench_tokenizer
+               $(BENCH_DIR)/load/hello_server $(BENCH_DIR)/tokenizer/bench_tokenizer \
+               $(BENCH_DIR)/resume/resume_client
 BENCH_MARCH ?= $(or $(filter -march=%,$(OPT)),-march=native)
 BENCH_CORE_FLAGS := -std=c11 -O2 $(BENCH_MARCH) -Wall -Icore $(BLAS_CFLAGS)
 BENCH_LOAD_FLAGS := -std=c11 -D_GNU_SOURCE -O3 -march=native -Wall -Wextra -Wstrict-prototypes \
@@ -330,6 +331,10 @@ $(BENCH_DIR)/tokenizer/bench_tokenizer: tools/bench/bench_tokenizer.c $(LIBRECUR
 $(BENCH_DIR)/load/hello_server: tools/bench/hello_server.c $(LIBLLHTTP_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(BENCH_LOAD_FLAGS) $^ -luv -lm -lpthread -o $@
+
+$(BENCH_DIR)/resume/resume_client: tools/bench/resume_client.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Wstrict-prototypes -Werror $^ -o $@
 
 bench-tools: $(BENCH_TOOLS)
 

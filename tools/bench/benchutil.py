@@ -48,3 +48,47 @@ def load_remark(loads):
         return (f"other work shared the 2 cores (1-minute load up to {peak:.1f}): absolute figures are "
                 "below quiet-machine ones; the same-run ratios are the comparison")
     return f"quiet machine (1-minute load at most {peak:.1f})"
+
+
+def resume_client(root, build, port, requests_, rate=0.0, timeout=600):
+    """Send requests_ ([(method, path, body dict or None)]) one at a time over one keep-alive
+    connection with build/bench/resume/resume_client (tools/bench/resume_client.c, built here if
+    missing): a closed loop (rate 0: the next request when the answer is read) or paced at rate
+    per second on an absolute schedule. Each request is timed in C with CLOCK_MONOTONIC, first
+    byte written to last byte read, so no Python interpreter is in the figure. Returns the
+    milliseconds of each, in order; raises RuntimeError on a status other than 200."""
+    exe = os.path.join(build, "bench", "resume", "resume_client")
+    if not os.path.exists(exe):
+        subprocess.run(make_target(root, build, exe), cwd=root, check=True, capture_output=True,
+                       timeout=300)
+    lines = "".join(f"{m} {p}" + (" " + json.dumps(b, separators=(",", ":")) if b else "") + "\n"
+                    for m, p, b in requests_)
+    argv = [exe, "--port", str(port)] + (["--rate", str(rate)] if rate else [])
+    p = subprocess.run(argv, input=lines, capture_output=True, text=True, timeout=timeout)
+    out = [line.split() for line in p.stdout.splitlines() if line.strip()]
+    if p.returncode != 0 or len(out) != len(requests_) or any(s != "200" for s, _ in out):
+        bad = next((s for s, _ in out if s != "200"), None)
+        raise RuntimeError(f"resume_client: exit {p.returncode}, {len(out)} of {len(requests_)} "
+                           f"answered, status {bad}: {p.stderr.strip()[-300:]}")
+    return [float(us) / 1e3 for _, us in out]
+
+
+def proc_cpu_s(pid, tid=None):
+    """CPU seconds of process pid (all its threads) or of its thread tid, from schedstat
+    (nanoseconds, not 10 ms clock ticks); a thread that exits meanwhile is left out."""
+    tids = [tid] if tid is not None else os.listdir(f"/proc/{pid}/task")
+    ns = 0
+    for t in tids:
+        try:
+            with open(f"/proc/{pid}/task/{t}/schedstat") as f:
+                ns += int(f.read().split()[0])
+        except OSError:
+            pass
+    return ns / 1e9
+
+
+def proc_minflt(pid, tid=None):
+    """Minor page faults so far of process pid (all its threads) or of its thread tid."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
+    with open(path) as f:
+        return int(f.read().rsplit(")", 1)[1].split()[7])

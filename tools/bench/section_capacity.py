@@ -2,7 +2,9 @@
 
     /usr/bin/python3 tools/bench/section_capacity.py            # make bench size: 10k resident, 25k on disk
     /usr/bin/python3 tools/bench/section_capacity.py --full     # by hand: 100k resident, 250k on disk
-    ... [--resident N] [--on-disk N] [--recurd PATH] [--no-doc]
+    /usr/bin/python3 tools/bench/section_capacity.py --resume-only  # the resume rows alone: 5k
+                                  resident, 8k on disk, no idle figures (prints, never writes docs)
+    ... [--resident N] [--on-disk N] [--resumes N] [--recurd PATH] [--no-doc]
 
 One recurd (models/default, `--state-dtype bf16` when the build has it) with a state_dir, driven
 over HTTP on loopback by a keep-alive client of this file (sockets, no library):
@@ -24,17 +26,22 @@ over HTTP on loopback by a keep-alive client of this file (sockets, no library):
      VmRSS (/proc/PID/status) sampled against the session count (the plot);
   4. idle: the daemon's CPU time over the same span while it holds them all, with idle eviction
      armed (evict_idle_ms 1 h: its sweep runs every second) and idle_ttl at its default;
-  5. resume: single-token /tokens requests (top_k 0), one keep-alive connection, paced (50/s),
-     interleaving a random on-disk session whose file is not in the page cache (cold: read from
-     the disk), one whose file the bench has just read (warm: as a recently evicted session's
-     is), and a random resident one. A resumed session evicts the least recently used resident
-     one, whose write goes to the threadpool. p50/p99 of each, two ways: the client's wall time
-     from the request's first byte to the response's last (what a user sees: includes this
-     Python client's own wake-up after each paced sleep and its socket calls), and recurd's own
-     time from the access log (`--access-log`: the request's first byte read to its response's
-     last byte queued — the resume itself: lookup, read and checks, eviction, the fold on a
-     worker, the response). The resident row is the control: the same request without a
-     resume, so what it costs (thread wake-ups, the fold) is not the resume's.
+  5. resume: single-token /tokens requests (top_k 0), one keep-alive connection, interleaving a
+     random on-disk session whose file is not in the page cache (cold: read from the disk), one
+     whose file the bench has just read (warm: as a recently evicted session's is), and a random
+     resident one. A resumed session evicts the least recently used resident one, whose write
+     goes to the threadpool. Three clients one after the other, each on its own sessions
+     (RESUME_CLIENTS; --resumes requests in all): tools/bench/resume_client.c paced at 50/s and in a
+     closed loop (each request timed in C with CLOCK_MONOTONIC), and this file's Python socket
+     client paced at 50/s (the figures of earlier runs). p50/p99 of each, two ways: the client's
+     wall time from the request's first byte to the response's last (what a user sees: with the
+     Python client, also its own wake-up after each paced sleep and its socket calls), and
+     recurd's own time from the access log (`--access-log`: the request's first byte read to its
+     response's last byte queued — the resume itself: lookup, read and checks, eviction, the fold
+     on a worker, the response); and recurd's loop thread's CPU time (schedstat) and page faults
+     per request. The resident rows are the control: the same request without a resume, so what
+     it costs (thread wake-ups, the fold) is not the resume's; its p99 is the floor this machine
+     shows, whatever the resume does.
 
 snapshot_interval_ms is 0 (writes only on eviction): a periodic round would write every one of
 the N changed sessions (minutes of fsyncs) while the figures are taken. The daemon is killed at
@@ -56,6 +63,8 @@ import sys
 import threading
 import time
 
+import benchutil
+
 TITLE = "Capacity: resident sessions, sessions on disk, resume from disk (issue 18)"
 ORDER = 55
 
@@ -65,8 +74,9 @@ DOCS = os.path.join(ROOT, "docs")
 MODEL_DIR = os.path.join(ROOT, "models", "default")
 BENCH_DOC = os.path.join(DOCS, "BENCHMARKS.md")
 
-QUICK = {"resident": 10000, "on_disk": 25000, "idle_s": 10, "resumes": 1200}
-FULL = {"resident": 100000, "on_disk": 250000, "idle_s": 30, "resumes": 1800}
+QUICK = {"resident": 10000, "on_disk": 25000, "idle_s": 10, "resumes": 2700}
+FULL = {"resident": 100000, "on_disk": 250000, "idle_s": 30, "resumes": 2700}
+RESUME_ONLY = {"resident": 5000, "on_disk": 8000, "idle_s": 0, "resumes": 2700}
 DISTINCT_BLOBS = 1000
 RESUME_RATE = 50.0
 DISK_SHARE = 0.7         # of the free disk the snapshot files may take       # requests per second, alternating on-disk / resident
@@ -194,16 +204,9 @@ class Daemon:
                     return int(line.split()[1]) * 1024
         return None
 
-    def cpu_s(self):
-        """CPU seconds of all its threads (schedstat: nanoseconds, not 10 ms ticks)."""
-        ns = 0
-        for t in os.listdir(f"/proc/{self.pid}/task"):
-            try:
-                with open(f"/proc/{self.pid}/task/{t}/schedstat") as f:
-                    ns += int(f.read().split()[0])
-            except OSError:
-                pass
-        return ns / 1e9
+    def cpu_s(self, tid=None):
+        """CPU seconds of all its threads, or of thread tid (schedstat: nanoseconds)."""
+        return benchutil.proc_cpu_s(self.pid, tid)
 
     def metrics(self):
         _, body = Conn(self.port).request("GET", "/metrics")
@@ -403,35 +406,70 @@ def percentile(xs, q):
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
-def resume(d, state_dir, disk_ids, resident_ids, n, vocab, rng):
-    """n/3 each of: an on-disk session whose file is not in the page cache (cold), one whose file
-    the bench has just read (warm: recently evicted sessions are), a resident one; interleaved,
-    paced at RESUME_RATE. Returns {kind: [ms]}."""
+RESUME_CLIENTS = (  # (label, client, rate): each on its own sessions, one after the other
+    (f"C client, paced {RESUME_RATE:.0f}/s", "c", RESUME_RATE),
+    ("C client, closed loop", "c", 0.0),
+    (f"Python client, paced {RESUME_RATE:.0f}/s", "py", RESUME_RATE),
+)
+KINDS = ("cold", "warm", "resident")
+
+
+def timed_python(d, state_dir, order, vocab, rng, rate):
+    """This file's socket client: [ms] of each (kind, sid) of order, paced at rate (the request's
+    first byte to the response's last, Python's own time in it)."""
     c = Conn(d.port)
-    k = n // 3
-    picked = rng.sample(disk_ids, 2 * k)
-    ids = {"cold": picked[:k], "warm": picked[k:],
-           "resident": rng.sample(resident_ids[len(resident_ids) // 2:], k)}  # never evicted meanwhile
-    out = {"cold": [], "warm": [], "resident": []}
-    period = 1.0 / RESUME_RATE
+    out = []
     nxt = time.monotonic()
-    for i in range(3 * k):
-        kind = ("cold", "warm", "resident")[i % 3]
-        sid = ids[kind][i // 3]
+    for kind, sid in order:
         if kind == "warm":
             with open(os.path.join(state_dir, sid + ".snap"), "rb") as f:
                 f.read()
-        nxt += period
+        nxt += 1.0 / rate
         body = {"tokens": [rng.randrange(vocab)], "top_k": 0}
         t0 = time.perf_counter()
         st, resp = c.request("POST", f"/v1/sessions/{sid}/tokens", body)
-        ms = (time.perf_counter() - t0) * 1e3
+        out.append((time.perf_counter() - t0) * 1e3)
         if st != 200 or b'"done":true' not in resp:
             raise BenchError(f"resume {kind}: {st} {resp[:200]!r}")
-        out[kind].append(ms)
         time.sleep(max(0.0, nxt - time.monotonic()))
     c.close()
-    return out, ids
+    return out
+
+
+def timed_c(d, state_dir, order, vocab, rng, rate):
+    """tools/bench/resume_client.c: [ms] of each (kind, sid) of order, timed in C, paced at rate
+    or a closed loop (rate 0). The warm files are read just before (all of them: the client
+    sends without pausing for the bench); the answers' status is checked, not their lines."""
+    for kind, sid in order:
+        if kind == "warm":
+            with open(os.path.join(state_dir, sid + ".snap"), "rb") as f:
+                f.read()
+    reqs = [("POST", f"/v1/sessions/{sid}/tokens", {"tokens": [rng.randrange(vocab)], "top_k": 0})
+            for _, sid in order]
+    return benchutil.resume_client(ROOT, BUILD, d.port, reqs, rate)
+
+
+def resume(d, state_dir, disk_ids, resident_ids, n, vocab, rng):
+    """n requests in all, split among RESUME_CLIENTS; each client's a third each of: an on-disk
+    session whose file is not in the page cache (cold), one whose file the bench has just read
+    (warm: recently evicted sessions are), a resident one; interleaved. Returns
+    ({client: {kind: [ms]}}, {(client, kind): [ids]}, {client: loop-thread cost per request})."""
+    k = n // (len(KINDS) * len(RESUME_CLIENTS))
+    picked = rng.sample(disk_ids, 2 * k * len(RESUME_CLIENTS))
+    resident = rng.sample(resident_ids[len(resident_ids) // 2:], k * len(RESUME_CLIENTS))  # never evicted meanwhile
+    out, ids, cost = {}, {}, {}
+    for ci, (label, client, rate) in enumerate(RESUME_CLIENTS):
+        kinds = {"cold": picked[2 * k * ci:2 * k * ci + k], "warm": picked[2 * k * ci + k:2 * k * (ci + 1)],
+                 "resident": resident[k * ci:k * (ci + 1)]}
+        order = [(kind, kinds[kind][i]) for i in range(k) for kind in KINDS]
+        c0, f0 = d.cpu_s(d.pid), benchutil.proc_minflt(d.pid, d.pid)
+        ms = (timed_python if client == "py" else timed_c)(d, state_dir, order, vocab, rng, rate)
+        cost[label] = {"cpu_loop_ms": (d.cpu_s(d.pid) - c0) * 1e3 / len(order),
+                       "faults_loop": (benchutil.proc_minflt(d.pid, d.pid) - f0) / len(order)}
+        out[label] = {kind: [x for (kd, _), x in zip(order, ms) if kd == kind] for kind in KINDS}
+        for kind in KINDS:
+            ids[(label, kind)] = kinds[kind]
+    return out, ids, cost
 
 
 # ---------------------------------------------------------------- the plot (hand-written SVG)
@@ -550,6 +588,7 @@ def measure(sizes, exe, work, svg_name, log=print):
         c.close()
         time.sleep(2)
         base = d.status("VmRSS")
+        idle = sizes["idle_s"] > 0  # 0: --resume-only
         c0, w0 = d.cpu_s(), time.monotonic()
         time.sleep(sizes["idle_s"])
         idle0_cpu, idle0_wall = d.cpu_s() - c0, time.monotonic() - w0
@@ -565,14 +604,16 @@ def measure(sizes, exe, work, svg_name, log=print):
         time.sleep(sizes["idle_s"])
         idle_cpu, idle_wall = d.cpu_s() - c0, time.monotonic() - w0
         loads.append(loadavg())
-        log(f"idle: {idle_cpu * 1e3:.0f} ms CPU in {idle_wall:.1f} s")
         control_rss = min(rss, 2 << 30, int(meminfo("MemAvailable") * 0.3))
-        control_cpu = control_idle(control_rss, sizes["idle_s"])
-        log(f"control: {control_cpu * 1e3:.1f} ms CPU with {mib(control_rss)} MiB")
-        lat, lat_ids = resume(d, state_dir, disk_ids, ids, resumes, vocab, rng)
+        control_cpu = control_idle(control_rss, sizes["idle_s"]) if idle else 0.0
+        if idle:
+            log(f"idle: {idle_cpu * 1e3:.0f} ms CPU in {idle_wall:.1f} s")
+            log(f"control: {control_cpu * 1e3:.1f} ms CPU with {mib(control_rss)} MiB")
+        lat, lat_ids, lat_cost = resume(d, state_dir, disk_ids, ids, resumes, vocab, rng)
         loads.append(loadavg())
         m2 = d.metrics()
         own = access_durations(os.path.join(work, "access.log"), lat_ids)
+        own = {c: {kd: own[(c, kd)] for kd in KINDS} for c in lat}
         rss_end = d.status("VmRSS")
     finally:
         d.kill()
@@ -585,9 +626,9 @@ def measure(sizes, exe, work, svg_name, log=print):
     sync_ev = m2.get("recurd_eviction_sync_writes_total", 0) - m1.get("recurd_eviction_sync_writes_total", 0)
     disk_reads = m2.get("recurd_session_disk_reads_total", 0) - m1.get("recurd_session_disk_reads_total", 0)
     loads_s = ", ".join(loads)
-    svg_plot(os.path.join(DOCS, svg_name), samples, base, state_bytes,
-             f"recurd RSS vs resident sessions ({dtype} states, {state_bytes:,} bytes each)")
-    p = lambda xs, q: f"{percentile(xs, q):.2f}"  # noqa: E731
+    if svg_name:  # (not with --resume-only)
+        svg_plot(os.path.join(DOCS, svg_name), samples, base, state_bytes,
+                 f"recurd RSS vs resident sessions ({dtype} states, {state_bytes:,} bytes each)")
     md = [
         f"Model `models/default`, state dtype {dtype}: state_bytes {state_bytes:,} per session, "
         f"snapshot files {snap_bytes:,.0f} bytes on average. Load average (1/5/15 min) during the run: "
@@ -605,28 +646,42 @@ def measure(sizes, exe, work, svg_name, log=print):
         f"({mib(above)} / {mib(want)} MiB) | ≤ 1.1 |",
         f"| bytes per resident session beyond its state | **{per_session - state_bytes:,.0f}** "
         f"({per_session:,.0f} − {state_bytes:,}) | reported |",
-        f"| daemon CPU while idle: no session resident / {len(ids):,} resident (+ {indexed:,.0f} on "
-        f"disk both times) | {idle0_cpu * 1e3:.1f} ms / {idle_cpu * 1e3:.1f} ms in {idle_wall:.0f} s "
-        f"({100 * idle_cpu / idle_wall:.2f} % of a core) | none |",
-        f"| control: a plain process holding {mib(control_rss)} MiB, waking once a second | "
-        f"{control_cpu * 1e3:.1f} ms in {sizes['idle_s']} s | |",
-        f"| resume a random on-disk session, file not in the page cache: p50 / p99, client / recurd's "
-        f"own (access log) | **{p(lat['cold'], 0.5)} / {p(lat['cold'], 0.99)} ms** / "
-        f"{p(own['cold'], 0.5)} / {p(own['cold'], 0.99)} ms ({len(lat['cold'])} requests) | p99 ≤ 2 ms |",
-        f"| resume a random on-disk session, file in the page cache: p50 / p99, client / recurd's own | "
-        f"**{p(lat['warm'], 0.5)} / {p(lat['warm'], 0.99)} ms** / {p(own['warm'], 0.5)} / "
-        f"{p(own['warm'], 0.99)} ms ({len(lat['warm'])} requests) | p99 ≤ 2 ms |",
-        f"| control: the same request on a resident session, same run: p50 / p99, client / recurd's own | "
-        f"{p(lat['resident'], 0.5)} / {p(lat['resident'], 0.99)} ms / {p(own['resident'], 0.5)} / "
-        f"{p(own['resident'], 0.99)} ms ({len(lat['resident'])} requests) | |",
+        *([f"| daemon CPU while idle: no session resident / {len(ids):,} resident (+ {indexed:,.0f} on "
+           f"disk both times) | {idle0_cpu * 1e3:.1f} ms / {idle_cpu * 1e3:.1f} ms in {idle_wall:.0f} s "
+           f"({100 * idle_cpu / idle_wall:.2f} % of a core) | none |",
+           f"| control: a plain process holding {mib(control_rss)} MiB, waking once a second | "
+           f"{control_cpu * 1e3:.1f} ms in {sizes['idle_s']} s | |"] if idle else []),
+        *resume_rows(lat, own, lat_cost),
         f"| evictions during the resumes / written on the loop thread / resumes read by a reader thread "
         f"(file not in the page cache) | {evictions:.0f} / {sync_ev:.0f} / {disk_reads:.0f} | |",
         "",
-        f"RSS against sessions: [{svg_name}]({svg_name}). RSS at the end (after the resumes): "
+        (f"RSS against sessions: [{svg_name}]({svg_name}). " if svg_name else "") + f"RSS at the end (after the resumes): "
         f"{mib(rss_end)} MiB. Run took {time.monotonic() - t_all:.0f} s; the snapshot files were "
         f"written by the bench in {write_s:.0f} s.",
     ]
     return "\n".join(md)
+
+
+def resume_rows(lat, own, cost):
+    """The resume rows of the table: per client, cold / warm / resident (the control), p50 / p99
+    at the client and in recurd's access log; the loop thread's CPU and page faults per request."""
+    p = lambda xs, q: f"{percentile(xs, q):.2f}"  # noqa: E731
+    what = {"cold": "resume a random on-disk session, file not in the page cache",
+            "warm": "resume a random on-disk session, file in the page cache",
+            "resident": "control: the same request on a resident session"}
+    rows = []
+    for client, by_kind in lat.items():
+        for kind in KINDS:
+            xs, ys = by_kind[kind], own[client][kind]
+            fig = (f"{p(xs, 0.5)} / {p(xs, 0.99)} ms / {p(ys, 0.5)} / {p(ys, 0.99)} ms "
+                   f"({len(xs)} requests)")
+            rows.append(f"| {what[kind]} ({client}): p50 / p99, client / recurd's own (access log) | "
+                        + (f"**{fig}**" if kind != "resident" else fig)
+                        + (" | p99 ≤ 2 ms |" if kind != "resident" else " | the floor |"))
+        c = cost[client]
+        rows.append(f"| recurd's loop thread per request ({client}, the three kinds together): CPU / "
+                    f"page faults | {c['cpu_loop_ms']:.3f} ms / {c['faults_loop']:.1f} | |")
+    return rows
 
 
 def section_text(quick_md, full_md):
@@ -635,10 +690,11 @@ def section_text(quick_md, full_md):
         "sessions are snapshot files of real sessions written by the bench (most of them hard links "
         "to 1,000 files: the disk check says what real files would take) and indexed by recurd at "
         "start; resident sessions are created over HTTP; resumes are single-token `/tokens` requests "
-        "over one keep-alive connection on loopback, paced at 50/s, each timed at the client (the figure "
+        "over one keep-alive connection on loopback, by three clients in turn (a C client paced at 50/s and in "
+        "a closed loop, the Python client of earlier runs paced at 50/s), each timed at the client (the figure "
         "compared with the target: an honest resume of a session that is not resident, over HTTP) and in "
-        "recurd's access log (its own time, without this client's wake-up); the resident row is the control "
-        "(the same request with no resume). A file not in the page cache is read by a reader thread, one in "
+        "recurd's access log (its own time, without the client's wake-up); the resident rows are the control "
+        "(the same request with no resume: the floor of what this machine shows). A file not in the page cache is read by a reader thread, one in "
         "it on the loop thread (docs/OPERATIONS.md \"Resuming a session from disk\"). Sizing rules: docs/OPERATIONS.md "
         "\"Sizing\". Idle CPU: recurd does no per-session work while idle (evictions, idle sweeps and "
         "snapshot rounds start at the list heads, server/session_table.h); with a state_dir it wakes "
@@ -679,23 +735,25 @@ def run(ctx):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--full", action="store_true", help="100k resident, 250k on disk")
+    ap.add_argument("--resume-only", action="store_true",
+                    help="only the resume rows: 5k resident, 8k on disk, no idle figures")
     ap.add_argument("--resident", type=int)
     ap.add_argument("--on-disk", type=int)
     ap.add_argument("--resumes", type=int)
     ap.add_argument("--recurd", default=os.path.join(BUILD, "recurd"))
     ap.add_argument("--no-doc", action="store_true", help="print the markdown only")
     a = ap.parse_args()
-    sizes = dict(FULL if a.full else QUICK)
+    sizes = dict(FULL if a.full else RESUME_ONLY if a.resume_only else QUICK)
     for k in ("resident", "on_disk", "resumes"):
         if getattr(a, k) is not None:
             sizes[k] = getattr(a, k)
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    svg = "bench_capacity_full.svg" if a.full else "bench_capacity.svg"
+    svg = None if a.resume_only else "bench_capacity_full.svg" if a.full else "bench_capacity.svg"
     md = measure(sizes, a.recurd, os.path.join(BUILD, "bench", "capacity-full" if a.full else "capacity"), svg,
                  log=lambda s: print(s, file=sys.stderr, flush=True))
     md = f"_Run {when}._\n\n" + md
     print(md)
-    if a.full and not a.no_doc:
+    if a.full and not a.no_doc and not a.resume_only:
         text = open(BENCH_DOC, encoding="utf-8").read()
         if "<!-- capacity:full -->" not in text:
             raise SystemExit("docs/BENCHMARKS.md has no capacity section yet: run "

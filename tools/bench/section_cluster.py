@@ -12,6 +12,8 @@ made on each node and kept when nginx's ring routes their id back to it (tests/p
 routed_to_creator); recur-load drives them with --session.
 For tools/bench/run_all.py: TITLE, ORDER, run(ctx). Run alone:
   /usr/bin/python3 tools/bench/section_cluster.py [--quick] > /tmp/cluster.md
+  /usr/bin/python3 tools/bench/section_cluster.py --resume-only [--quick]   # the resume-from-Redis
+                                                    table alone (needs redis-server, not nginx)
 """
 import json
 import os
@@ -23,6 +25,7 @@ import time
 
 import requests
 
+import benchutil
 import section_load
 from section_load import Budget, default_model_args, fmt, load, recurd, require_ok
 
@@ -207,12 +210,7 @@ RESUME_SESSIONS = 300
 RESUME_PROMPT = [5, 17, 3, 99, 42, 7, 7, 120]
 
 
-def cpu_s(pid, tid=None):
-    """utime + stime of a process (or of its thread tid), seconds (/proc/PID[/task/TID]/stat)."""
-    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
-    with open(path) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+cpu_s, minflt = benchutil.proc_cpu_s, benchutil.proc_minflt  # (pid[, tid]): seconds, faults
 
 
 def redis_info(redis, section):
@@ -235,26 +233,51 @@ RESUME_VARIANTS = (  # (label, appendfsync, extra recurd args): alternated in on
     ("AOF `appendfsync everysec`, f32 state", "everysec", []),
     ("AOF `appendfsync always`, `--state-dtype bf16`", "always", ["--state-dtype", "bf16"]),
 )
+RESUME_RATE = 50.0
+RESUME_CLIENTS = (  # (label, client, rate): each resumes its own sessions, then GETs them again
+    ("C client, closed loop", "c", 0.0),
+    (f"C client, paced {RESUME_RATE:.0f}/s", "c", RESUME_RATE),
+    ("Python `requests`, closed loop", "py", 0.0),
+)
+
+
+def timed_gets(client, rate, port, sids):
+    """One GET /v1/sessions/{id} per sid, in order, over one keep-alive connection: ms each."""
+    if client == "c":
+        return benchutil.resume_client(ROOT, section_load.BUILD, port,
+                                       [("GET", f"/v1/sessions/{sid}", None) for sid in sids], rate)
+    s, out = requests.Session(), []
+    s.get(f"http://127.0.0.1:{port}/healthz", timeout=30)  # the connection, made before timing
+    for sid in sids:
+        t0 = time.perf_counter()
+        r = s.get(f"http://127.0.0.1:{port}/v1/sessions/{sid}", timeout=30)
+        out.append((time.perf_counter() - t0) * 1e3)
+        if r.status_code != 200:
+            raise RuntimeError(f"GET on node B: {r.status_code} {r.text[:200]}")
+    return out
 
 
 def resume_once(margs, extra, fsync, n, log):
-    """One variant: Redis (appendfsync fsync), node A creates n sessions, node B resumes each
-    (its first request for it) and then GETs it again (resident). Returns the figures."""
+    """One variant: Redis (appendfsync fsync), node A creates n sessions per client of
+    RESUME_CLIENTS, node B resumes each (its first request for it) and then GETs it again
+    (resident), client after client. Returns the figures: {client label: {phase: ...}}, plus the
+    Redis and node figures of the variant."""
     redis, a, b = None, None, None
     try:
         redis = RedisServer(appendfsync=fsync).start()
         a = recurd(margs, extra + ["--redis", redis.url, "--node-name", "resume-a"]).__enter__()
         b = recurd(margs, extra + ["--redis", redis.url, "--node-name", "resume-b",
                                    "--access-log", log]).__enter__()
-        sa, sb = requests.Session(), requests.Session()
+        sa = requests.Session()
         wait_reachable([a, b])
-        sids = []
-        for _ in range(n):
-            r = sa.post(f"http://127.0.0.1:{a.port}/v1/sessions",
-                        json={"tokens": RESUME_PROMPT}, timeout=30)
-            r.raise_for_status()
-            sids.append(r.json()["id"])
-        sb.get(f"http://127.0.0.1:{b.port}/healthz", timeout=30)  # warm the connection
+        sids = {}
+        for label, _, _ in RESUME_CLIENTS:
+            sids[label] = []
+            for _ in range(n):
+                r = sa.post(f"http://127.0.0.1:{a.port}/v1/sessions",
+                            json={"tokens": RESUME_PROMPT}, timeout=30)
+                r.raise_for_status()
+                sids[label].append(r.json()["id"])
         aof = lambda: int(redis_info(redis, "persistence").get("aof_current_size", "0"))  # noqa: E731
         aof0, deadline = aof(), time.time() + 10
         while time.time() < deadline:  # A's creates are committed asynchronously: let them land
@@ -264,18 +287,18 @@ def resume_once(margs, extra, fsync, n, log):
             aof0 = aof()
         redis.command("CONFIG", "RESETSTAT")
         figs = {}
-        for phase in ("resume", "resident"):
-            wall = []
-            c_b, c_loop, c_r = cpu_s(b.pid), cpu_s(b.pid, b.pid), cpu_s(redis.proc.pid)
-            for sid in sids:
-                t0 = time.perf_counter()
-                r = sb.get(f"http://127.0.0.1:{b.port}/v1/sessions/{sid}", timeout=30)
-                wall.append(time.perf_counter() - t0)
-                if r.status_code != 200:
-                    raise RuntimeError(f"GET on node B: {r.status_code} {r.text[:200]}")
-            figs[phase] = {"wall": wall, "cpu_b": (cpu_s(b.pid) - c_b) / n,
-                           "cpu_loop": (cpu_s(b.pid, b.pid) - c_loop) / n,
-                           "cpu_redis": (cpu_s(redis.proc.pid) - c_r) / n}
+        for label, client, rate in RESUME_CLIENTS:
+            figs[label] = {}
+            for phase in ("resume", "resident"):
+                c_b, c_loop, c_r = cpu_s(b.pid), cpu_s(b.pid, b.pid), cpu_s(redis.proc.pid)
+                f_loop, aof_a = minflt(b.pid, b.pid), aof()
+                wall = timed_gets(client, rate, b.port, sids[label])
+                if phase == "resume" and "aof_growth" not in figs:  # the first client's: < lease_ms
+                    figs["aof_growth"] = aof() - aof_a
+                figs[label][phase] = {"wall": wall, "cpu_b": (cpu_s(b.pid) - c_b) / n,
+                                      "cpu_loop": (cpu_s(b.pid, b.pid) - c_loop) / n,
+                                      "cpu_redis": (cpu_s(redis.proc.pid) - c_r) / n,
+                                      "faults_loop": (minflt(b.pid, b.pid) - f_loop) / n}
         aof1 = aof()
         stats = redis_info(redis, "commandstats")
         evalstat = dict(kv.split("=") for kv in stats.get("cmdstat_eval", "").split(",") if "=" in kv)
@@ -284,19 +307,22 @@ def resume_once(margs, extra, fsync, n, log):
         figs["usage"] = redis.command("MEMORY", "USAGE", key)
         figs["hits"] = b.metrics().get("recurd_redis_hits_total", 0)
         figs["eval_us"] = evalstat.get("usec_per_call", "?")
-        figs["aof_growth"] = aof1 - aof0
+        figs["aof_total"] = aof1 - aof0
+        want = 2 * n * len(RESUME_CLIENTS)
         deadline = time.time() + 10
         while True:  # the access log is written in batches
             gets = []
             if os.path.exists(log):
                 with open(log) as f:
-                    gets = [json.loads(l)["duration_s"] for l in f
+                    gets = [json.loads(l)["duration_s"] * 1e3 for l in f
                             if '"route":"/v1/sessions/{id}"' in l and '"status":200' in l]
-            if len(gets) >= 2 * n or time.time() > deadline:
+            if len(gets) >= want or time.time() > deadline:
                 break
             time.sleep(0.1)
-        if len(gets) >= 2 * n:
-            figs["resume"]["own"], figs["resident"]["own"] = gets[:n], gets[n:2 * n]
+        if len(gets) >= want:  # in request order: per client, n resumes then n resident GETs
+            for i, (label, _, _) in enumerate(RESUME_CLIENTS):
+                figs[label]["resume"]["own"] = gets[2 * i * n:(2 * i + 1) * n]
+                figs[label]["resident"]["own"] = gets[(2 * i + 1) * n:(2 * i + 2) * n]
         return figs
     finally:
         for nd in (a, b):
@@ -310,12 +336,16 @@ def resume_table(margs, budget, work, quick=False):
     """Resume of a session that is only in Redis (issue 16: p99 <= 3 ms on loopback): node A
     creates the sessions (a create commits without taking the lease), node B gets one GET per
     session — its first request for it: the lease and the state in one round trip, then the
-    state restored with every snapshot check — and then the same GET again, resident. Wall time
-    per request at the client and in B's access log (first byte to last byte), and B's and
-    Redis's CPU time per request (load-independent where wall time is the scheduler's). Three
-    variants, each twice, alternated: Redis's fsync policy (the acquire script writes with
-    REPL_NONE, so neither policy should fsync on a resume: the AOF growth over the resumes says
-    whether it did) and the state dtype (bytes per session)."""
+    state restored with every snapshot check — and then the same GET again, resident (the
+    control: what the machine shows for a request without a resume). Three clients, each on its
+    own sessions (RESUME_CLIENTS): tools/bench/resume_client.c timing in C (closed loop, and
+    paced at RESUME_RATE: each request after an idle gap, as a user's), and Python `requests`
+    (the figures of earlier runs). Wall time per request at the client and in B's access log
+    (first byte to last byte), B's and Redis's CPU time and B's loop-thread page faults per
+    request (load-independent where wall time is the scheduler's). Three variants, each twice,
+    alternated: Redis's fsync policy (the acquire script writes with REPL_NONE, so neither
+    policy should fsync on a resume: the AOF growth over the resumes says whether it did) and the
+    state dtype (bytes per session)."""
     n = 50 if quick else RESUME_SESSIONS
     load0 = open("/proc/loadavg").read().split()[0]
     runs = {v[0]: [] for v in RESUME_VARIANTS}
@@ -325,48 +355,60 @@ def resume_table(margs, budget, work, quick=False):
             runs[label].append(resume_once(margs, extra, fsync, n, log))
     load1 = open("/proc/loadavg").read().split()[0]
     lines = [f"**Resume from Redis** (`models/default` as above; redis-server {redis_version()} with "
-             f"AOF; {n} sessions created on node A, then one `GET /v1/sessions/{{id}}` each on node "
-             "B — its first request for the session: lease and state in one round trip (`MULTI`, the acquire script, `GET` of the state, `EXEC`), "
-             "restored with every snapshot check — then the same GET again, resident (the "
-             "control: the same request with no resume); one client connection (Python "
-             "`requests`), requests one after another; each variant run "
+             f"AOF; node A creates {n} sessions per client, then one `GET /v1/sessions/{{id}}` each "
+             "on node B — its first request for the session: lease and state in one round trip "
+             "(`MULTI`, the acquire script, `GET` of the state, `EXEC`), restored with every "
+             "snapshot check — then the same GET again, resident (the control: the same request "
+             "with no resume, the floor of what this machine shows); one keep-alive client "
+             "connection per client: `tools/bench/resume_client.c` (each request timed in C, "
+             f"CLOCK_MONOTONIC) in a closed loop and paced at {RESUME_RATE:.0f}/s, and Python "
+             "`requests` in a closed loop; each variant run "
              f"{len(next(iter(runs.values())))} times, alternated, percentiles over all its "
              f"requests; load average {load0} at the start, {load1} at the end):", "",
-             "| variant | request on node B | wall p50 ms (client) | p99 ms | wall p50 ms (B's "
-             "access log) | p99 ms | B's loop thread CPU per request ms | B's CPU (all threads) "
-             "ms | Redis CPU per request ms |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| variant | client | request on node B | wall p50 ms (client) | p99 ms | wall p50 ms "
+             "(B's access log) | p99 ms | B's loop thread CPU per request ms | its page faults "
+             "per request | B's CPU (all threads) ms | Redis CPU per request ms |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     notes = []
     for label, fsync, extra in RESUME_VARIANTS:
         rs = runs[label]
-        for phase, what in (("resume", "first: resumed from Redis"), ("resident", "second: resident")):
-            wall = [x for r in rs for x in r[phase]["wall"]]
-            own = [x for r in rs for x in r[phase].get("own", [])]
-            mean = lambda k: statistics.mean(r[phase][k] for r in rs)  # noqa: E731
-            cells = [label if phase == "resume" else "", what,
-                     fmt(pct(wall, 0.5) * 1e3, 2), fmt(pct(wall, 0.99) * 1e3, 2)]
-            cells += ([fmt(pct(own, 0.5) * 1e3, 2), fmt(pct(own, 0.99) * 1e3, 2)] if own
-                      else ["–", "–"])
-            cells += [fmt(mean("cpu_loop") * 1e3, 3), fmt(mean("cpu_b") * 1e3, 3),
-                      fmt(mean("cpu_redis") * 1e3, 3)]
-            lines.append("| " + " | ".join(cells) + " |")
+        for ci, (client, _, _) in enumerate(RESUME_CLIENTS):
+            for phase, what in (("resume", "first: resumed from Redis"),
+                                ("resident", "second: resident (control)")):
+                wall = [x for r in rs for x in r[client][phase]["wall"]]
+                own = [x for r in rs for x in r[client][phase].get("own", [])]
+                mean = lambda k: statistics.mean(r[client][phase][k] for r in rs)  # noqa: E731
+                first = phase == "resume"
+                cells = [label if first and ci == 0 else "", client if first else "", what,
+                         fmt(pct(wall, 0.5), 2), fmt(pct(wall, 0.99), 2)]
+                cells += ([fmt(pct(own, 0.5), 2), fmt(pct(own, 0.99), 2)] if own else ["–", "–"])
+                cells += [fmt(mean("cpu_loop") * 1e3, 3), fmt(mean("faults_loop"), 1),
+                          fmt(mean("cpu_b") * 1e3, 3), fmt(mean("cpu_redis") * 1e3, 3)]
+                lines.append("| " + " | ".join(cells) + " |")
         r0 = rs[0]
         evals = " / ".join(str(r["eval_us"]) for r in rs)
         aofs = " / ".join(f"{r['aof_growth']:,}" for r in rs)
+        aoft = " / ".join(f"{r['aof_total']:,}" for r in rs)
         notes.append(f"{label}: Redis bytes per session `STRLEN` {r0['strlen']:,} (`MEMORY USAGE` "
                      f"{r0['usage']:,}); loads counted by node B {sum(int(r['hits']) for r in rs)}; "
                      f"Redis's own time per EVAL (`INFO commandstats`) {evals} µs; AOF growth over "
-                     f"the resumes {aofs} bytes.")
+                     f"the first client's resumes {aofs} bytes, over the whole run {aoft} (a lease "
+                     "a resume took expires redis_lease_ms later, and Redis writes a `DEL` for "
+                     "it).")
     lines += ["", *[f"- {x}" for x in notes], "",
               "The CPU columns are each process's (or B's loop thread's) CPU time over the phase "
-              "divided by the requests, 10 ms clock ticks over the whole phase: load-independent "
-              "where the wall time is the scheduler's. A resume's own path is B's loop thread "
-              "plus Redis plus two loopback hops; B's other threads make the next sessions' "
-              "states ahead (page faults off the request's path). The acquire script writes "
-              "(lease, TTLs) with `redis.set_repl(REPL_NONE)`: nothing of a resume goes to the AOF "
-              "(its growth over the resumes above), so `appendfsync` does not touch the resume "
-              "path — `always` stays the setting for the commits (no acknowledged fold lost, "
-              "docs/SCALING.md)."]
+              "divided by the requests (schedstat): load-independent where the wall time is the "
+              "scheduler's; page faults from /proc (minflt). A resume's "
+              "own path is B's loop thread plus Redis plus two loopback hops; B's other threads "
+              "make the next sessions' states ahead (their page faults off the request's path; "
+              "when a burst outruns them the loop makes one itself: its page faults column). "
+              "The paced rows pay a wake-up of every process on the path per request (client, B, "
+              "Redis: this VM charges an idle vCPU's wake-up, docs/BENCHMARKS.md capacity); the "
+              "resident rows of the same client are that floor without a resume. The acquire "
+              "script writes (lease, TTLs) with `redis.set_repl(REPL_NONE)`: nothing of a resume "
+              "goes to the AOF (its growth over the resumes above), so `appendfsync` does not "
+              "touch the resume path — `always` stays the setting for the commits (no "
+              "acknowledged fold lost, docs/SCALING.md)."]
     return "\n".join(lines)
 
 
@@ -389,7 +431,20 @@ def run(ctx):
     return section(quick=ctx.quick)
 
 
+def resume_only(quick=False):
+    """The resume-from-Redis table alone (--resume-only)."""
+    margs, _ = default_model_args()
+    work = tempfile.mkdtemp(prefix="recur-cluster-resume-")
+    try:
+        return resume_table(margs, None, work, quick)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 if __name__ == "__main__":
     start = time.monotonic()
-    print(section(quick="--quick" in sys.argv))
+    if "--resume-only" in sys.argv:
+        print(resume_only(quick="--quick" in sys.argv))
+    else:
+        print(section(quick="--quick" in sys.argv))
     print(f"\n_({time.monotonic() - start:.0f} s)_")
