@@ -44,6 +44,7 @@
 
 #include "chunk_decay.h"
 #include "chunk_mm.h"
+#include "chunk_work.h"
 #include "exp_nonpos.h"
 #include "mixer.h"
 
@@ -189,20 +190,8 @@ typedef struct {
     float *dw;    /* [cmax]        scratch of recur__decay_* */
     float *du;    /* [cmax]        scratch of recur__decay_* */
     double *a;    /* [cmax]        cumulative log-gates */
+    void *mem;    /* the block to free: NULL for the thread's (recur__chunk_carve, chunk_work.h) */
 } dr_work;
-
-static void dr_work_free(dr_work *w)
-{
-    free(w->B);
-    free(w->U);
-    free(w->Kd);
-    free(w->QT);
-    free(w->KT);
-    free(w->bt);
-    free(w->dw);
-    free(w->du);
-    free(w->a);
-}
 
 /* n1 * n2 * size without overflow, or 0 on overflow. */
 static size_t dr_bytes(uint64_t n1, uint64_t n2, size_t size)
@@ -215,28 +204,31 @@ static size_t dr_bytes(uint64_t n1, uint64_t n2, size_t size)
     return (size_t)(n * size);
 }
 
+/* Carve one block (the thread's, reused call after call, up to RECUR_CHUNK_WORK_MAX) into the
+ * pieces above, each 64-byte aligned; RECUR_ESHAPE when the sizes overflow, RECUR_ENOMEM. */
 static int dr_work_alloc(dr_work *w, int64_t cmax, int K, int V)
 {
     memset(w, 0, sizeof *w);
     w->cmax = cmax;
     if (cmax > INT32_MAX) /* recur__mm takes int sizes */
         return RECUR_ESHAPE;
-    size_t bB = dr_bytes(cmax, cmax, sizeof(float));
+    const size_t bB = dr_bytes(cmax, cmax, sizeof(float));
     if (!bB)
         return RECUR_ESHAPE;
-    w->B = malloc(bB);
-    w->U = malloc((size_t)cmax * V * sizeof(float));
-    w->Kd = malloc((size_t)cmax * K * sizeof(float));
-    w->QT = malloc((size_t)cmax * K * sizeof(float));
-    w->KT = malloc((size_t)cmax * K * sizeof(float));
-    w->bt = malloc((size_t)cmax * sizeof(float));
-    w->dw = malloc((size_t)cmax * sizeof(float));
-    w->du = malloc((size_t)cmax * sizeof(float));
-    w->a = malloc((size_t)cmax * sizeof(double));
-    if (!w->B || !w->U || !w->Kd || !w->QT || !w->KT || !w->bt || !w->dw || !w->du || !w->a) {
-        dr_work_free(w);
-        return RECUR_ENOMEM;
-    }
+    const size_t c = (size_t)cmax;
+    /* B U Kd QT KT bt dw du a */
+    const size_t sizes[9] = {bB, c * V * sizeof(float), c * K * sizeof(float), c * K * sizeof(float),
+                             c * K * sizeof(float), c * sizeof(float), c * sizeof(float),
+                             c * sizeof(float), c * sizeof(double)};
+    size_t off[9];
+    char *m;
+    const int rc = recur__chunk_carve(sizes, 9, off, &m, &w->mem);
+    if (rc)
+        return rc;
+    float **f[8] = {&w->B, &w->U, &w->Kd, &w->QT, &w->KT, &w->bt, &w->dw, &w->du};
+    for (int i = 0; i < 8; i++)
+        *f[i] = (float *)(m + off[i]);
+    w->a = (double *)(m + off[8]);
     return RECUR_OK;
 }
 
@@ -371,6 +363,6 @@ int recur_delta_rule(const recur_dims *d, const float *q, const float *k, const 
             dr_chunk(d, &w, h, t0, c, q, k, v, beta, g, scale, S + (size_t)h * d->K * d->V, o);
         }
     }
-    dr_work_free(&w);
+    free(w.mem);
     return RECUR_OK;
 }

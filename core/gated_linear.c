@@ -26,10 +26,10 @@
 #include "gated_linear.h"
 #include "chunk_decay.h"
 #include "chunk_mm.h"
+#include "chunk_work.h"
 #include "exp_nonpos.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,11 +46,6 @@
  * floor changes no decay, but it keeps the cumulative sums small enough that differences of
  * them (b_t - b_s) stay exact to ~1e-9 after a huge gate such as -3e38. */
 #define GL_LOG_FLOOR (-1000.0)
-/* Chunk workspaces up to this size are kept per thread and reused (a prefill calls the
- * chunkwise form again and again; fresh pages cost ~12 us each to fault in). Larger ones, such
- * as the parallel form over a long sequence, are allocated for the call and freed. */
-#define GL_CACHE_MAX ((size_t)4 << 20)
-
 /* ---------------------------------------------------------------- validation */
 
 int gl_check_form_scale(recur_form form, int64_t chunk_size, float scale, int K, float *out)
@@ -282,58 +277,8 @@ typedef struct {
     float *Qj;                 /* [GL_SUB][K] per-key: q_t exp(b_t - b_r) */
     float *edec;               /* [K]     exp(b_last) per key (state decay) */
     float *dw, *du;            /* [C]     scratch of recur__decay_rows */
-    void *mem;                 /* the allocation, unless it is the thread's cached block */
+    void *mem;                 /* the block to free: NULL for the thread's (recur__chunk_carve) */
 } gl_work;
-
-/* ---------------------------------------------------------------- per-thread workspace cache */
-
-typedef struct {
-    size_t cap;
-    void *data; /* 64-byte aligned, cap bytes */
-} gl_cache;
-
-static pthread_key_t cache_key;
-static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
-static int cache_ok;
-
-static void cache_destroy(void *p)
-{
-    gl_cache *c = p;
-    free(c->data);
-    free(c);
-}
-
-static void cache_init(void)
-{
-    cache_ok = pthread_key_create(&cache_key, cache_destroy) == 0;
-}
-
-/* The calling thread's block of at least `bytes` (grown as needed), or NULL: the caller then
- * allocates for itself. Freed by the key's destructor when the thread exits. */
-static void *cache_get(size_t bytes)
-{
-    if (bytes > GL_CACHE_MAX || pthread_once(&cache_once, cache_init) != 0 || !cache_ok)
-        return NULL;
-    gl_cache *c = pthread_getspecific(cache_key);
-    if (!c) {
-        c = calloc(1, sizeof *c);
-        if (!c)
-            return NULL;
-        if (pthread_setspecific(cache_key, c) != 0) {
-            free(c);
-            return NULL;
-        }
-    }
-    if (c->cap < bytes) {
-        void *d = aligned_alloc(64, bytes);
-        if (!d)
-            return NULL;
-        free(c->data);
-        c->data = d;
-        c->cap = bytes;
-    }
-    return c->data;
-}
 
 /* Carve one allocation into aligned pieces; RECUR_ESHAPE if the sizes overflow. */
 static int work_alloc(gl_work *w, int64_t C, int K, gl_gate_kind gate)
@@ -353,21 +298,11 @@ static int work_alloc(gl_work *w, int64_t C, int K, gl_gate_kind gate)
         key ? (size_t)GL_SUB * k * sizeof(float) : 0, k * sizeof(float),     /* Qj edec */
         c * sizeof(float), c * sizeof(float),                                /* dw du */
     };
-    size_t off[15], total = 0;
-    for (int i = 0; i < 15; i++) {
-        size_t sz = (sizes[i] + 63) & ~(size_t)63;
-        if (sz < sizes[i] || total > SIZE_MAX - sz)
-            return RECUR_ESHAPE;
-        off[i] = total;
-        total += sz;
-    }
-    total = total ? total : 64;
-    char *m = cache_get(total);
-    if (!m) {
-        if (!(m = aligned_alloc(64, total)))
-            return RECUR_ENOMEM;
-        w->mem = m;
-    }
+    size_t off[15];
+    char *m;
+    const int rc = recur__chunk_carve(sizes, 15, off, &m, &w->mem);
+    if (rc)
+        return rc;
     w->Qr = (float *)(m + off[0]);
     w->Kr = (float *)(m + off[1]);
     w->KrT = (float *)(m + off[2]);

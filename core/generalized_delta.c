@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "chunk_mm.h"
+#include "chunk_work.h"
 #include "exp_nonpos.h"
 #include "gated_linear.h"
 #include "generalized_delta.h"
@@ -206,10 +207,11 @@ typedef struct {
     float *w;                  /* [cmax][K]    e^{g_t} */
     float *edec;               /* [K]          e^{gam_c} */
     double *gam;               /* [cmax+1][K]  row t+1: gam_t; row 0: gam_{-1} = 0 */
-    void *mem;
+    void *mem;                 /* the block to free: NULL for the thread's (recur__chunk_carve) */
 } gdr_work;
 
-/* Carve one allocation; RECUR_ESHAPE when the sizes overflow, RECUR_ENOMEM when it fails. */
+/* Carve one block (the thread's, reused call after call up to RECUR_CHUNK_WORK_MAX, chunk_work.h);
+ * RECUR_ESHAPE when the sizes overflow, RECUR_ENOMEM when it fails. */
 static int gdr_work_alloc(gdr_work *w, int64_t cmax, int K, int V)
 {
     memset(w, 0, sizeof *w);
@@ -223,18 +225,11 @@ static int gdr_work_alloc(gdr_work *w, int64_t cmax, int K, int V)
                             GDR_SUB * (size_t)K * sizeof(float), GDR_SUB * (size_t)K * sizeof(float),
                             ck, K * sizeof(float), (c + 1) * K * sizeof(double)};
     enum { N = sizeof sizes / sizeof sizes[0] };
-    size_t off[N], total = 0;
-    for (int i = 0; i < N; i++) {
-        const size_t sz = (sizes[i] + 63) & ~(size_t)63;
-        if (sz < sizes[i] || total > SIZE_MAX - sz)
-            return RECUR_ESHAPE;
-        off[i] = total;
-        total += sz;
-    }
-    char *m = aligned_alloc(64, total);
-    if (!m)
-        return RECUR_ENOMEM;
-    w->mem = m;
+    size_t off[N];
+    char *m;
+    const int rc = recur__chunk_carve(sizes, N, off, &m, &w->mem);
+    if (rc)
+        return rc;
     float **f[] = {&w->Nab, &w->Aak, &w->Mqb, &w->Mqk, &w->U, &w->Qt, &w->At, &w->Bh, &w->Kh,
                    &w->Yb, &w->Yk, &w->YbT, &w->YkT, &w->Xa, &w->Xq, &w->w, &w->edec};
     for (int i = 0; i < N - 1; i++)
