@@ -64,7 +64,13 @@ void recur__solve_unit_lower(int c, int V, const float *B, ptrdiff_t ldb, float 
  * chunk's q k v (and o with write intent) in one burst before each head, 0.80-0.87x; the same
  * drained 24 lines per 6 x 64 tile inside recur__mm, 0.84-0.85x (the touch shrank, the products
  * slowed by more, probably as the prefetches held the L1 miss buffers that the products' L2
- * reads need); touching o's rows as well, 0.85-0.87x. */
+ * reads need); touching o's rows as well, 0.85-0.87x.
+ * Re-measured 2026-12-02 16:25-17:15 (issue 18, T = 1k vs 16k, thread CPU time, load 2-8): no
+ * chunkwise call of the seven mixers takes a page fault at T = 16k (getrusage per call), so the
+ * T = 16k gap is not first touch. Prefetching the next chunk's q k v (g) in place of this touch,
+ * spread over six points of each head's step: prefetcht0 (also with o's rows, write intent) and
+ * prefetcht2 ran 5-20 % slower at T = 16k in alternated runs, prefetcht1 within the noise. Ratios of T = 16k to T = 1k moved between
+ * 0.76 and 1.31 from run to run at load 2-3 (the same build), so none of this is a quiet verdict. */
 static inline float recur__touch(const float *a, size_t n)
 {
     float acc = 0.0f;
