@@ -8,7 +8,12 @@
  *
  * Usage: bench_kernels [--reps N] [--budget SECONDS] [--mem-mb MB] [--T 1024,4096,16384]
  *                      [--mixers linear,retention,...] [--forms recurrent,parallel,chunkwise]
- *                      [--H 4] [--K 64] [--V 64] [--chunk 64]
+ *                      [--H 4] [--K 64] [--V 64] [--chunk 64] [--pages 2m|4k]
+ * The mixers' inputs and outputs live where the server's forward workspace keeps them
+ * (core/model_forward.c): in mappings from recur__big_alloc, on 2 MiB pages where the kernel grants
+ * them (MADV_HUGEPAGE). --pages 4k puts them in plain malloc memory (4 KiB pages) instead: at
+ * T = 16k the operands (~80 MB at H = 4, K = V = 64) then span far more pages than the TLB maps,
+ * at T = 1k (~5 MB) they fit (section_kernels.py reports both).
  * Prints one JSON object per line on stdout:
  *   {"kind":"blas","core":..}   OpenBLAS's kernel for this CPU (openblas_get_corename)
  *   {"kind":"sgemm","m":..,"n":..,"k":..,"median_s":..,"gflops":..,"cpu_median_s":..,"gflops_cpu":..}
@@ -59,6 +64,7 @@ static int opt_reps = 5;            /* timed runs per configuration (at least 3 
 static double opt_budget = 8.0;     /* seconds per configuration before stopping early */
 static long opt_mem_mb = 2048;      /* address-space allowance beyond the start-up mapping */
 static int opt_H = 4, opt_K = 64, opt_V = 64;
+static int opt_small_pages = 0;     /* --pages 4k: operands in malloc memory, not recur__big_alloc */
 static int64_t opt_chunk = 64;
 static char opt_T[256] = "1024,4096,16384";
 static char opt_mixers[256] = "linear,retention,gla_scalar,gla_vector,deltanet,gated_deltanet,gdr,softmax,block_topk";
@@ -146,14 +152,30 @@ static void *xmalloc(size_t n)
     return p;
 }
 
+/* A mixer operand (--pages: see the header): recur__big_alloc (core/model_internal.h), as
+ * the server's workspace, or malloc. Freed by xbig_free with the same n. */
+void *recur__big_alloc(size_t bytes);
+void recur__big_free(void *p, size_t bytes);
+static void *xbig(size_t n)
+{
+    if (opt_small_pages)
+        return xmalloc(n);
+    void *p = recur__big_alloc(n);
+    if (!p) {
+        fprintf(stderr, "bench_kernels: out of memory (%zu bytes)\n", n);
+        exit(1);
+    }
+    return p;
+}
+
 static void data_init(bench_data *d, int64_t T, int H, int K, int V)
 {
     d->T = T, d->H = H, d->K = K, d->V = V;
     size_t nk = (size_t)T * H * K, nv = (size_t)T * H * V, nh = (size_t)T * H;
-    d->q = xmalloc(nk * 4), d->k = xmalloc(nk * 4), d->v = xmalloc(nv * 4);
-    d->gs = xmalloc(nh * 4), d->gv = xmalloc(nk * 4), d->beta = xmalloc(nh * 4);
-    d->ea = xmalloc(nk * 4), d->eb = xmalloc(nk * 4);
-    d->S = xmalloc((size_t)H * K * V * 4), d->z = xmalloc((size_t)H * K * 4), d->o = xmalloc(nv * 4);
+    d->q = xbig(nk * 4), d->k = xbig(nk * 4), d->v = xbig(nv * 4);
+    d->gs = xbig(nh * 4), d->gv = xbig(nk * 4), d->beta = xbig(nh * 4);
+    d->ea = xbig(nk * 4), d->eb = xbig(nk * 4);
+    d->S = xmalloc((size_t)H * K * V * 4), d->z = xmalloc((size_t)H * K * 4), d->o = xbig(nv * 4);
     for (size_t i = 0; i < nk; i++) {
         d->q[i] = urand();
         d->k[i] = urand();
@@ -183,10 +205,21 @@ static void data_init(bench_data *d, int64_t T, int H, int K, int V)
         d->v[i] = urand();
 }
 
+static void xbig_free(void *p, size_t n)
+{
+    if (opt_small_pages)
+        free(p);
+    else
+        recur__big_free(p, n);
+}
+
 static void data_free(bench_data *d)
 {
-    free(d->q), free(d->k), free(d->v), free(d->gs), free(d->gv), free(d->beta), free(d->ea), free(d->eb);
-    free(d->S), free(d->z), free(d->o);
+    size_t nk = (size_t)d->T * d->H * d->K, nv = (size_t)d->T * d->H * d->V, nh = (size_t)d->T * d->H;
+    xbig_free(d->q, nk * 4), xbig_free(d->k, nk * 4), xbig_free(d->v, nv * 4);
+    xbig_free(d->gs, nh * 4), xbig_free(d->gv, nk * 4), xbig_free(d->beta, nh * 4);
+    xbig_free(d->ea, nk * 4), xbig_free(d->eb, nk * 4), xbig_free(d->o, nv * 4);
+    free(d->S), free(d->z);
 }
 
 /* ---------------------------------------------------------------- one call */
@@ -319,6 +352,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--K")) opt_K = atoi(b);
         else if (!strcmp(a, "--V")) opt_V = atoi(b);
         else if (!strcmp(a, "--chunk")) opt_chunk = atoll(b);
+        else if (!strcmp(a, "--pages") && (!strcmp(b, "2m") || !strcmp(b, "4k"))) opt_small_pages = !strcmp(b, "4k");
         else { fprintf(stderr, "bench_kernels: unknown option %s\n", a); return 2; }
     }
     if (opt_reps < 1)
@@ -326,7 +360,8 @@ int main(int argc, char **argv)
 
     /* which of OpenBLAS's kernels sgemm runs (DYNAMIC_ARCH picks one per CPU): the peak is that
      * kernel's, e.g. an AVX2 one ("Haswell") on some AVX-512 CPUs, an AVX-512 one on others */
-    printf("{\"kind\":\"blas\",\"core\":\"%s\"}\n", openblas_get_corename());
+    printf("{\"kind\":\"blas\",\"core\":\"%s\",\"pages\":\"%s\"}\n", openblas_get_corename(),
+           opt_small_pages ? "4k" : "2m");
     bench_sgemm(64, 64, 64);
     bench_sgemm(64, 64, 256);
     bench_sgemm(256, 256, 256);
