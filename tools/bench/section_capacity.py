@@ -41,7 +41,9 @@ over HTTP on loopback by a keep-alive client of this file (sockets, no library):
      on a worker, the response); and recurd's loop thread's CPU time (schedstat) and page faults
      per request. The resident rows are the control: the same request without a resume, so what
      it costs (thread wake-ups, the fold) is not the resume's; its p99 is the floor this machine
-     shows, whatever the resume does.
+     shows, whatever the resume does. Then the disk's own floor, without recurd: this process
+     reads DISK_FLOOR_READS snapshot-sized files not in the page cache (disk_floor): a cold resume
+     cannot beat it.
 
 snapshot_interval_ms is 0 (writes only on eviction): a periodic round would write every one of
 the N changed sessions (minutes of fsyncs) while the figures are taken. The daemon is killed at
@@ -412,6 +414,7 @@ RESUME_CLIENTS = (  # (label, client, rate): each on its own sessions, one after
     (f"Python client, paced {RESUME_RATE:.0f}/s", "py", RESUME_RATE),
 )
 KINDS = ("cold", "warm", "resident")
+DISK_FLOOR_READS = 300  # files of the disk's own floor (disk_floor)
 
 
 def timed_python(d, state_dir, order, vocab, rng, rate):
@@ -470,6 +473,33 @@ def resume(d, state_dir, disk_ids, resident_ids, n, vocab, rng):
         for kind in KINDS:
             ids[(label, kind)] = kinds[kind]
     return out, ids, cost
+
+
+def disk_floor(work, blobs, n):
+    """The disk's own floor for a cold resume, no recurd: n snapshot-sized files (the blobs) written
+    under work/floor, synced and dropped from the page cache as the on-disk sessions are, then each
+    opened, read whole and closed by this process in a closed loop. Returns [ms] per file."""
+    floor = os.path.join(work, "floor")
+    os.makedirs(floor)
+    paths = [os.path.join(floor, f"{i}.snap") for i in range(n)]
+    for i, path in enumerate(paths):
+        with open(path, "wb") as f:
+            f.write(blobs[i % len(blobs)])
+    os.sync()
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+    out = []
+    for path in paths:
+        t0 = time.perf_counter()
+        fd = os.open(path, os.O_RDONLY)
+        while os.read(fd, 1 << 20):
+            pass
+        os.close(fd)
+        out.append((time.perf_counter() - t0) * 1e3)
+    shutil.rmtree(floor)
+    return out
 
 
 # ---------------------------------------------------------------- the plot (hand-written SVG)
@@ -610,6 +640,7 @@ def measure(sizes, exe, work, svg_name, log=print):
             log(f"idle: {idle_cpu * 1e3:.0f} ms CPU in {idle_wall:.1f} s")
             log(f"control: {control_cpu * 1e3:.1f} ms CPU with {mib(control_rss)} MiB")
         lat, lat_ids, lat_cost = resume(d, state_dir, disk_ids, ids, resumes, vocab, rng)
+        floor_ms = disk_floor(work, blobs, DISK_FLOOR_READS)
         loads.append(loadavg())
         m2 = d.metrics()
         own = access_durations(os.path.join(work, "access.log"), lat_ids)
@@ -652,6 +683,9 @@ def measure(sizes, exe, work, svg_name, log=print):
            f"| control: a plain process holding {mib(control_rss)} MiB, waking once a second | "
            f"{control_cpu * 1e3:.1f} ms in {sizes['idle_s']} s | |"] if idle else []),
         *resume_rows(lat, own, lat_cost),
+        f"| control: the disk alone — this bench opens, reads and closes a snapshot-sized file not in "
+        f"the page cache (no recurd, closed loop): p50 / p99 | {percentile(floor_ms, 0.5):.2f} / "
+        f"{percentile(floor_ms, 0.99):.2f} ms ({len(floor_ms)} files) | the floor of a cold resume |",
         f"| evictions during the resumes / written on the loop thread / resumes read by a reader thread "
         f"(file not in the page cache) | {evictions:.0f} / {sync_ev:.0f} / {disk_reads:.0f} | |",
         "",
