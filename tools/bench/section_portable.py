@@ -16,10 +16,17 @@ median over every rep of every round: decode B = 1 and B = 64 (recur_model_step_
 prefill of 512 tokens. Target (issue 15): portable / reference >= 0.95 on every measure.
 
 Run alone: /usr/bin/python3 tools/bench/run_all.py --sections portable
+Some rows only, printed (docs/BENCHMARKS.md untouched), e.g. the d512 rows with more rounds:
+    /usr/bin/python3 tools/bench/section_portable.py --models d512 --rounds 7
+The d512 decode at B = 1 streams 53 MB of F16 weights per token from memory: its rate varies
+from one process to the next by more than the target's 5 % (a same-binary A/A pair at load 2.4
+ranged 0.69-1.43 per round, 12 rounds), so that row needs more rounds than the compute-bound ones.
 """
+import argparse
 import json
 import os
 import statistics
+import sys
 
 import benchutil
 
@@ -34,6 +41,8 @@ REFERENCE = {  # path -> (build directory, how it is compiled)
 }
 D512_CONFIG = "tools/configs/bench_d512.json"
 D512_DIR = "bench/d512_f16"
+# (key, model directory, tokens per rep at B = 1, reps); d512: its directory under the build
+MODELS = lambda d512: [("default", "models/default", 256, 3), ("d512", d512, 128, 3)]  # noqa: E731
 TARGET = 0.95
 
 
@@ -69,7 +78,9 @@ def _rates(outs):
     return res
 
 
-def run(ctx):
+def run(ctx, only=None, rounds=None):
+    """The section; only: the model keys to measure (default every model), rounds: how many
+    (default 3, 1 with --quick)."""
     ctx.run(["make", "--no-print-directory", "bench-isa-refs"], timeout=3600)
     bench = lambda d: os.path.join(d, "bench", "bench_model")
     portable = bench(PORTABLE_BUILD)
@@ -77,8 +88,8 @@ def run(ctx):
     if not os.path.exists(os.path.join(ctx.root, d512, "model.safetensors")):
         ctx.run([ctx.python, "tools/export.py", "--config", D512_CONFIG, "--seed", "1", "--out", d512,
                  "--dtype", "F16"], timeout=600)
-    rounds = 1 if ctx.quick else 3
-    models = [("default", "models/default", 256, 3), ("d512", d512, 128, 3)]
+    rounds = rounds or (1 if ctx.quick else 3)
+    models = [x for x in MODELS(d512) if not only or x[0] in only]
     paths = _paths()
     outs = {}  # (model, path, "reference" | "portable") -> [run outputs]
     load = [open("/proc/loadavg").read().split()[:3]]
@@ -131,3 +142,24 @@ def run(ctx):
             "(bench_model --model-only); "
             f"raw: `{os.path.relpath(raw, ctx.root)}`. "
             f"Load average before / after each round: {', '.join('/'.join(x) for x in load)}.\n")
+
+
+def main():
+    ap = argparse.ArgumentParser(description="Some rows of the portable section, printed (not written to "
+                                             "docs/BENCHMARKS.md).")
+    ap.add_argument("--models", default="default,d512", help="comma-separated: default, d512")
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args()
+    only = set(a.models.split(","))
+    known = {k for k, *_ in MODELS("")}
+    if not only <= known or a.rounds < 1:
+        ap.error(f"--models: some of {sorted(known)}; --rounds >= 1")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import run_all
+    ctx = run_all.BenchContext()
+    ctx.section = "portable"
+    print(run(ctx, only=only, rounds=a.rounds))
+
+
+if __name__ == "__main__":
+    main()
