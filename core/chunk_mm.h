@@ -70,7 +70,12 @@ void recur__solve_unit_lower(int c, int V, const float *B, ptrdiff_t ldb, float 
  * T = 16k gap is not first touch. Prefetching the next chunk's q k v (g) in place of this touch,
  * spread over six points of each head's step: prefetcht0 (also with o's rows, write intent) and
  * prefetcht2 ran 5-20 % slower at T = 16k in alternated runs, prefetcht1 within the noise. Ratios of T = 16k to T = 1k moved between
- * 0.76 and 1.31 from run to run at load 2-3 (the same build), so none of this is a quiet verdict. */
+ * 0.76 and 1.31 from run to run at load 2-3 (the same build), so none of this is a quiet verdict.
+ * What the gap was (17:30, load 4-6): the bench, not the kernels. With the chunkwise form run alone
+ * (one call after another, as a prefill calls it) on operands in 2 MiB pages (as the server's
+ * workspace), T = 16k / T = 1k was 0.93-1.01 for all seven; the same kernels gave 0.64-0.83 with the
+ * forms alternated call by call (the parallel form's T x T scores between two chunkwise calls) and
+ * 0.83-0.98 alone on 4 KiB pages (the TLB). section_kernels.py measures the target the first way. */
 static inline float recur__touch(const float *a, size_t n)
 {
     float acc = 0.0f;

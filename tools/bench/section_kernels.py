@@ -29,6 +29,8 @@ TARGET_T = 16384
 # T = 1k rate (nominal flops; both measured by CPU time, see long_sequences)
 LONG_T, SHORT_T = 16384, 1024
 LONG_PEAK_FRACTION, LONG_RATE_RATIO = 0.75, 0.90
+PAGES = ("2m", "4k")   # bench_kernels.c --pages: the verdict's (the server's workspace), then malloc's
+PAGE_LABEL = {"2m": "2 MiB pages, as recurd's workspace (the verdict)", "4k": "4 KiB pages (plain malloc)"}
 
 
 def _fmt_rate(x):
@@ -61,12 +63,16 @@ def run(ctx):
     c_out = benchutil.jsonl(ctx.run([rel(exe), "--T", tlist, "--reps", reps, "--budget", "8",
                             "--mem-mb", str(MEM_MB), "--H", str(H), "--K", str(K), "--V", str(V),
                             "--chunk", str(CHUNK)], timeout=7200))
-    small = []  # issue 18's long-sequence rows again with the operands on 4 KiB pages (bench_kernels.c)
+    # issue 18's long-sequence targets: the chunkwise form alone, T = 1k and 16k, operands on 2 MiB
+    # pages (as the server's workspace) and again on 4 KiB pages (bench_kernels.c --pages)
+    long_runs = {}
     if LONG_T in Ts and SHORT_T in Ts:
-        small = benchutil.jsonl(ctx.run([rel(exe), "--pages", "4k", "--T", f"{SHORT_T},{LONG_T}",
-                                "--forms", "chunkwise", "--mixers", ",".join(m for m, _ in MIXERS),
-                                "--reps", reps, "--budget", "8", "--mem-mb", str(MEM_MB), "--H", str(H),
-                                "--K", str(K), "--V", str(V), "--chunk", str(CHUNK)], timeout=7200))
+        for pages in PAGES:
+            long_runs[pages] = benchutil.jsonl(ctx.run(
+                [rel(exe), "--pages", pages, "--T", f"{SHORT_T},{LONG_T}", "--forms", "chunkwise",
+                 "--mixers", ",".join(m for m, _ in MIXERS), "--reps", reps, "--budget", "8",
+                 "--mem-mb", str(MEM_MB), "--H", str(H), "--K", str(K), "--V", str(V),
+                 "--chunk", str(CHUNK)], timeout=7200))
     t_out = benchutil.jsonl(ctx.run([ctx.python, "tools/bench/bench_torch_kernels.py", "--T", tlist,
                             "--reps", reps, "--budget", "8", "--H", str(H), "--K", str(K),
                             "--V", str(V), "--chunk", str(CHUNK)], timeout=7200))
@@ -74,15 +80,16 @@ def run(ctx):
     with open(raw, "w") as f:
         for r in c_out + t_out:
             f.write(json.dumps(r) + "\n")
-        for r in small:
-            f.write(json.dumps(dict(r, pages="4k")) + "\n")
+        for pages, rows in long_runs.items():
+            for r in rows:
+                f.write(json.dumps(dict(r, run="long", pages=pages)) + "\n")
     load = open("/proc/loadavg").read().split()[:3]
-    return (render(c_out, t_out, Ts, small) + f"\n\nLoad average when this section finished: {' '.join(load)} "
+    return (render(c_out, t_out, Ts, long_runs) + f"\n\nLoad average when this section finished: {' '.join(load)} "
             f"(2 cores shared with other work: absolute figures are noisy, ratios from the same run "
             f"less so). Raw per-run data: `{rel(raw)}` (median and min of each configuration).")
 
 
-def render(c_out, t_out, Ts, small=()):
+def render(c_out, t_out, Ts, long_runs=None):
     sgemm = [r for r in c_out if r["kind"] == "sgemm"]
     peak = max((r["gflops"] for r in sgemm), default=None)
     cpu_peak = max((r["gflops_cpu"] for r in sgemm if "gflops_cpu" in r), default=None)
@@ -236,11 +243,7 @@ def render(c_out, t_out, Ts, small=()):
                "`tools/bench/torch_chunkwise.py` (batched over heads, the same algorithm and "
                "chunk size; checked against the float64 reference by tests/python/test_reference.py).")
     out.append("")
-    out.extend(long_sequences(res, cpu_peak, Ts))
-    if small:
-        res4k = {(r["mixer"], r["form"], r["T"]): r for r in small if r["kind"] == "mixer"}
-        out.append("")
-        out.extend(long_sequences(res4k, cpu_peak, Ts, pages="4k"))
+    out.extend(long_sequences(long_runs or {}, res, cpu_peak, Ts))
     return "\n".join(out)
 
 
@@ -249,57 +252,60 @@ def cpu_gflops(r):
     return r.get("gflops_cpu") if r and r.get("status") == "ok" else None
 
 
-def long_sequences(res, cpu_peak, Ts, pages="2m"):
+def long_sequences(long_runs, res_main, cpu_peak, Ts):
     """Issue 18's targets: every chunkwise form at T = 16k at >= 75 % of the sgemm peak and at >= 0.90
-    of its own T = 1k rate. Both sides by CPU time (medians; the fastest runs beside): the calls at
-    T = 16k last ~50-100 ms and are cut into many time slices on a loaded machine, those at T = 1k
-    often fit in one, so wall time counts the other work's share against the long sequence.
-    pages: where the operands live (bench_kernels.c --pages): "2m" as the server's workspace
-    (recur__big_alloc, 2 MiB pages: the verdict), "4k" plain malloc memory (shown beside it)."""
-    if pages == "4k":
-        return ["#### The same with the operands on 4 KiB pages", "",
-                f"The rows above again, from a second run of bench_kernels (chunkwise form only) with "
-                f"`--pages 4k`: the operands "
-                f"in plain malloc memory (4 KiB pages), as a caller of the kernels that does not ask for "
-                f"huge pages would hold them. At T = {LONG_T} they span far more 4 KiB pages than the TLB "
-                f"maps, at T = {SHORT_T} they fit; recurd's own prefill keeps them in its workspace on "
-                f"2 MiB pages (the table above). Same peak as above.", ""] + \
-            _long_table(res, cpu_peak)
+    of its own T = 1k rate, from long_runs ({pages: bench_kernels rows}): dedicated runs of the
+    chunkwise form alone, operands on 2 MiB pages (the verdict: where the server's workspace keeps
+    them) and on 4 KiB pages (beside it). Both sides by CPU time (medians; the fastest runs beside):
+    the calls at T = 16k last ~20-50 ms and are cut into many time slices on a loaded machine, those
+    at T = 1k often fit in one, so wall time counts the other work's share against the long
+    sequence. res_main: the main run's rows (forms alternated), whose ratio is shown too."""
     out = ["### Chunkwise at long sequences (issue 18)", ""]
-    if LONG_T not in Ts or SHORT_T not in Ts:
+    if LONG_T not in Ts or SHORT_T not in Ts or not long_runs:
         return out + [f"_T = {SHORT_T} and T = {LONG_T} were not both measured: not evaluated._"]
     if not cpu_peak:
         return out + ["_no CPU-time figures in the raw data (an older bench_kernels): not evaluated._"]
     out.append(f"Chunkwise GFLOP/s (nominal flops, as above) by the median CPU time of a call, against the "
                f"sgemm peak by CPU time ({cpu_peak:.1f} GFLOP/s, same run). Targets: T = {LONG_T} at "
                f"≥ {100 * LONG_PEAK_FRACTION:.0f} % of the peak, and its rate ≥ {LONG_RATE_RATIO:.2f} × "
-               f"the same form's rate at T = {SHORT_T}. The last column is the rate ratio of the fastest "
-               f"runs of each T. Why CPU time: on a loaded machine a call at T = {SHORT_T} (about 1 ms) "
-               f"often runs within one time slice, while one at T = {LONG_T} (50-100 ms) is cut into "
-               f"many, so the wall-time GFLOP/s above charge the other work's share of the cores to the "
-               f"long sequence; on a quiet machine the two columns agree. A ratio above 1 means the "
-               f"T = {SHORT_T} calls paid more per token: they take turns with the recurrent and parallel "
-               f"forms, whose data evict the chunkwise operands between calls, and a short call's fixed "
-               f"costs weigh more. The operands live as in the server's forward workspace "
+               f"the same form's rate at T = {SHORT_T}. Measured by dedicated runs of bench_kernels with "
+               f"the chunkwise form alone (`--forms chunkwise --T {SHORT_T},{LONG_T}`), one call after "
+               f"another on the same operands, as a prefill calls it: in the main table above the forms "
+               f"take turns call by call, and between two chunkwise calls at T = {LONG_T} the parallel "
+               f"form maps, fills and unmaps its T × T scores per head (up to gigabytes) — that run's ratio is the column "
+               f"\"forms alternated\". The operands live as in the server's forward workspace "
                f"(core/model_forward.c: one recur__big_alloc mapping, 2 MiB pages where the kernel grants "
-               f"them); the next table has them on 4 KiB pages.")
-    out.append("")
-    return out + _long_table(res, cpu_peak)
+               f"them: `--pages 2m`, the verdict); the second table has them in plain malloc memory "
+               f"(4 KiB pages: `--pages 4k`), as a caller of the kernels that does not ask for huge pages "
+               f"would — at T = {LONG_T} the operands (~80 MB) span far more 4 KiB pages than the TLB maps. "
+               f"Why CPU time: on a loaded machine a call at T = {SHORT_T} (about 1 ms) often runs within "
+               f"one time slice while one at T = {LONG_T} is cut into many, so wall time charges the "
+               f"other work's share of the cores to the long sequence. \"fastest runs\" is the rate ratio "
+               f"of each T's fastest call.")
+    for pages in PAGES:
+        if pages not in long_runs:
+            continue
+        res = {(r["mixer"], r["form"], r["T"]): r for r in long_runs[pages] if r["kind"] == "mixer"}
+        out += ["", f"Operands on {PAGE_LABEL[pages]} (`--pages {pages}`):", ""]
+        out += _long_table(res, res_main, cpu_peak)
+    return out
 
 
-def _long_table(res, cpu_peak):
-    """The long-sequence rows and verdicts of one run (long_sequences)."""
-    out = []
-    out.append(f"| mixer | T = {SHORT_T} GFLOP/s | T = {LONG_T} GFLOP/s (% of peak) | verdict "
-               f"(≥ {100 * LONG_PEAK_FRACTION:.0f} %) | T = {LONG_T} ÷ T = {SHORT_T} | verdict "
-               f"(≥ {LONG_RATE_RATIO:.2f}) | ratio of fastest runs |")
-    out.append("|---|---|---|---|---|---|---|")
+def _long_table(res, res_main, cpu_peak):
+    """The long-sequence rows and verdicts of one dedicated run (res), with the main run's ratio
+    (res_main, forms alternated) beside (long_sequences)."""
+    out = [f"| mixer | T = {SHORT_T} GFLOP/s | T = {LONG_T} GFLOP/s (% of peak) | verdict "
+           f"(≥ {100 * LONG_PEAK_FRACTION:.0f} %) | T = {LONG_T} ÷ T = {SHORT_T} | verdict "
+           f"(≥ {LONG_RATE_RATIO:.2f}) | fastest runs | forms alternated |",
+           "|---|---|---|---|---|---|---|---|"]
     met = total = 0
     for m, label in MIXERS:
         short, long_ = res.get((m, "chunkwise", SHORT_T)), res.get((m, "chunkwise", LONG_T))
         gs, gl = cpu_gflops(short), cpu_gflops(long_)
+        ms, ml = cpu_gflops(res_main.get((m, "chunkwise", SHORT_T))), cpu_gflops(res_main.get((m, "chunkwise", LONG_T)))
+        alt = f"{ml / ms:.2f}×" if ms and ml else "–"
         if gs is None or gl is None:
-            out.append(f"| {label} | – | – | not evaluated | – | not evaluated | – |")
+            out.append(f"| {label} | – | – | not evaluated | – | not evaluated | – | {alt} |")
             continue
         frac, ratio = gl / cpu_peak, gl / gs
         fast = (short["cpu_min_s"] / SHORT_T) / (long_["cpu_min_s"] / LONG_T)
@@ -309,9 +315,8 @@ def _long_table(res, cpu_peak):
         out.append(f"| {label} | {gs:.1f} | {gl:.1f} ({100 * frac:.0f} %) | **{'met' if ok_peak else 'not met'}** "
                    f"({100 * (frac - LONG_PEAK_FRACTION):+.0f} points) | {ratio:.2f}× | "
                    f"**{'met' if ok_ratio else 'not met'}** ({100 * (ratio / LONG_RATE_RATIO - 1):+.0f} %) | "
-                   f"{fast:.2f}× |")
-    out.append("")
-    out.append(f"{met} of {total} evaluated targets met.")
+                   f"{fast:.2f}× | {alt} |")
+    out += ["", f"{met} of {total} evaluated targets met."]
     return out
 
 
