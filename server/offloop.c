@@ -3,6 +3,7 @@
 #include "offloop.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -180,22 +181,51 @@ static void gate_drain(srv_app *app, struct srv_held_gate *g)
         gate_remove(app, g);
 }
 
-/* The decode runs SRV_OFFLOOP_NICE below the loop thread's priority (Linux nice values are per
- * thread): on a busy machine the loop, woken by another client, then gets a core at once instead
- * of waiting out the decode's time slice. The threadpool thread's priority is put back after;
- * where the process may not raise a priority again (no CAP_SYS_NICE, RLIMIT_NICE too low) that
- * thread stays lower, which only lowers later threadpool work (snapshot writes, I/O-bound). */
-static void work_cb(uv_work_t *w)
+/* The calling thread's nice value raised to `nice` (Linux nice values are per thread): on a busy
+ * machine the loop thread, woken by a client, then gets a core at once instead of waiting out this
+ * thread's time slice. Returns the value to give srv_nice_restore: the previous nice value, or
+ * INT_MIN when nothing was changed (already that low, or not permitted). */
+int srv_nice_lower(int nice)
 {
-    srv_held *h = w->data;
     id_t tid = (id_t)syscall(SYS_gettid);
     errno = 0;
     int cur = getpriority(PRIO_PROCESS, tid);
-    int lowered = errno == 0 && cur < h->nice && setpriority(PRIO_PROCESS, tid, h->nice) == 0;
+    if (errno == 0 && cur < nice && setpriority(PRIO_PROCESS, tid, nice) == 0)
+        return cur;
+    return INT_MIN;
+}
+
+/* srv_nice_lower, only where the priority can be put back after (root, or RLIMIT_NICE allows the
+ * current nice value again: 20 - nice <= the limit); else INT_MIN and nothing changed. For work
+ * nobody waits on, run on a shared threadpool thread whose later work may be waited on. */
+int srv_nice_lower_restorable(int nice)
+{
+    errno = 0;
+    int cur = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
+    struct rlimit rl;
+    int back = errno == 0 &&
+               (geteuid() == 0 || (getrlimit(RLIMIT_NICE, &rl) == 0 &&
+                                   (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= (rlim_t)(20 - cur))));
+    return back ? srv_nice_lower(nice) : INT_MIN;
+}
+
+/* The priority srv_nice_lower took, put back; where the process may not raise a priority again
+ * (no CAP_SYS_NICE, RLIMIT_NICE too low) the threadpool thread stays lower, which only lowers
+ * later threadpool work (snapshot writes, I/O-bound). */
+void srv_nice_restore(int prev)
+{
+    if (prev != INT_MIN)
+        (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), prev);
+}
+
+/* The decode runs SRV_OFFLOOP_NICE below the loop thread's priority. */
+static void work_cb(uv_work_t *w)
+{
+    srv_held *h = w->data;
+    int prev = srv_nice_lower(h->nice);
     srv_body_decode(h->kind, h->req.body, h->req.body_len, &h->lim, &h->decoded);
     h->has_decoded = 1;
-    if (lowered)
-        (void)setpriority(PRIO_PROCESS, tid, cur);
+    srv_nice_restore(prev);
 }
 
 static void after_work_cb(uv_work_t *w, int status);

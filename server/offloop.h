@@ -38,6 +38,14 @@
 /* ... each at this much lower CPU priority than the loop thread (nice +10). */
 #define SRV_OFFLOOP_NICE 10
 
+/* Per-thread CPU priority for work done off the loop (offloop.c, any thread): the calling
+ * thread's nice value raised to `nice` (never lowered); srv_nice_restore puts back what it returns
+ * (INT_MIN: nothing was changed). */
+int srv_nice_lower(int nice);
+/* ... only where srv_nice_restore will be able to put it back (else INT_MIN, nothing changed). */
+int srv_nice_lower_restorable(int nice);
+void srv_nice_restore(int prev);
+
 typedef enum {
     SRV_BODY_NONE,     /* the route decodes no JSON body */
     SRV_BODY_CREATE,   /* proto_decode_create_req */

@@ -138,8 +138,17 @@ typedef struct lookup {
 /* States made ahead in the threadpool for sessions loaded from Redis: a state's first touch
  * (~200 KB of fresh pages for the default model: page faults and zeroing) was a third of the
  * loop's CPU time per resume (perf, 2026-12-02); made ahead it is off the loop and off the
- * request's path. SPARES are kept ready in the session table's pool (freed states go there too). */
-#define SPARES 4
+ * request's path. Up to SPARES are kept ready in the session table's pool (freed states go there
+ * too), fewer for a large state: no more than SPARES_BYTES of them (at least SPARES_MIN). A job
+ * makes SPARES_BATCH at most and hands them over, and the next job starts from its completion,
+ * so the first of a burst's states are ready after ~SPARES_BATCH first touches, not SPARES.
+ * SPARES_NICE: the nice value they are made at where it can be put back after (offloop.h's
+ * srv_nice_lower_restorable: root or RLIMIT_NICE; else at the threadpool's own). */
+#define SPARES 32
+#define SPARES_MIN 4
+#define SPARES_BYTES (8u << 20)
+#define SPARES_BATCH 4
+#define SPARES_NICE 19
 
 typedef struct srv_tier {
     srv_app *app;
@@ -590,27 +599,31 @@ typedef struct {
     srv_tier *t;
     const recur_model *model;
     int vocab, n;
-    recur_state *state[SPARES];
-    float *logits[SPARES];
+    recur_state *state[SPARES_BATCH];
+    float *logits[SPARES_BATCH];
 } spares_job;
 
 static void spares_make(uv_work_t *w)
 {
     spares_job *j = w->data;
+    int prev = srv_nice_lower_restorable(SPARES_NICE); /* a shared threadpool thread */
     for (int i = 0; i < j->n; i++) {
         if (recur_state_create(j->model, &j->state[i]) != 0) {
             j->n = i;
-            return;
+            break;
         }
         recur_state_reset(j->state[i]); /* writes every page of it here, not on the loop */
         j->logits[i] = calloc((size_t)j->vocab, sizeof(float));
         if (!j->logits[i]) {
             recur_state_destroy(j->state[i]);
             j->n = i;
-            return;
+            break;
         }
     }
+    srv_nice_restore(prev);
 }
+
+static void spares_refill(srv_tier *t);
 
 static void spares_made(uv_work_t *w, int status)
 {
@@ -622,15 +635,27 @@ static void spares_made(uv_work_t *w, int status)
             free(j->logits[i]);
         }
     t->spares_making = 0;
+    int made = j->n;
     free(j);
+    if (made > 0)
+        spares_refill(t); /* on toward the target (a failed job waits for the next resume) */
 }
 
-/* Top the table's pool up to SPARES states, in the threadpool (one job at a time). */
+/* The spare states kept ready: SPARES, bounded by SPARES_BYTES of state, at least SPARES_MIN. */
+static int spares_target(const srv_app *app)
+{
+    size_t per = app->info->state_bytes + (size_t)app->info->vocab_size * sizeof(float);
+    size_t fit = per ? SPARES_BYTES / per : SPARES;
+    return fit >= SPARES ? SPARES : fit <= SPARES_MIN ? SPARES_MIN : (int)fit;
+}
+
+/* Top the table's pool up toward spares_target, in the threadpool (one job of at most
+ * SPARES_BATCH states at a time). */
 static void spares_refill(srv_tier *t)
 {
     srv_app *app = t->app;
-    int have = srv_table_spare_count(app->table);
-    if (t->spares_making || have >= SPARES || t->shutting_down)
+    int have = srv_table_spare_count(app->table), want = spares_target(app);
+    if (t->spares_making || have >= want || t->shutting_down)
         return;
     spares_job *j = calloc(1, sizeof *j);
     if (!j)
@@ -639,7 +664,7 @@ static void spares_refill(srv_tier *t)
     j->t = t;
     j->model = app->model;
     j->vocab = app->info->vocab_size;
-    j->n = SPARES - have;
+    j->n = want - have < SPARES_BATCH ? want - have : SPARES_BATCH;
     if (uv_queue_work(app->loop, &j->work, spares_make, spares_made) != 0) {
         free(j);
         return;
