@@ -42,7 +42,7 @@ REFERENCE = {  # path -> (build directory, how it is compiled)
 D512_CONFIG = "tools/configs/bench_d512.json"
 D512_DIR = "bench/d512_f16"
 # (key, model directory, tokens per rep at B = 1, reps); d512: its directory under the build
-MODELS = lambda d512: [("default", "models/default", 256, 3), ("d512", d512, 128, 3)]  # noqa: E731
+MODELS = lambda d512: [("default", "models/default", 1024, 5), ("d512", d512, 128, 3)]  # noqa: E731
 TARGET = 0.95
 
 
