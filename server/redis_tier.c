@@ -257,7 +257,6 @@ static void drop_copy(srv_tier *t, srv_session *s, int gone)
     srv_table_drop(t->app->table, s);
 }
 
-static int hook_make_room(void *ctx);
 
 /* ---------------------------------------------------------------- commits */
 
@@ -678,11 +677,9 @@ static int adopt_from(srv_tier *t, const char *id, const redisReply *state, uint
 {
     srv_app *app = t->app;
     srv_session *s;
-    /* over max_sessions only when every resident session is busy or dirty */
-    if (srv_residency_persists(app))
-        srv_residency_make_room(app); /* evicted to state_dir */
-    else
-        hook_make_room(t);
+    /* the table's hook (residency's with state_dir, else this tier's): over max_sessions only
+     * when every resident session is busy or dirty */
+    srv_table_make_room(app->table);
     if (srv_table_adopt(app->table, id, uv_now(app->loop), &s) != 0)
         return -1;
     const char *why = NULL;
@@ -797,6 +794,14 @@ static void lookup_answer(srv_tier *t, lookup *l, lresult res, const char *holde
 }
 
 static void ignore_reply(srv_redis *r, redisReply *rep, void *arg);
+
+/* The version to send as ours for a state_dir file read with gate g (srv_residency_cached):
+ * ver when it is trusted, else 0 (none), a rejected file counted. */
+static uint64_t file_version(srv_tier *t, srv_cached_gate g, uint64_t ver)
+{
+    t->file_rejected += g == SRV_CACHED_REJECTED;
+    return g == SRV_CACHED_READY ? ver : 0;
+}
 
 /* Ask Redis for the lease (and the state when our copy, of version have, is stale; have 0: we
  * have none). The copy is a resident session or its state_dir file. */
@@ -940,9 +945,7 @@ srv_tier_gate srv_tier_lookup(srv_app *app, srv_conn *c, const char *id, int mut
             lookup_new(t, id); /* srv_tier_cached_read goes on */
             return SRV_TIER_HOLD;
         }
-        t->file_rejected += g == SRV_CACHED_REJECTED;
-        if (g != SRV_CACHED_READY)
-            have = 0;
+        have = file_version(t, g, have);
     }
     if (send_acquire(t, id, have) != 0) {
         srv_residency_cached_discard(app, cached);
@@ -966,10 +969,7 @@ void srv_tier_cached_read(srv_app *app, const char *id, srv_session *s, uint64_t
         srv_held_store_ready(app, id);
         return;
     }
-    t->file_rejected += gate == SRV_CACHED_REJECTED;
-    if (gate != SRV_CACHED_READY)
-        ver = 0;
-    if (!now_up(t) || send_acquire(t, id, ver) != 0) {
+    if (!now_up(t) || send_acquire(t, id, file_version(t, gate, ver)) != 0) {
         srv_residency_cached_discard(app, s);
         lookup_answer(t, l, L_UNAVAILABLE, "", 0);
         return;

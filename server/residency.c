@@ -1293,11 +1293,6 @@ void srv_residency_committed(srv_app *app, srv_session *s)
     pump(r);
 }
 
-int srv_residency_make_room(srv_app *app)
-{
-    return make_room(app->res);
-}
-
 int srv_residency_persists(const srv_app *app)
 {
     return app->res && app->res->p;

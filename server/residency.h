@@ -94,8 +94,6 @@ void srv_residency_dropping(srv_app *app, srv_session *s, int gone);
 void srv_residency_forget(srv_app *app, const char *id);
 /* A commit of s was accepted: after SIGTERM, s is written now (it was skipped until then). */
 void srv_residency_committed(srv_app *app, srv_session *s);
-/* Room for one more resident session (loads from Redis): 0 or -1 (as make_room). */
-int srv_residency_make_room(srv_app *app);
 /* 1 when state_dir is set. */
 int srv_residency_persists(const srv_app *app);
 

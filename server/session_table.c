@@ -239,12 +239,17 @@ int srv_random_hex(char *out, size_t n_bytes)
 
 static int insert(srv_table *t, srv_session *s, uint64_t now_ms);
 
+int srv_table_make_room(srv_table *t)
+{
+    return t->hooks.make_room ? t->hooks.make_room(t->hooks.ctx) : 0;
+}
+
 int srv_table_new(srv_table *t, uint64_t now_ms, srv_session **out)
 {
     size_t stored = t->hooks.stored ? t->hooks.stored(t->hooks.ctx) : 0;
     if (t->count + stored >= (size_t)t->max_sessions)
         return -1;
-    if (t->hooks.make_room && t->hooks.make_room(t->hooks.ctx) != 0)
+    if (srv_table_make_room(t) != 0)
         return -2;
     srv_session *s = calloc(1, sizeof *s);
     if (!s)

@@ -133,6 +133,8 @@ typedef struct {
     void *ctx;
 } srv_table_hooks;
 void srv_table_set_hooks(srv_table *t, const srv_table_hooks *h);
+/* Room for one more resident session: the make_room hook's answer (0 without hooks). */
+int srv_table_make_room(srv_table *t);
 void srv_table_set_max(srv_table *t, int max_sessions);
 /* The resident session with this id, never loading (NULL when not resident). */
 srv_session *srv_table_peek(srv_table *t, const char *id);
