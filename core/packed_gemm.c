@@ -341,6 +341,21 @@ FN512 void tile512(const int WT, const int MR, const int NP, int K, const float 
 }
 
 
+/* The M = 1 tile of NP512_ONE_ROW panels (batch-1 decode), a function of its own: inlined into
+ * gemm512's panel loop, that loop's values stay live across the K loop beside the 8 panel
+ * offsets, and GCC's generic tuning (the portable build's) then reloads one offset from the
+ * stack every k (-mtune=znver3 parks it in a zmm); alone, the K loop has the registers it needs.
+ * Same operations in the same order: results bit-identical either way. */
+static __attribute__((noinline, target(RECUR_TARGET_AVX512))) void
+tile512_one_row(recur_wtype wt, int K, const float *x, const void *Wp, float beta, float *y, int n_left)
+{
+    switch (wt) {
+    case RECUR_WT_F16: tile512(RECUR_WT_F16, 1, NP512_ONE_ROW, K, x, 0, Wp, beta, y, 0, n_left, NULL); break;
+    case RECUR_WT_BF16: tile512(RECUR_WT_BF16, 1, NP512_ONE_ROW, K, x, 0, Wp, beta, y, 0, n_left, NULL); break;
+    default: tile512(RECUR_WT_F32, 1, NP512_ONE_ROW, K, x, 0, Wp, beta, y, 0, n_left, NULL); break;
+    }
+}
+
 FN512 void gemm512(const int WT, int M, int N, int K, const float *x, int ldx, const void *Wp, float beta,
                  float *y, int ldy)
 {
@@ -349,8 +364,8 @@ FN512 void gemm512(const int WT, int M, int N, int K, const float *x, int ldx, c
     if (M == 1) {
         int p = 0;
         for (; p + NP512_ONE_ROW <= np; p += NP512_ONE_ROW)
-            tile512(WT, 1, NP512_ONE_ROW, K, x, ldx, WOFF(WT, Wp, p * ps), beta, y + p * RECUR_PANEL, ldy,
-                 N - p * RECUR_PANEL, NULL);
+            tile512_one_row((recur_wtype)WT, K, x, WOFF(WT, Wp, p * ps), beta, y + p * RECUR_PANEL,
+                            N - p * RECUR_PANEL);
         for (; p + 2 <= np; p += 2)
             tile512(WT, 1, 2, K, x, ldx, WOFF(WT, Wp, p * ps), beta, y + p * RECUR_PANEL, ldy, N - p * RECUR_PANEL, NULL);
         if (p < np) tile512(WT, 1, 1, K, x, ldx, WOFF(WT, Wp, p * ps), beta, y + p * RECUR_PANEL, ldy, N - p * RECUR_PANEL, NULL);
