@@ -322,3 +322,30 @@ Test(packed_gemm, half_packed_layout)
     check_panels(h.W16, h.Wp16, 37, 5, sizeof(uint16_t));
     hmat_free(&h);
 }
+
+/* Every finite F16 bit pattern, widened by the running path's kernel: W [1024][64] holds the
+ * 65,536 patterns (non-finite ones, which a weights file may not hold, as 0), x the identity
+ * (M = 64) and then each of its rows alone (M = 1, the decode tile), so y[m][n] = 0 + ... + 1 * W[n][m]
+ * is the widened weight itself: equal to recur__half_to_float's, and the kernel's whole result
+ * equal to the scalar reference's (memcmp). */
+Test(packed_gemm, every_f16_pattern_widens_exactly)
+{
+    enum { N = 1024, K = 64 };
+    uint16_t *W16 = malloc(sizeof(uint16_t) * N * K), *Wp16 = aligned_alloc(64, (recur__packed_floats(N, K) * 2 + 63) / 64 * 64);
+    float *x = calloc((size_t)K * K, sizeof(float)), *y = malloc(sizeof(float) * K * N), *yr = malloc(sizeof(float) * K * N);
+    cr_assert(W16 && Wp16 && x && y && yr);
+    for (uint32_t i = 0; i < N * K; i++) W16[i] = recur__half_finite((uint16_t)i, RECUR_WT_F16) ? (uint16_t)i : 0;
+    for (int k = 0; k < K; k++) x[k * K + k] = 1.0f;
+    recur__pack_half(Wp16, W16, N, K);
+    recur__packed_gemm_t(K, N, K, x, K, Wp16, RECUR_WT_F16, 0.0f, y, N);
+    recur__packed_gemm_ref_t(K, N, K, x, K, Wp16, RECUR_WT_F16, 0.0f, yr, N);
+    cr_assert_eq(memcmp(y, yr, sizeof(float) * K * N), 0, "kernel != scalar reference");
+    for (int m = 0; m < K; m++) {
+        float row[N];
+        recur__packed_gemm_t(1, N, K, x + m * K, K, Wp16, RECUR_WT_F16, 0.0f, row, N);
+        cr_assert_eq(memcmp(row, y + (size_t)m * N, sizeof row), 0, "row %d alone != in the block", m);
+        for (int n = 0; n < N; n++)
+            cr_assert(row[n] == recur__half_to_float(W16[n * K + m], RECUR_WT_F16), "F16 %04x: %a", W16[n * K + m], row[n]);
+    }
+    free(W16); free(Wp16); free(x); free(y); free(yr);
+}
