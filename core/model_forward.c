@@ -129,7 +129,9 @@ static int mixer_rows(const recur_model *m, const recur_layer *L, recur_workspac
     const recur_dims dims = {.T = T, .H = H, .K = K, .V = V};
     const float *q = ws->q + r * HK, *k = ws->k + r * HK, *v = ws->v + r * HV;
     const float *beta = ws->beta + (size_t)r * H;
-    float *o = ws->o + r * HV, *S = recur__lstate(s, L);
+    float *o = ws->o + r * HV;
+    /* a softmax layer has no recurrent state (of a half state: neither work nor rec to point into) */
+    float *S = L->kind == RECUR_MIXER_SOFTMAX ? NULL : recur__lstate(s, L);
     switch (L->kind) {
     case RECUR_MIXER_LINEAR:
         return recur_linear_attention(&dims, q, k, v, 1, RECUR_FMAP_ELU1, 0.0f, form, PREFILL_CHUNK,

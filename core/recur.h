@@ -347,6 +347,10 @@ int recur_snapshot_write(const recur_state *s, uint8_t *buf, size_t cap, size_t 
 /* Bytes of the snapshot that starts at buf, from its magic and payload length alone (40 + P + 8;
  * may exceed len). RECUR_ETRUNCATED when len < 40, RECUR_EFORMAT when the magic is not there. */
 int recur_snapshot_length(const uint8_t *buf, size_t len, size_t *out);
+/* 1 when the snapshot at buf (len bytes, at least its first 12) has a version whose checksum is
+ * the lane checksum (4, 5: the ones written), 0 for the FNV-1a ones (1, 2, 3) or anything else.
+ * The logits trailer's checksum (proto/state_blob.h) follows its core's. */
+int recur_snapshot_lane_checksum(const uint8_t *buf, size_t len);
 /* Validate a snapshot for model m without applying it, in this order: framing (EFORMAT, or
  * ETRUNCATED; a too-short buffer whose header names another model is EMISMATCH), checksum
  * (ECHECKSUM), model (EMISMATCH), tokens_seen (ECONTEXT), values (ENONFINITE, ERANGE). */

@@ -1,15 +1,17 @@
 /* snapshot.c — a session state as bytes (docs/DESIGN.md §6, docs/MODEL.md "Snapshot"), little-endian:
  *
- *   0  "RECURST1"   8  u32 version (2 or 3)   12 u32 n_layers   16 u64 model fingerprint
+ *   0  "RECURST1"   8  u32 version (4 or 5)   12 u32 n_layers   16 u64 model fingerprint
  *   24 u64 tokens_seen   32 u64 payload bytes P   40 P bytes of state, layer by layer
  *   (linear: S then z; other recurrent kinds: S; then, for a layer with a short convolution, its
  *   last W-1 inputs [W-1][C]; softmax: K rows [n][H][K] then V rows [n][H][V], n = tokens_seen)
- *   40+P  u64 FNV-1a 64 of bytes [0, 40+P).
- * Version 2: every value fp32 (a state of dtype F32 is written so). Version 3 (a half state,
+ *   40+P  u64 checksum of bytes [0, 40+P): the lane checksum (core/util.h recur__lanesum).
+ * Version 4: every value fp32 (a state of dtype F32 is written so). Version 5 (a half state,
  * docs/MODEL.md "State dtype"): the payload starts with u32 state dtype (1 F16, 2 BF16) and u32 0,
  * then the recurrent layers' values as 16-bit halves of that dtype and the softmax KV rows fp32.
- * Version 1 (before short convolutions) is read too, for models without a convolution: its bytes
- * are exactly version 2's for them.
+ * Read too, never written: versions 2 and 3, exactly 4 and 5 but with FNV-1a 64 of bytes [0,
+ * 40+P) as the checksum (byte-wise FNV-1a was a fifth of a resume from Redis: under 1 GB/s, the
+ * lanes several), and version 1 (before short convolutions, FNV-1a) for models without a
+ * convolution: its bytes are exactly version 2's for them.
  *
  * Reading into a state of another dtype converts (the rule of docs/API.md "State dtype"): a
  * half widens to fp32 exactly; fp32 or the other half rounds to the state's half, to nearest
@@ -17,24 +19,27 @@
  * refused (RECUR_ERANGE) before anything is written, like every other value fault.
  *
  * Reading validates everything before the state is touched, in an order that names the real
- * fault: framing (magic, version, length, version 3's dtype word), then the checksum (so a flipped bit anywhere is a
- * checksum error, not "another model" or "bad length"), then the model (n_layers, fingerprint),
- * then tokens_seen and the values (docs/MODEL.md "State values": finite, |x| <= 2^40, a linear
- * layer's normaliser z >= 0). A buffer too short for its own length field is "another model"
- * when its header says so, else truncated: a header alone identifies a snapshot. Writing refuses a
- * state its reader would refuse, so nothing recur writes is ever rejected by recur. */
+ * fault: framing (magic, version, length, version 3's / 5's dtype word), then the checksum (so a
+ * flipped bit anywhere is a checksum error, not "another model" or "bad length"), then the model
+ * (n_layers, fingerprint), then tokens_seen and the values (docs/MODEL.md "State values":
+ * finite, |x| <= 2^40, a linear layer's normaliser z >= 0). A buffer too short for its own length
+ * field is "another model" when its header says so, else truncated: a header alone identifies a
+ * snapshot. Writing refuses a state its reader would refuse, so nothing recur writes is ever
+ * rejected by recur. */
 #include <math.h>
 #include <string.h>
 #include "model_internal.h"
 #include "state_dtype.h"
 
 #define SNAP_MAGIC "RECURST1"
-#define SNAP_VERSION 2u    /* 2: a layer's state may end with its short convolution's inputs */
-#define SNAP_VERSION_HALF 3u /* 3: version 2 with the recurrent values as halves (payload: dtype first) */
-#define SNAP_DTYPE_BYTES 8   /* version 3: u32 state dtype, u32 0 */
+#define SNAP_VERSION 4u      /* 4: a layer's state may end with its short convolution's inputs */
+#define SNAP_VERSION_HALF 5u /* 5: version 4 with the recurrent values as halves (payload: dtype first) */
+#define SNAP_VERSION_FNV 2u      /* 2, 3: versions 4, 5 with the FNV-1a checksum (read, not written) */
+#define SNAP_VERSION_HALF_FNV 3u
+#define SNAP_DTYPE_BYTES 8   /* versions 3, 5: u32 state dtype, u32 0 */
 #define F16_MAX_BITS 0x477fefffu /* the largest fp32 that rounds to a finite F16 (65519.996) */
 #define CHUNK 256              /* values converted at a time, on the stack */
-#define SNAP_VERSION_V1 1u /* before short convolutions: the same bytes for a model without one */
+#define SNAP_VERSION_V1 1u /* before short convolutions: version 2's bytes for a model without one */
 #define SNAP_HEADER 40
 #define VALUE_MAX_BITS 0x53800000u /* 2^40 as fp32 bits: |x| <= 2^40 <=> (bits & 0x7fffffff) <= this */
 
@@ -42,6 +47,20 @@
 #define put_u64 recur__put_le64
 #define get_u32 recur__get_le32
 #define get_u64 recur__get_le64
+
+/* The checksum of a snapshot's first n bytes (its bytes before the checksum) by its version's rule:
+ * 4, 5 the lane checksum, 1, 2, 3 FNV-1a 64. */
+static uint64_t snap_sum(uint32_t version, const uint8_t *buf, size_t n)
+{
+    return version >= SNAP_VERSION ? recur__lanesum(buf, n) : recur__fnv1a(RECUR_FNV_OFFSET, buf, n);
+}
+
+int recur_snapshot_lane_checksum(const uint8_t *buf, size_t len)
+{
+    if (!buf || len < 12) return 0;
+    uint32_t version = get_u32(buf + 8);
+    return version == SNAP_VERSION || version == SNAP_VERSION_HALF;
+}
 
 uint64_t recur_max_tokens_seen(const recur_model *m)
 {
@@ -223,7 +242,7 @@ int recur_snapshot_write(const recur_state *s, uint8_t *buf, size_t cap, size_t 
     /* never write what recur_snapshot_read refuses (into a state of this dtype) */
     int rc = check_payload(m, values, s->tokens_seen, s->dtype, s->dtype);
     if (rc) return rc;
-    put_u64(p, recur__fnv1a(RECUR_FNV_OFFSET, buf, (size_t)(p - buf)));
+    put_u64(p, snap_sum(get_u32(buf + 8), buf, (size_t)(p - buf)));
     if (written) *written = need;
     return RECUR_OK;
 }
@@ -244,12 +263,12 @@ static int same_model(const recur_model *m, const uint8_t *buf)
     return get_u32(buf + 12) == (uint32_t)m->cfg.n_layers && get_u64(buf + 16) == m->info.fingerprint;
 }
 
-/* The state dtype a snapshot's header and payload state: version 1 / 2 F32; version 3 its dtype
- * word (RECUR_EFORMAT for another value, or a payload too short to hold it). */
+/* The state dtype a snapshot's header and payload state: versions 1, 2, 4 F32; versions 3, 5 its
+ * dtype word (RECUR_EFORMAT for another value, or a payload too short to hold it). */
 static int snapshot_dtype(const uint8_t *buf, size_t P, recur_state_dtype *t)
 {
     uint32_t version = get_u32(buf + 8);
-    if (version != SNAP_VERSION_HALF) { *t = RECUR_STATE_F32; return RECUR_OK; }
+    if (version != SNAP_VERSION_HALF && version != SNAP_VERSION_HALF_FNV) { *t = RECUR_STATE_F32; return RECUR_OK; }
     if (P < SNAP_DTYPE_BYTES) return RECUR_EFORMAT;
     uint32_t d = get_u32(buf + SNAP_HEADER), z = get_u32(buf + SNAP_HEADER + 4);
     if ((d != RECUR_STATE_F16 && d != RECUR_STATE_BF16) || z != 0) return RECUR_EFORMAT;
@@ -264,15 +283,16 @@ int recur_snapshot_check(const recur_model *m, const uint8_t *buf, size_t len)
     int rc = recur_snapshot_length(buf, len, &total);
     if (rc) return rc;
     uint32_t version = get_u32(buf + 8);
-    if (version != SNAP_VERSION && version != SNAP_VERSION_HALF && !(version == SNAP_VERSION_V1 && m->max_conv == 0))
+    if (version != SNAP_VERSION && version != SNAP_VERSION_HALF && version != SNAP_VERSION_FNV &&
+        version != SNAP_VERSION_HALF_FNV && !(version == SNAP_VERSION_V1 && m->max_conv == 0))
         return RECUR_EFORMAT;
     if (len < total) return same_model(m, buf) ? RECUR_ETRUNCATED : RECUR_EMISMATCH;
     if (len > total) return RECUR_EFORMAT; /* trailing bytes */
     size_t P = total - SNAP_HEADER - 8;
-    recur_state_dtype t; /* framing too: version 3's dtype word (a flipped version bit is EFORMAT) */
+    recur_state_dtype t; /* framing too: version 3's / 5's dtype word (a flipped version bit is EFORMAT) */
     rc = snapshot_dtype(buf, P, &t);
     if (rc) return rc;
-    if (recur__fnv1a(RECUR_FNV_OFFSET, buf, SNAP_HEADER + P) != get_u64(buf + SNAP_HEADER + P))
+    if (snap_sum(version, buf, SNAP_HEADER + P) != get_u64(buf + SNAP_HEADER + P))
         return RECUR_ECHECKSUM;
     if (!same_model(m, buf)) return RECUR_EMISMATCH;
     uint64_t n = get_u64(buf + 24), want;

@@ -18,38 +18,9 @@
 #include "model_internal.h"
 #include "quant.h"
 
-#define FNV_PRIME 0x100000001b3ULL
 #define READ_PIECE ((size_t)1 << 20) /* bytes per pread: read, then checksummed while in cache */
 
-/* ---------------------------------------------------------------- checksum, header */
-
-void recur__wcache_sum_init(recur__wcache_sum *s)
-{
-    for (int i = 0; i < 4; i++) s->lane[i] = RECUR_FNV_OFFSET + (uint64_t)i;
-    s->bytes = 0;
-}
-
-void recur__wcache_sum_update(recur__wcache_sum *s, const void *data, size_t n)
-{
-    const uint8_t *p = data;
-    uint64_t a = s->lane[0], b = s->lane[1], c = s->lane[2], d = s->lane[3];
-    for (size_t i = 0; i + 32 <= n; i += 32) {
-        a = (a ^ recur__get_le64(p + i)) * FNV_PRIME;
-        b = (b ^ recur__get_le64(p + i + 8)) * FNV_PRIME;
-        c = (c ^ recur__get_le64(p + i + 16)) * FNV_PRIME;
-        d = (d ^ recur__get_le64(p + i + 24)) * FNV_PRIME;
-    }
-    s->lane[0] = a, s->lane[1] = b, s->lane[2] = c, s->lane[3] = d;
-    s->bytes += n;
-}
-
-uint64_t recur__wcache_sum_final(const recur__wcache_sum *s)
-{
-    uint8_t b[40];
-    for (int i = 0; i < 4; i++) recur__put_le64(b + 8 * i, s->lane[i]);
-    recur__put_le64(b + 32, s->bytes);
-    return recur__fnv1a(RECUR_FNV_OFFSET, b, sizeof b);
-}
+/* ---------------------------------------------------------------- header */
 
 void recur__wcache_header_write(uint8_t *h, const recur__wcache_expect *e, uint64_t sum)
 {
@@ -128,7 +99,7 @@ typedef struct {
     int fd, writing;
     recur_wtype wt;
     uint64_t offset;
-    recur__wcache_sum sum;
+    recur__lanesum_state sum;
     int err;       /* errno of the failure, or -1 for a short read */
 } io_ctx;
 
@@ -150,7 +121,7 @@ static void io_one(void *ctx, void *dst, const void *src, int N, int K)
             }
             done += (size_t)r;
         }
-        recur__wcache_sum_update(&c->sum, p, piece);
+        recur__lanesum_update(&c->sum, p, piece);
         p += piece, c->offset += piece, left -= piece;
     }
 }
@@ -190,13 +161,13 @@ static int read_cache(const char *path, recur_model *m, const recur_model *src, 
     }
     if (!rule) {
         io_ctx io = {.fd = fd, .writing = 0, .wt = m->wtype, .offset = RECUR_WCACHE_HEADER};
-        recur__wcache_sum_init(&io.sum);
+        recur__lanesum_init(&io.sum);
         recur__quant_each_matrix(m, src, io_one, &io);
         if (io.err) {
             rule = io.err < 0 ? "weights_cache_truncated" : "weights_cache_unreadable";
             snprintf(r->detail, sizeof r->detail, "reading the payload at byte %llu: %s",
                      (unsigned long long)io.offset, io.err < 0 ? "end of file" : strerror(io.err));
-        } else if (recur__wcache_sum_final(&io.sum) != sum) {
+        } else if (recur__lanesum_final(&io.sum) != sum) {
             rule = "weights_cache_checksum";
             snprintf(r->detail, sizeof r->detail, "the payload's checksum does not match the header's");
         }
@@ -220,11 +191,11 @@ static int write_cache(const char *dir, const char *path, recur_model *m, const 
     uint8_t h[RECUR_WCACHE_HEADER] = {0};
     const char *step = "write";
     io_ctx io = {.fd = fd, .writing = 1, .wt = m->wtype, .offset = RECUR_WCACHE_HEADER};
-    recur__wcache_sum_init(&io.sum);
+    recur__lanesum_init(&io.sum);
     recur__quant_each_matrix(m, src, io_one, &io);
     int ok = !io.err;
     if (ok) { /* the header last: it carries the payload's checksum */
-        recur__wcache_header_write(h, e, recur__wcache_sum_final(&io.sum));
+        recur__wcache_header_write(h, e, recur__lanesum_final(&io.sum));
         ssize_t w;
         do w = pwrite(fd, h, sizeof h, 0); while (w < 0 && errno == EINTR);
         ok = w == (ssize_t)sizeof h;

@@ -10,17 +10,17 @@
  *   16 u64 fingerprint of the source model (the F32 / F16 / BF16 one quantized)
  *   24 u64 fingerprint of the quantized model (what GET /v1/model and the Redis keys carry)
  *   32 u32 dtype (recur_wtype: 3 Q8_0, 4 Q4_0)   36 u32 number of matrices
- *   40 u64 payload bytes          48 u64 payload checksum (recur__wcache_checksum)
+ *   40 u64 payload bytes          48 u64 payload checksum (the lane checksum, util.h)
  *   56 u64 header checksum: FNV-1a 64 of bytes 0 .. 55
  *   64 payload: every packed matrix of the quantized model (quant.h's layout), back to back, in
  *      the order of recur__quant_each_matrix
  *
- * The payload checksum: four FNV-1a-style lanes over the payload's 64-bit little-endian words,
- * word i into lane i mod 4 (lane = (lane ^ word) * 0x100000001b3, lanes start at RECUR_FNV_OFFSET
- * + lane index), then FNV-1a 64 over the four lanes' 8 bytes each and the payload length (8
- * bytes). Every matrix is a whole number of 32-byte blocks (a panel block is 544 or 288 bytes),
- * so the lanes run on across matrices. Four independent multiplies: several GB/s, where byte-wise
- * FNV-1a runs under 1.
+ * The payload checksum is the lane checksum of core/util.h (recur__lanesum): four FNV-1a-style
+ * lanes over the payload's 64-bit little-endian words, word i into lane i mod 4 (lane = (lane ^
+ * word) * 0x100000001b3, lanes start at RECUR_FNV_OFFSET + lane index), then FNV-1a 64 over the
+ * four lanes' 8 bytes each and the payload length (8 bytes). Every matrix is a whole number of
+ * 32-byte blocks (a panel block is 544 or 288 bytes), so there is no tail. Four independent
+ * multiplies: several GB/s, where byte-wise FNV-1a runs under 1.
  */
 #ifndef RECUR_WEIGHTS_CACHE_H
 #define RECUR_WEIGHTS_CACHE_H
@@ -40,16 +40,6 @@ typedef struct {
     uint64_t file_bytes;     /* the file's size (fstat) */
     uint64_t max_file_bytes; /* the configured bound */
 } recur__wcache_expect;
-
-/* The payload checksum, fed in pieces of a multiple of 32 bytes. */
-typedef struct {
-    uint64_t lane[4];
-    uint64_t bytes;
-} recur__wcache_sum;
-
-void recur__wcache_sum_init(recur__wcache_sum *s);
-void recur__wcache_sum_update(recur__wcache_sum *s, const void *data, size_t n); /* n % 32 == 0 */
-uint64_t recur__wcache_sum_final(const recur__wcache_sum *s);
 
 /* The header of a file for e (payload checksum sum) into h [RECUR_WCACHE_HEADER]. */
 void recur__wcache_header_write(uint8_t *h, const recur__wcache_expect *e, uint64_t sum);

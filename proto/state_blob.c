@@ -48,7 +48,23 @@ size_t proto_state_trailer_size(int vocab)
     return 16 + 4 * (size_t)vocab + 8;
 }
 
-/* The trailer at dst, its checksum continuing h_core = FNV-1a 64 of the core before it. */
+/* Where the trailer's checksum starts (state_blob.h), for the core of clen >= 48 bytes at core:
+ * after a version 4 / 5 core, FNV-1a 64 of the core's own 8 checksum bytes (the lane checksum has
+ * no running value to continue). After a version 1-3 core, FNV-1a 64 of the whole core; when the
+ * core's checksum holds (core_checked: the caller checks it, before or after, before it trusts a
+ * byte) its last 8 bytes are FNV-1a of every byte before them, so the hash continues from that
+ * stored value over those 8 bytes alone instead of hashing the ~200 KB core again. */
+static uint64_t trailer_seed(const uint8_t *core, size_t clen, int core_checked)
+{
+    const uint8_t *sum = core + clen - 8;
+    if (recur_snapshot_lane_checksum(core, clen))
+        return recur_fnv1a64(RECUR_FNV_OFFSET, sum, 8);
+    if (core_checked)
+        return recur_fnv1a64(recur_get_le64(sum), sum, 8);
+    return recur_fnv1a64(RECUR_FNV_OFFSET, core, clen);
+}
+
+/* The trailer at dst, its checksum continuing h_core = trailer_seed of the core before it. */
 static void trailer_write_h(uint8_t *dst, uint64_t h_core, const float *logits, int vocab)
 {
     memcpy(dst, TRAILER_MAGIC, 8);
@@ -66,7 +82,7 @@ static void trailer_write_h(uint8_t *dst, uint64_t h_core, const float *logits, 
 void proto_state_trailer_write(uint8_t *dst, const uint8_t *core, size_t core_len,
                                const float *logits, int vocab)
 {
-    trailer_write_h(dst, recur_fnv1a64(RECUR_FNV_OFFSET, core, core_len), logits, vocab);
+    trailer_write_h(dst, trailer_seed(core, core_len, 0), logits, vocab);
 }
 
 /* Where the core ends: its own length when the header says one that fits, else the whole body. */
@@ -80,10 +96,8 @@ static size_t core_length(const uint8_t *body, size_t len)
 
 /* The trailer after a core of clen bytes: 0 (or none), else a RECUR_E* code and *detail.
  * core_checked_after: the caller checks the core's own checksum before it trusts any byte (a
- * fault there outranks this one). The trailer's FNV-1a runs over the core and the trailer; FNV
- * is a running hash, and a core whose checksum holds ends with fnv(core before its last 8
- * bytes), so the trailer's hash then continues from that stored value instead of hashing the
- * ~200 KB core again (a fifth of the loop's time per resume from Redis). */
+ * fault there outranks this one), so trailer_seed may take the core's stored checksum as it is
+ * (an old core's FNV over ~200 KB again was a fifth of the loop's time per resume from Redis). */
 static int trailer_check(const uint8_t *body, size_t len, size_t clen, int vocab,
                          int core_checked_after, const char **detail)
 {
@@ -93,9 +107,7 @@ static int trailer_check(const uint8_t *body, size_t len, size_t clen, int vocab
         *detail = "bytes after the snapshot are not a logits trailer for this model";
         return RECUR_EFORMAT;
     }
-    uint64_t h = core_checked_after && clen >= 8
-                     ? recur_fnv1a64(recur_get_le64(body + clen - 8), body + clen - 8, tlen)
-                     : recur_fnv1a64(RECUR_FNV_OFFSET, body, clen + tlen - 8);
+    uint64_t h = recur_fnv1a64(trailer_seed(body, clen, core_checked_after), body + clen, tlen - 8);
     if (h != recur_get_le64(body + clen + tlen - 8)) {
         *detail = "snapshot logits trailer checksum mismatch";
         return RECUR_ECHECKSUM;
@@ -154,11 +166,7 @@ int proto_state_write(const recur_state *s, const float *logits, int has_logits,
         return rc;
     }
     if (extra) {
-        /* FNV-1a of the core without a second pass over it: the core's last 8 bytes are its
-         * checksum, FNV-1a of every byte before them (recur_snapshot_write), so the hash of the
-         * whole core continues from that value over those 8 bytes alone (as trailer_check) */
-        const uint8_t *sum = buf + written - 8;
-        trailer_write_h(buf + written, recur_fnv1a64(recur_get_le64(sum), sum, 8), logits, vocab);
+        trailer_write_h(buf + written, trailer_seed(buf, written, 1), logits, vocab); /* written: its sum holds */
         written += extra;
     }
     *out = buf;

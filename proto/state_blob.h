@@ -11,7 +11,10 @@
  *   +8   u32 vocab_size
  *   +12  u32 reserved (0)
  *   +16  vocab_size fp32 logits, every one finite
- *   +16+4V  u64 FNV-1a 64 over every byte before it, core snapshot included
+ *   +16+4V  u64 checksum: after a core of version 4 or 5 (the ones written), FNV-1a 64 over the
+ *           core's own 8-byte checksum, then the trailer's bytes before this one (the core's
+ *           checksum covers the core); after a core of version 1-3, FNV-1a 64 over every byte
+ *           before it, core snapshot included
  *
  * A body without the trailer is a plain core snapshot (a session restored from it has no
  * logits yet: its next folded token gets logprob null). Little-endian throughout.
@@ -38,7 +41,7 @@ typedef struct {
 } proto_state_fault;
 
 size_t proto_state_trailer_size(int vocab);
-/* Write the trailer at dst (proto_state_trailer_size bytes); core = the snapshot before it. */
+/* Write the trailer at dst (proto_state_trailer_size bytes); core = the whole snapshot before it. */
 void proto_state_trailer_write(uint8_t *dst, const uint8_t *core, size_t core_len,
                                const float *logits, int vocab);
 /* Split a body. *core_len: bytes to hand to recur_snapshot_read (the whole body when the

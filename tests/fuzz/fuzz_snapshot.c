@@ -4,16 +4,20 @@
  *
  * Input byte 0 (flags):
  *   bits 0-1  which tiny model of fuzz_configs.h (mod 3) owns the state
- *   bit 2     recompute the snapshot's FNV-1a checksum where the header says it is, so that the
- *             fuzzer gets past the checksum to the payload checks (finite floats, lengths)
+ *   bit 2     recompute the snapshot's checksum where the header says it is, by its version's rule
+ *             (4, 5: the lane checksum; else FNV-1a), so that the fuzzer gets past the checksum to
+ *             the payload checks (finite floats, lengths)
  *   bit 3     the rest is a state body: proto_state_split, then proto_state_load (vocab of the model)
- *   bit 4     recompute the trailer's checksum too (with bit 3)
+ *   bit 4     recompute the trailer's checksum too (with bit 3), by its core's version's rule
+ *   bits 5-6  the state's dtype: 0 or 3 f32, 1 f16, 2 bf16 (recur_state_dtype)
  * The state holds a few folded tokens before every read. Invariants asserted:
  *   - a rejected snapshot leaves the state byte-identical (its snapshot is unchanged);
- *   - an accepted snapshot re-serialises byte-identically, and the model can take a step from it
- *     (RECUR_ECONTEXT allowed when a softmax cache is full);
+ *   - an accepted snapshot of the state's dtype re-serialises byte-identically (an old version as
+ *     the new one of the same bytes); one of another dtype (converted) re-serialises as a
+ *     snapshot the reader accepts; the model can take a step from it (RECUR_ECONTEXT allowed when
+ *     a softmax cache is full);
  *   - proto_state_load agrees with split + read, and what it accepts proto_state_write writes
- *     back byte for byte (nothing recur writes is refused by its own loader).
+ *     back (byte for byte as above: nothing recur writes is refused by its own loader).
  */
 #include <assert.h>
 #include <stdint.h>
@@ -23,6 +27,7 @@
 
 #include "recur.h"
 #include "state_blob.h"
+#include "util.h" /* recur__lanesum */
 #include "fuzz_configs.h"
 
 typedef struct {
@@ -34,7 +39,7 @@ typedef struct {
     float *logits;
 } target;
 
-static target g_t[FUZZ_N_CONFIGS];
+static target g_t[FUZZ_N_CONFIGS][3]; /* [config][state dtype] */
 
 static uint64_t fnv1a(uint64_t h, const uint8_t *p, size_t n)
 {
@@ -46,9 +51,10 @@ static void put_u64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] =
 
 static void setup(void)
 {
-    for (int i = 0; i < FUZZ_N_CONFIGS; i++) {
-        target *t = &g_t[i];
-        if (recur_model_init_seed(fuzz_configs[i], 1, &t->m) || recur_workspace_create(t->m, 1, &t->ws) ||
+    for (int i = 0; i < FUZZ_N_CONFIGS * 3; i++) {
+        target *t = &g_t[i / 3][i % 3];
+        if (recur_model_init_seed(fuzz_configs[i / 3], 1, &t->m) ||
+            recur_model_set_state_dtype(t->m, (recur_state_dtype)(i % 3)) || recur_workspace_create(t->m, 1, &t->ws) ||
             recur_state_create(t->m, &t->pristine) || recur_state_create(t->m, &t->s))
             abort();
         const recur_model_info *info = recur_model_get_info(t->m);
@@ -62,18 +68,38 @@ static void setup(void)
     }
 }
 
-/* the state's snapshot compared with an expected byte string */
-/* got (n bytes, as recur writes a state) is want read back: identical, except that a version-1
- * snapshot (u32 1 at byte 8) is written as version 2, so its version field and the checksums
- * over it (the core's 8 bytes at core_len - 8, a logits trailer's last 8) differ. */
+static uint32_t get_u32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+
+/* got (n bytes, as recur writes a state) is want read back: identical, except that an old
+ * snapshot (versions 1, 2, 3: FNV-1a) is written as version 4 (from 1, 2) or 5 (from 3), so its
+ * version field and the checksums over it (the core's 8 bytes at core_len - 8, a logits
+ * trailer's last 8) differ. */
 static int written_back(const uint8_t *got, const uint8_t *want, size_t n, size_t core_len)
 {
-    static const uint8_t v1[4] = {1, 0, 0, 0}, v2[4] = {2, 0, 0, 0};
-    if (n < 48 || core_len < 48 || core_len > n || memcmp(want + 8, v1, 4) != 0)
+    uint32_t v = n >= 48 ? get_u32(want + 8) : 0;
+    if (n < 48 || core_len < 48 || core_len > n || v < 1 || v > 3)
         return memcmp(got, want, n) == 0;
-    return memcmp(got, want, 8) == 0 && memcmp(got + 8, v2, 4) == 0 &&
+    return memcmp(got, want, 8) == 0 && get_u32(got + 8) == (v == 3 ? 5u : 4u) &&
            memcmp(got + 12, want + 12, core_len - 20) == 0 &&
            (n == core_len || memcmp(got + core_len, want + core_len, n - core_len - 8) == 0);
+}
+
+/* the dtype of an accepted snapshot's values: its dtype word (versions 3, 5), else F32 */
+static recur_state_dtype snap_dtype(const uint8_t *b, size_t n)
+{
+    uint32_t v = n >= 48 ? get_u32(b + 8) : 0;
+    return (v == 3 || v == 5) ? (recur_state_dtype)get_u32(b + 40) : RECUR_STATE_F32;
+}
+
+/* s's snapshot is one its own reader accepts (after a read that converted) */
+static int state_valid(const recur_state *s, const recur_model *m)
+{
+    size_t n = recur_snapshot_size(s);
+    uint8_t *buf = malloc(n ? n : 1);
+    if (!buf || recur_snapshot_write(s, buf, n, NULL)) abort();
+    int ok = recur_snapshot_check(m, buf, n) == 0;
+    free(buf);
+    return ok;
 }
 
 static int state_equals(const recur_state *s, const uint8_t *want, size_t want_len)
@@ -93,7 +119,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!ready) { setup(); ready = 1; }
     if (size < 1) return 0;
     unsigned flags = data[0];
-    target *t = &g_t[(flags & 3) % FUZZ_N_CONFIGS];
+    target *t = &g_t[(flags & 3) % FUZZ_N_CONFIGS][((flags >> 5) & 3) % 3];
+    const recur_state_dtype sdt = (recur_state_dtype)(((flags >> 5) & 3) % 3);
     size_t len = size - 1;
     uint8_t *buf = malloc(len ? len : 1); /* exact size: overreads are ASan reports */
     if (!buf) abort();
@@ -101,15 +128,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     uint64_t P = len >= 40 ? get_u64(buf + 32) : UINT64_MAX;
     int core_whole = P <= len && 48 + P <= len; /* the header's length fits in the input */
-    if ((flags & 4) && core_whole) put_u64(buf + 40 + P, fnv1a(0xcbf29ce484222325ULL, buf, 40 + P));
+    int lanes = core_whole && recur_snapshot_lane_checksum(buf, len);
+    if ((flags & 4) && core_whole)
+        put_u64(buf + 40 + P, lanes ? recur__lanesum(buf, 40 + P) : fnv1a(0xcbf29ce484222325ULL, buf, 40 + P));
 
     const recur_model_info *info = recur_model_get_info(t->m);
     size_t core_len = len;
     const uint8_t *logits = NULL;
     if (flags & 8) {
         size_t tlen = proto_state_trailer_size(info->vocab_size);
-        if ((flags & 16) && core_whole && len == 48 + P + tlen)
-            put_u64(buf + len - 8, fnv1a(0xcbf29ce484222325ULL, buf, len - 8));
+        if ((flags & 16) && core_whole && len == 48 + P + tlen) /* state_blob.h: by the core's version */
+            put_u64(buf + len - 8, lanes ? fnv1a(0xcbf29ce484222325ULL, buf + 40 + P, tlen)
+                                         : fnv1a(0xcbf29ce484222325ULL, buf, len - 8));
         proto_error err;
         if (proto_state_split(buf, len, info->vocab_size, &core_len, &logits, &err) != 0) {
             assert(err.status == 400 && logits == NULL);
@@ -133,7 +163,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             uint8_t *back;
             size_t blen;
             assert(proto_state_write(t->s, t->logits, has, info->vocab_size, &back, &blen) == 0);
-            assert(blen == len && written_back(back, buf, len, core_len));
+            if (snap_dtype(buf, core_len) == sdt) {
+                assert(blen == len && written_back(back, buf, len, core_len));
+            } else {
+                proto_state_fault f2;
+                int has2 = 0;
+                assert(proto_state_load(t->m, t->s, info->vocab_size, back, blen, t->logits, &has2, &f2) == 0);
+                assert(has2 == has);
+            }
             free(back);
             if (recur_state_copy(t->s, t->pristine)) abort();
         } else {
@@ -147,7 +184,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         assert(rc < 0 && rc >= RECUR_ECONTEXT);
         assert(state_equals(t->s, t->ref, t->ref_len)); /* unchanged on error */
     } else {
-        assert(state_equals(t->s, buf, core_len));      /* byte-identical round trip */
+        if (snap_dtype(buf, core_len) == sdt)
+            assert(state_equals(t->s, buf, core_len)); /* byte-identical round trip */
+        else
+            assert(state_valid(t->s, t->m));           /* converted: still a valid state */
         int r2 = recur_model_step(t->m, t->ws, t->s, 5, t->logits);
         assert(r2 == 0 || r2 == RECUR_ECONTEXT);
         if (recur_state_copy(t->s, t->pristine)) abort();

@@ -27,15 +27,10 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 CORPUS = os.path.join(HERE, "corpus")
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+from checksums import as_version, snapshot_sum, trailer_sum  # noqa: E402  (the formats' checksums)
 
 # ---------------------------------------------------------------- helpers
-
-
-def fnv1a(data, h=0xCBF29CE484222325):
-    for b in data:
-        h ^= b
-        h = (h * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return h
 
 
 def reset_dir(name):
@@ -199,31 +194,34 @@ def seeds_safetensors(configs):
 # ---------------------------------------------------------------- snapshot
 
 
-def snapshot(cfg, seed, tokens):
-    """The snapshot of a seeded model's state after folding tokens (core/python/recur_model.py)."""
+def snapshot(cfg, seed, tokens, state_dtype="f32"):
+    """The snapshot of a seeded model's state after folding tokens (core/python/recur_model.py):
+    version 4, or 5 for a half state_dtype."""
     sys.path.insert(0, os.path.join(ROOT, "core", "python"))
     import recur_model
-    m = recur_model.Model.init_seed(cfg, seed, max_batch=1)
+    m = recur_model.Model.init_seed(cfg, seed, max_batch=1, state_dtype=state_dtype)
     st = m.state()
     if tokens:
         m.prefill(st, tokens, want_logits=False)
     return st.snapshot()
 
 
-def snap(cfg, n_tokens):
+def snap(cfg, n_tokens, state_dtype="f32"):
     """The snapshot seeds' state: seed 1, tokens 1, 8, 15, ... (mod vocab)."""
-    return snapshot(cfg, 1, [(7 * i + 1) % cfg["vocab_size"] for i in range(n_tokens)])
+    return snapshot(cfg, 1, [(7 * i + 1) % cfg["vocab_size"] for i in range(n_tokens)], state_dtype)
 
 
 def fix_core_checksum(b):
+    """b with its core's checksum recomputed by its version's rule (what follows the core kept)."""
     P = struct.unpack("<Q", b[32:40])[0]
-    return b[:40 + P] + struct.pack("<Q", fnv1a(b[:40 + P])) + b[48 + P:]
+    return b[:40 + P] + struct.pack("<Q", snapshot_sum(b[:40 + P])) + b[48 + P:]
 
 
 def trailer(core, vocab, logits=None):
+    """A logits trailer after core, its checksum by the core's version's rule."""
     logits = logits or [0.5 * i - 1.0 for i in range(vocab)]
     t = b"RECURLG1" + struct.pack("<II", vocab, 0) + struct.pack("<%df" % vocab, *logits)
-    return t + struct.pack("<Q", fnv1a(core + t))
+    return t + struct.pack("<Q", trailer_sum(core, t))
 
 
 def seeds_snapshot(configs):
@@ -274,7 +272,33 @@ def seeds_snapshot(configs):
     s.append(("cfg0-header-only", sel + b[:40]))
     s.append(("cfg0-trailing-byte", sel + b + b"\x00"))
     s.append(("cfg0-bad-magic", sel + b"RECURST2" + b[8:]))
-    s.append(("cfg0-version2", sel + b[:8] + struct.pack("<I", 2) + b[12:]))
+    s.append(("cfg0-version2", sel + b[:8] + struct.pack("<I", 2) + b[12:]))  # 2 sums with FNV-1a
+    # versions 1-3 (FNV-1a) still read; 5 (a half state) converts into the targets' f32 states
+    for v in (1, 2):
+        old = as_version(b, v)
+        s.append(("cfg0-v%d-fnv-valid" % v, sel + old))
+        s.append(("cfg0-v%d-fnv-blob-trailer" % v, b"\x08" + old + trailer(old, c0["vocab_size"])))
+    s.append(("cfg0-v2-fnv-flipped-bit-fixsum", b"\x04" + old[:44] + bytes([old[44] ^ 1]) + old[45:]))
+    s.append(("cfg0-v4-as-v2-lanesum", sel + b[:8] + struct.pack("<I", 2) + b[12:-8] +
+              struct.pack("<Q", snapshot_sum(b[:-8]))))
+    # byte 0 bits 5-6: the state's dtype (fuzz_snapshot.c: 0 f32, 1 f16 = 0x20, 2 bf16 = 0x40)
+    F16, BF16 = 0x20, 0x40
+    for i, c in enumerate(configs):
+        h = snap(c, 3, "bf16")
+        s.append(("cfg%d-bf16-v5-valid" % i, bytes([i | BF16]) + h))
+        s.append(("cfg%d-bf16-v5-into-f32" % i, bytes([i]) + h))
+        s.append(("cfg%d-bf16-v5-blob-trailer" % i, bytes([i | 8 | BF16]) + h + trailer(h, c["vocab_size"])))
+        old = as_version(h, 3)
+        s.append(("cfg%d-bf16-v3-fnv-valid" % i, bytes([i | BF16]) + old))
+        s.append(("cfg%d-bf16-v3-fnv-into-f16" % i, bytes([i | F16]) + old))
+        s.append(("cfg%d-bf16-v3-fnv-blob-trailer" % i, bytes([i | 8 | BF16]) + old + trailer(old, c["vocab_size"])))
+        s.append(("cfg%d-v4-into-bf16" % i, bytes([i | BF16]) + snap(c, 3)))
+    h = snap(c0, 3, "f16")
+    s.append(("cfg0-f16-v5-valid", bytes([F16]) + h))
+    s.append(("cfg0-f16-v5-into-bf16", bytes([BF16]) + h))
+    s.append(("cfg0-f16-v5-dtype-word-fixsum", bytes([4 | F16]) + h[:40] + struct.pack("<I", 3) + h[44:]))
+    s.append(("cfg0-v4-range-into-f16-fixsum", bytes([4 | F16]) + fix_core_checksum(
+        b[:40] + struct.pack("<f", 70000.0) + b[44:])))
     s.append(("cfg0-layers3", sel + b[:12] + struct.pack("<I", 3) + b[16:]))
     s.append(("cfg0-fingerprint", sel + b[:16] + struct.pack("<Q", 1) + b[24:]))
     s.append(("cfg0-beyond-context", b"\x04" + b[:24] + struct.pack("<Q", 7) + b[32:]))

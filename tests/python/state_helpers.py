@@ -5,14 +5,6 @@ import json
 import requests
 
 TIMEOUT = 60
-FNV_OFFSET = 0xcbf29ce484222325
-
-
-def fnv1a(data, h=FNV_OFFSET):
-    """FNV-1a 64 over data's bytes, continued from h (core/util.c recur_fnv1a64)."""
-    for b in data:
-        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
-    return h
 
 
 def post(d, path, body=None):

@@ -24,7 +24,7 @@ import requests
 
 from daemon import TINY_MODEL, Daemon
 from redis_server import RedisServer
-from state_helpers import fnv1a
+from checksums import fnv1a
 
 TIMEOUT = 60
 MAX_TOKENS = 8
@@ -97,6 +97,7 @@ def refusals(d):
 
 
 def reseal(b):
+    """A prefix-cache entry (RECURPX1: FNV-1a 64 over every byte before it) with its checksum recomputed."""
     return b[:-8] + struct.pack("<Q", fnv1a(b[:-8]))
 
 

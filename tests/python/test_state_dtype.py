@@ -1,6 +1,6 @@
 """Half-precision session states (state_dtype f32 | bf16 | f16; core/state_dtype.h, docs/MODEL.md
 "State dtype"): state bytes halve; a bf16 / f16 state's snapshot restores bit-identically and states
-its dtype (version 3); snapshots move across dtypes by the rule (widen exactly, round to nearest
+its dtype (version 5; version 3, its FNV-1a predecessor, still reads); snapshots move across dtypes by the rule (widen exactly, round to nearest
 even once, refuse a value F16 cannot hold); a copy (fork) is exact; batched steps stay
 bit-identical to single steps; recurd --state-dtype (GET /v1/model, state download / upload
 across daemons of another dtype, state_dir resumed under another dtype) and the CLI."""
@@ -16,7 +16,7 @@ import requests
 
 import recur_model as rm
 from daemon import Daemon, RECURD, ROOT, TINY_MODEL, check_config
-from state_helpers import fnv1a
+from checksums import as_version, lanesum, reseal
 
 HYBRID = {"name": "sd-hybrid", "vocab_size": 256, "d_model": 64, "n_layers": 4, "n_heads": 2, "head_k": 32,
           "head_v": 32, "d_ff": 128, "mixers": ["linear", "softmax", "gla", "gated_deltanet"],
@@ -36,7 +36,7 @@ def parse(blob):
     n, = struct.unpack_from("<Q", blob, 24)
     p = 40
     dtype = "f32"
-    if version == 3:
+    if version in (3, 5):
         d, z = struct.unpack_from("<II", blob, 40)
         assert z == 0
         dtype = {1: "f16", 2: "bf16"}[d]
@@ -100,10 +100,18 @@ def test_snapshot_restore_bit_identical_and_fork(d):
     s = fed(m)
     blob = s.snapshot()
     version, dtype, vals, _ = parse(blob)
-    assert version == 3 and dtype == d and np.isfinite(vals).all() and np.abs(vals).max() > 0
+    assert version == 5 and dtype == d and np.isfinite(vals).all() and np.abs(vals).max() > 0
     t = m.state()
+    assert struct.unpack_from("<Q", blob, len(blob) - 8)[0] == lanesum(blob[:-8])  # the reference
     t.restore(blob)
     assert t.snapshot() == blob
+    old = as_version(blob, 3)  # the FNV-1a predecessor of version 5 still reads, and writes as 5
+    u = m.state()
+    u.restore(old)
+    assert u.snapshot() == blob
+    with pytest.raises(rm.RecurError) as e:
+        u.restore(old[:-1] + bytes([old[-1] ^ 1]))
+    assert e.value.code == rm.ECHECKSUM
     c = s.copy()
     assert c.snapshot() == blob
     # the restored state and the fork go on exactly like the original
@@ -154,7 +162,7 @@ def test_f16_refuses_what_it_cannot_hold():
     s = fed(f, TOKS[:3])
     blob = bytearray(s.snapshot())
     struct.pack_into("<f", blob, 40 + 4 * 5, 70000.0)   # beyond F16's 65504 (within the 2^40 rule)
-    struct.pack_into("<Q", blob, len(blob) - 8, fnv1a(bytes(blob[:-8])))
+    blob = reseal(blob)
     g = model("f32").state(); g.restore(bytes(blob))   # f32 and bf16 take it
     b = model("bf16").state(); b.restore(bytes(blob))
     h = model("f16")
@@ -213,7 +221,7 @@ def test_recurd_state_dtype_snapshots_across_daemons(tmp_path):
                [json.loads(x).get("token") for x in b.split("\n") if x]
         after = requests.get(d.url("/v1/sessions/%s/state" % sid), timeout=10).content
     v = parse_tiny(blob)
-    assert v[0] == 3 and v[1] == "bf16"
+    assert v[0] == 5 and v[1] == "bf16"
     with Daemon("--state-dtype", "f32", "--state-dir", str(sd)) as d:   # resumed under f32: widened
         assert requests.get(d.url("/v1/model"), timeout=10).json()["state_dtype"] == "F32"
         got = requests.get(d.url("/v1/sessions/%s/state" % sid), timeout=10).content
@@ -249,7 +257,7 @@ def test_recurd_f32_state_dir_resumed_as_bf16_and_f16_refusal(tmp_path):
     bad = bytearray(blob32)
     core = 40 + struct.unpack_from("<Q", bad, 32)[0] + 8
     struct.pack_into("<f", bad, 44, -1.0e6)
-    struct.pack_into("<Q", bad, core - 8, fnv1a(bytes(bad[:core - 8])))
+    bad = reseal(bad)
     with Daemon("--state-dtype", "f16") as d:
         sid = requests.post(d.url("/v1/sessions"), json={"tokens": TOKS[:4]}, timeout=30).json()["id"]
         before = requests.get(d.url("/v1/sessions/%s/state" % sid), timeout=10).content
@@ -264,7 +272,7 @@ def parse_tiny(blob):
     version, = struct.unpack_from("<I", blob, 8)
     P, = struct.unpack_from("<Q", blob, 32)
     p, dtype = 40, "f32"
-    if version == 3:
+    if version in (3, 5):
         dtype = {1: "f16", 2: "bf16"}[struct.unpack_from("<I", blob, 40)[0]]
         p += 8
     n = 2 * 2 * 32 * 32

@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from daemon import Daemon, ROOT, TINY_MODEL
-from state_helpers import fnv1a
+from checksums import snapshot_sum, trailer_sum
 
 OCTET = {"Content-Type": "application/octet-stream"}
 DEFAULT = ("--model", os.path.join(ROOT, "models", "default"))
@@ -77,11 +77,11 @@ def assemble(header, payload, logits=None, tokens_seen=None):
     if tokens_seen is not None:
         struct.pack_into("<Q", header, 24, tokens_seen)
     core = bytes(header) + struct.pack("<%df" % len(payload), *payload)
-    core += struct.pack("<Q", fnv1a(core))
+    core += struct.pack("<Q", snapshot_sum(core))
     if logits is None:
         return core
     t = b"RECURLG1" + struct.pack("<II", len(logits), 0) + struct.pack("<%df" % len(logits), *logits)
-    return core + t + struct.pack("<Q", fnv1a(t, fnv1a(core)))
+    return core + t + struct.pack("<Q", trailer_sum(core, t))
 
 
 def error_code(r, status=400):

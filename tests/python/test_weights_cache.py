@@ -19,23 +19,18 @@ import requests
 
 import export_hf
 import recur_model as rm
+from checksums import FNV_OFFSET, FNV_PRIME, M64, fnv1a
 from daemon import Daemon, RECURD, ROOT, check_config
 
 DEFAULT = os.path.join(ROOT, "models", "default")
 RECUR = os.path.join(os.path.dirname(RECURD), "recur")
 HEADER = 64
-FNV_OFFSET, FNV_PRIME, M64 = 0xcbf29ce484222325, 0x100000001b3, (1 << 64) - 1
-
-
-def fnv1a(data, h=FNV_OFFSET):
-    for b in data:
-        h = ((h ^ b) * FNV_PRIME) & M64
-    return h
 
 
 def payload_checksum(payload):
     """weights_cache.h: four lanes over the 64-bit LE words (word i into lane i mod 4), then
-    FNV-1a 64 of the lanes and the length."""
+    FNV-1a 64 of the lanes and the length: the lane checksum (checksums.lanesum) as it was defined
+    before it took a tail, written out again here so that cache files written then stay valid."""
     w = np.frombuffer(payload, dtype="<u8").reshape(-1, 4)
     lanes = [FNV_OFFSET + i for i in range(4)]
     for i in range(4):
