@@ -56,15 +56,13 @@ int gl_check_form_scale(recur_form form, int64_t chunk_size, float scale, int K,
 
 int gl_check_log_gates(const float *g, int64_t n)
 {
-    /* On the bits, without an early exit, so the loop vectorises (it reads every gate of the
-     * call once, 16 MB at T = 16k with per-key gates): exponent all ones is Inf/NaN; a positive
-     * sign-clear value other than +0 is g > 0. */
+    /* Without an early exit, so the loop vectorises; last to first (gated_linear.h) */
     uint32_t nonfinite = 0, positive = 0;
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = n; i-- > 0;) {
         uint32_t x;
         memcpy(&x, &g[i], sizeof x);
-        nonfinite |= (x & 0x7f800000u) == 0x7f800000u;
-        positive |= (int32_t)x > 0;
+        nonfinite |= gl_bits_nonfinite(x);
+        positive |= gl_bits_positive(x);
     }
     return nonfinite ? RECUR_ENONFINITE : positive ? RECUR_ERANGE : RECUR_OK;
 }

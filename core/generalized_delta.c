@@ -152,17 +152,19 @@ static int gdr_check(const recur_dims *d, const float *q, const float *k, const 
     const int rc = recur__check_form_dims(form, chunk_size, d);
     if (rc)
         return rc;
+    /* one pass over g, a and b together, last token to first (gated_linear.h: the chunkwise
+     * form then starts on rows of all three still in cache) */
     const int64_t n = d->T * d->H * d->K;
-    uint32_t nonfinite = !isfinite(scale);
-    for (int64_t i = 0; i < n; i++) { /* on the bits, so it vectorises: exponent all ones */
-        uint32_t xa, xb;
+    uint32_t nonfinite = !isfinite(scale), positive = 0;
+    for (int64_t i = n; i-- > 0;) {
+        uint32_t xg, xa, xb;
+        memcpy(&xg, &g[i], sizeof xg);
         memcpy(&xa, &a[i], sizeof xa);
         memcpy(&xb, &b[i], sizeof xb);
-        nonfinite |= ((xa & 0x7f800000u) == 0x7f800000u) | ((xb & 0x7f800000u) == 0x7f800000u);
+        nonfinite |= gl_bits_nonfinite(xg) | gl_bits_nonfinite(xa) | gl_bits_nonfinite(xb);
+        positive |= gl_bits_positive(xg);
     }
-    if (nonfinite)
-        return RECUR_ENONFINITE;
-    return gl_check_log_gates(g, n);
+    return nonfinite ? RECUR_ENONFINITE : positive ? RECUR_ERANGE : RECUR_OK;
 }
 
 /* ---------------------------------------------------------------- chunkwise
