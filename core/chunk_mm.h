@@ -75,7 +75,10 @@ void recur__solve_unit_lower(int c, int V, const float *B, ptrdiff_t ldb, float 
  * (one call after another, as a prefill calls it) on operands in 2 MiB pages (as the server's
  * workspace), T = 16k / T = 1k was 0.93-1.01 for all seven; the same kernels gave 0.64-0.83 with the
  * forms alternated call by call (the parallel form's T x T scores between two chunkwise calls) and
- * 0.83-0.98 alone on 4 KiB pages (the TLB). section_kernels.py measures the target the first way. */
+ * 0.83-0.98 alone on 4 KiB pages (the TLB). section_kernels.py measures the target the first way.
+ * 2026-12-03: the per-key forms (GLA per-key gate, RWKV-7) prefetch the next chunk in small steps
+ * inside their diagonal loops instead (chunk_ahead.h: 16-24 lines a step, not bursts of hundreds);
+ * this touch is left for the others and for what was not prefetched. */
 static inline float recur__touch(const float *a, size_t n)
 {
     float acc = 0.0f;

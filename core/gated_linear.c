@@ -24,6 +24,7 @@
  * against exp in double, 0 below -87 where exp(x) leaves the normal float range).
  */
 #include "gated_linear.h"
+#include "chunk_ahead.h"
 #include "chunk_decay.h"
 #include "chunk_mm.h"
 #include "chunk_work.h"
@@ -275,6 +276,8 @@ typedef struct {
     float *Qj;                 /* [GL_SUB][K] per-key: q_t exp(b_t - b_r) */
     float *edec;               /* [K]     exp(b_last) per key (state decay) */
     float *dw, *du;            /* [C]     scratch of recur__decay_rows */
+    recur__ahead *ahead;       /* per-key: the next chunk's rows, prefetched by diag_per_key
+                                * (chunk_ahead.h); NULL: none */
     void *mem;                 /* the block to free: NULL for the thread's (recur__chunk_carve) */
 } gl_work;
 
@@ -354,6 +357,7 @@ static void diag_per_key(const gl_work *w, const float *Qr, size_t lr, int J0, i
     int i = 0;
     for (; i + 4 <= K; i += 4) {
         recur__v16 kv[4], pv[4] = {{0}, {0}, {0}, {0}};
+        recur__ahead_step(w->ahead);
         for (int j = 0; j < 4; j++) {
             float kl[GL_SUB] = {0};
             const float *ki = w->KrT + (size_t)(i + j) * w->C + J0;
@@ -641,6 +645,19 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
         }
 }
 
+/* ah = the rows of the chunk at t0 (none past the end) of the first na of q k v g, drained over
+ * `points` steps (chunk_ahead.h) */
+static void ahead_rows(const gl_problem *p, recur__ahead *ah, int64_t t0, int64_t C, int na,
+                       size_t points)
+{
+    const int64_t n = t0 < p->T ? (p->T - t0 < C ? p->T - t0 : C) : 0;
+    const size_t nk = (size_t)n * p->H * p->K, nv = (size_t)n * p->H * p->V;
+    const size_t rk = (size_t)t0 * p->H * p->K, rv = (size_t)t0 * p->H * p->V;
+    const float *rows[4] = {p->q + rk, p->k + rk, p->v + rv, na > 3 ? p->g + rk : NULL};
+    const size_t len[4] = {nk, nk, nv, nk};
+    recur__ahead_set(ah, rows, len, n ? na : 0, points);
+}
+
 static int run_chunked(const gl_problem *p, int64_t C)
 {
     gl_work w;
@@ -649,16 +666,18 @@ static int run_chunked(const gl_problem *p, int64_t C)
         return rc;
     /* Chunks outer, heads inner: a chunk's rows [C][H][K] are one contiguous block, streamed in
      * once and then used by every head from cache (heads outer walked the whole sequence H times
-     * in strided pieces). */
+     * in strided pieces). The block is read front to back before the chunk's steps, except the
+     * lines that per-key gating prefetched during the previous chunk (chunk_ahead.h). */
+    const int na = p->gate == GL_GATE_KEY ? 4 : 3; /* q k v (g) */
+    recur__ahead ah;
+    ahead_rows(p, &ah, 0, C, na, 0);
     for (int64_t t0 = 0; t0 < p->T; t0 += C) {
         const int64_t n = p->T - t0 < C ? p->T - t0 : C; /* the tail chunk shrinks */
-        /* the chunk's rows of every head, streamed in front to back (recur__touch) */
-        const size_t nk = (size_t)n * p->H * p->K, nv = (size_t)n * p->H * p->V;
-        const size_t rk = (size_t)t0 * p->H * p->K, rv = (size_t)t0 * p->H * p->V;
-        volatile float sink = recur__touch(p->q + rk, nk) + recur__touch(p->k + rk, nk) +
-                              recur__touch(p->v + rv, nv) +
-                              (p->gate == GL_GATE_KEY ? recur__touch(p->g + rk, nk) : 0.0f);
+        volatile float sink = recur__ahead_rest(&ah);
         (void)sink;
+        /* diag_per_key runs H ceil(n / GL_SUB) (K / 4) times per chunk */
+        ahead_rows(p, &ah, t0 + n, C, na, (size_t)p->H * (size_t)((n + GL_SUB - 1) / GL_SUB) * (size_t)(p->K / 4));
+        w.ahead = p->gate == GL_GATE_KEY ? &ah : NULL;
         for (int h = 0; h < p->H; h++)
             chunk_step(p, &w, h, t0, (int)n);
     }
