@@ -517,16 +517,17 @@ static int restore_from_disk(srv_pcache *pc, pentry *e, const int32_t *tokens, s
     }
     if (rc == 0) {
         pc->st.spill_loads++;
-        if (!e->in_mem) {
+        uint8_t *b;
+        size_t b_len;
+        /* in memory: this process's own bytes (restored with srv_state_restore_own), the state
+         * just checked and applied written again, not the file's (an older format version or
+         * another state dtype, which the own reader refuses) */
+        if (!e->in_mem && srv_state_capture(s, pc->vocab, &b, &b_len) == 0) {
             srv_ids *t = ids_new(e->n);
-            uint8_t *b = malloc(blob_len);
-            if (!b)
-                abort();
             memcpy(t->ids, tokens, e->n * sizeof *t->ids);
             t->used = e->n;
-            memcpy(b, blob, blob_len);
             touch(pc, e);
-            put_mem(pc, e, t, b, blob_len);
+            put_mem(pc, e, t, b, b_len);
         }
     }
     if (own)
@@ -812,16 +813,20 @@ int srv_pcache_adopt(srv_pcache *pc, const int32_t *tokens, size_t n, uint64_t h
     s->pc_hist = ids_ref(ids);
     s->pc_hist_n = n;
     s->pc_hist_h = h;
-    uint8_t *own = malloc(blob_len);
-    if (!own)
-        abort();
-    memcpy(own, blob, blob_len);
+    /* in memory: this process's own bytes, as in restore_from_disk (the shared tier may hold
+     * another node's format version or state dtype) */
+    uint8_t *own;
+    size_t own_len;
+    if (srv_state_capture(s, pc->vocab, &own, &own_len) != 0) {
+        ids_unref(ids); /* s keeps its reference */
+        return 0;
+    }
     pentry *e = calloc(1, sizeof *e);
     if (!e)
         abort();
     e->n = n;
     e->h = h;
-    put_mem(pc, e, ids, own, blob_len); /* no store hook: it came from the shared tier */
+    put_mem(pc, e, ids, own, own_len); /* no store hook: it came from the shared tier */
     return 0;
 }
 

@@ -591,3 +591,52 @@ Test(prefix_cache, adopt_bytes_of_another_nodes_entry)
     srv_pcache_free(a);
     srv_pcache_free(b);
 }
+
+/* blob (a state blob, core and logits trailer) as format version 2 wrote it: version 2, FNV-1a
+ * 64 as the core's checksum, the trailer's over everything before it (proto/state_blob.h) */
+static void as_version2(uint8_t *blob, size_t len)
+{
+    size_t core;
+    cr_assert_eq(recur_snapshot_length(blob, len, &core), 0);
+    recur_put_le32(blob + 8, 2);
+    recur_put_le64(blob + core - 8, recur_fnv1a64(RECUR_FNV_OFFSET, blob, core - 8));
+    if (len > core)
+        recur_put_le64(blob + len - 8, recur_fnv1a64(RECUR_FNV_OFFSET, blob, len - 8));
+}
+
+/* An entry of an older format version (a spill file written before the lane checksum, or
+ * another node's during an upgrade) is restored with every check, and what stays in memory is
+ * this process's own bytes: the next hit, from memory (srv_state_restore_own, which takes only
+ * the versions this build writes), is a hit too. */
+Test(prefix_cache, an_old_format_entry_is_kept_as_own_bytes)
+{
+    srv_pcache *a = cache(1 << 20, 0, 0), *b = cache(1 << 20, 0, 0);
+    hook_seen w = {0};
+    HOOKED = a;
+    int32_t t[40];
+    seq(t, 40, 7);
+    srv_session *src = sess(t, 30);
+    size_t blen;
+    uint8_t *blob = blob_of(src, &blen);
+    as_version2(blob, blen);
+    size_t len;
+    uint8_t *bytes = srv_pcache_entry_bytes(a, t, 30, blob, blen, &len);
+    uint64_t h = srv_pcache_hash(RECUR_FNV_OFFSET, t, 30);
+    srv_session *s = sess(NULL, 0);
+    const char *why;
+    cr_assert_eq(srv_pcache_adopt(b, t, 30, h, bytes, len, s, &why), 0);
+    assert_same_state(s, src);
+    cr_assert_eq(recur_get_le32(b->mem.head->blob + 8), 4u, "kept as written by this build");
+    srv_session *again = sess(NULL, 0);
+    cr_assert_eq(srv_pcache_restore(b, t, 40, again), 30);
+    assert_same_state(again, src);
+    cr_assert_eq(w.calls, 0);
+    free(bytes);
+    free(blob);
+    free(w.bytes);
+    sess_free(src);
+    sess_free(s);
+    sess_free(again);
+    srv_pcache_free(a);
+    srv_pcache_free(b);
+}
