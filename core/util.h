@@ -61,8 +61,12 @@ static inline uint64_t recur__fnv1a(uint64_t h, const void *data, size_t n)
  *   sum = FNV-1a 64 over the bytes of lane[0..3] (little-endian, 32 bytes), then T, then n as a
  *     u64 little-endian.
  * On whole blocks (T empty) this is the weights cache's payload checksum (weights_cache.h) as it
- * has always been, so existing cache files stay valid. Every step is a bijection of the state
- * (xor, then a multiply by an odd prime), so any one changed byte changes the sum.
+ * has always been, so existing cache files stay valid. A changed byte of T or of n always changes
+ * the sum (FNV-1a's steps are bijections of its state); one in a block changes its lane for good
+ * (xor, then a multiply by an odd prime: a bijection), but the lane's 8 bytes then differ in
+ * several places, and FNV-1a over several bytes is not injective (its 32-bit form maps the 2^32
+ * 4-byte strings to 1.93e9 values), so such a change escapes with probability ~2^-64, as with any
+ * 64-bit sum. (Byte-wise FNV-1a, versions 1-3, caught every single changed byte.)
  * Streaming: update may be called with any split of B (a partial block waits in the state); the
  * sum is the same however B is split. tests/python/checksums.py is the reference. */
 typedef struct {

@@ -434,8 +434,9 @@ Test(lanesum, whole_blocks_are_the_weights_cache_checksum)
     }
 }
 
-/* Every bit of the last 80 bytes, for every tail length 0..31: the sum changes (each step of the
- * lanes and of FNV-1a is a bijection of its state, so one changed byte always shows). */
+/* Every bit of the last 80 bytes, for every tail length 0..31: the sum changes (a tail byte
+ * always shows, FNV-1a's steps being bijections; a block byte changes its lane, which the final
+ * FNV-1a could in principle map to the same sum, ~2^-64: these flips are checked, not proven). */
 Test(lanesum, a_flipped_bit_near_the_end_changes_it_for_every_tail)
 {
     uint8_t buf[256 + 32];
