@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "metrics.h"
@@ -57,9 +58,10 @@ static long rss_bytes(void)
     return n == 2 ? res * sysconf(_SC_PAGESIZE) : -1;
 }
 
-/* From /proc/self/stat (proc(5)): user + system CPU time and the start time after boot, in
- * clock ticks. 0, or -1 when it cannot be read. */
-static int proc_stat_ticks(unsigned long long *cpu, unsigned long long *start)
+/* From /proc/self/stat (proc(5)): the start time after boot, in clock ticks. 0, or -1 when it
+ * cannot be read. (Its utime and stime are whole ticks, 10 ms here: a daemon that served a few
+ * requests read 0; the CPU time comes from CLOCK_PROCESS_CPUTIME_ID instead.) */
+static int proc_start_ticks(unsigned long long *start)
 {
     char line[1024];
     FILE *f = fopen("/proc/self/stat", "r");
@@ -69,12 +71,11 @@ static int proc_stat_ticks(unsigned long long *cpu, unsigned long long *start)
     fclose(f);
     line[n] = 0;
     const char *p = strrchr(line, ')'); /* the command name may hold spaces and parentheses */
-    unsigned long long utime, stime, starttime;
-    /* after ")": field 3 (state) ... 14 utime, 15 stime ... 22 starttime */
-    if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d"
-                            " %*d %*d %llu", &utime, &stime, &starttime) != 3)
+    unsigned long long starttime;
+    /* after ")": field 3 (state) ... 22 starttime */
+    if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d"
+                            " %*d %*d %llu", &starttime) != 1)
         return -1;
-    *cpu = utime + stime;
     *start = starttime;
     return 0;
 }
@@ -116,17 +117,17 @@ static void process_metrics(proto_buf *b)
     if (rss >= 0)
         srv_metric(b, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",
                    (unsigned long long)rss);
-    unsigned long long cpu, start;
+    struct timespec cpu;
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu) == 0) /* every thread, nanoseconds */
+        srv_metric_double(b, "process_cpu_seconds_total", "counter",
+                          "Total user and system CPU time spent in seconds.",
+                          (double)cpu.tv_sec + (double)cpu.tv_nsec * 1e-9);
+    unsigned long long start;
     double hz = (double)sysconf(_SC_CLK_TCK);
     long long bt = boot_time();
-    if (proc_stat_ticks(&cpu, &start) == 0 && hz > 0) {
-        srv_metric_double(b, "process_cpu_seconds_total", "counter",
-                          "Total user and system CPU time spent in seconds.", (double)cpu / hz);
-        if (bt >= 0)
-            srv_metric_double(b, "process_start_time_seconds", "gauge",
-                              "Start time of the process since unix epoch in seconds.",
-                              (double)bt + (double)start / hz);
-    }
+    if (bt >= 0 && hz > 0 && proc_start_ticks(&start) == 0)
+        srv_metric_double(b, "process_start_time_seconds", "gauge",
+                          "Start time of the process since unix epoch in seconds.", (double)bt + (double)start / hz);
     long fds = open_fds();
     if (fds >= 0)
         srv_metric(b, "process_open_fds", "gauge", "Number of open file descriptors.",
