@@ -14,6 +14,8 @@
  *   recur__ahead_set(ah, rows, n, na, points): the na <= RECUR_AHEAD_MAX arrays rows[j][0, n[j])
  *     (floats), to be drained over `points` calls of recur__ahead_step (more calls: the rest do
  *     nothing; fewer: recur__ahead_rest reads what is left).
+ *   recur__ahead_chunk(ah, in, is_v, na, T, H, K, V, t0, C, points): recur__ahead_set for the
+ *     rows of the chunk at t0 of na [T][H][K] (or [T][H][V]) inputs.
  *   recur__ahead_step(ah): prefetch the next lines of every array; ah NULL: nothing.
  *   recur__ahead_rest(ah): read one float of every line not yet prefetched, array by array,
  *     front to back (recur__touch); returns their sum (store it in a volatile so the loads stay).
@@ -22,6 +24,7 @@
 #define RECUR_CHUNK_AHEAD_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "chunk_mm.h" /* recur__touch */
 
@@ -49,6 +52,23 @@ static inline void recur__ahead_set(recur__ahead *ah, const float *const *rows, 
     }
     const size_t lines = (ah->top + RECUR_AHEAD_LINE - 1) / RECUR_AHEAD_LINE;
     ah->per = (points ? (lines + points - 1) / points : lines) * RECUR_AHEAD_LINE;
+}
+
+/* recur__ahead_set for one chunk of a sequence: the rows [t0, t0 + C) (clipped to T, none when
+ * t0 >= T) of the na arrays in[j], each [T][H][K] floats, or [T][H][V] where is_v[j]. */
+static inline void recur__ahead_chunk(recur__ahead *ah, const float *const *in, const unsigned char *is_v,
+                                      int na, int64_t T, int64_t H, int64_t K, int64_t V, int64_t t0,
+                                      int64_t C, size_t points)
+{
+    const int64_t n = t0 < T ? (T - t0 < C ? T - t0 : C) : 0;
+    const float *rows[RECUR_AHEAD_MAX];
+    size_t len[RECUR_AHEAD_MAX];
+    for (int j = 0; j < na; j++) {
+        const int64_t width = is_v[j] ? H * V : H * K;
+        rows[j] = in[j] + (size_t)t0 * (size_t)width;
+        len[j] = (size_t)n * (size_t)width;
+    }
+    recur__ahead_set(ah, rows, len, n ? na : 0, points);
 }
 
 static inline void recur__ahead_step(recur__ahead *ah)

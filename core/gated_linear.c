@@ -645,19 +645,6 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
         }
 }
 
-/* ah = the rows of the chunk at t0 (none past the end) of the first na of q k v g, drained over
- * `points` steps (chunk_ahead.h) */
-static void ahead_rows(const gl_problem *p, recur__ahead *ah, int64_t t0, int64_t C, int na,
-                       size_t points)
-{
-    const int64_t n = t0 < p->T ? (p->T - t0 < C ? p->T - t0 : C) : 0;
-    const size_t nk = (size_t)n * p->H * p->K, nv = (size_t)n * p->H * p->V;
-    const size_t rk = (size_t)t0 * p->H * p->K, rv = (size_t)t0 * p->H * p->V;
-    const float *rows[4] = {p->q + rk, p->k + rk, p->v + rv, na > 3 ? p->g + rk : NULL};
-    const size_t len[4] = {nk, nk, nv, nk};
-    recur__ahead_set(ah, rows, len, n ? na : 0, points);
-}
-
 static int run_chunked(const gl_problem *p, int64_t C)
 {
     gl_work w;
@@ -669,14 +656,17 @@ static int run_chunked(const gl_problem *p, int64_t C)
      * in strided pieces). The block is read front to back before the chunk's steps, except the
      * lines that per-key gating prefetched during the previous chunk (chunk_ahead.h). */
     const int na = p->gate == GL_GATE_KEY ? 4 : 3; /* q k v (g) */
+    const float *const in[4] = {p->q, p->k, p->v, p->g};
+    static const unsigned char is_v[4] = {0, 0, 1, 0};
     recur__ahead ah;
-    ahead_rows(p, &ah, 0, C, na, 0);
+    recur__ahead_chunk(&ah, in, is_v, na, p->T, p->H, p->K, p->V, 0, C, 0);
     for (int64_t t0 = 0; t0 < p->T; t0 += C) {
         const int64_t n = p->T - t0 < C ? p->T - t0 : C; /* the tail chunk shrinks */
         volatile float sink = recur__ahead_rest(&ah);
         (void)sink;
         /* diag_per_key runs H ceil(n / GL_SUB) (K / 4) times per chunk */
-        ahead_rows(p, &ah, t0 + n, C, na, (size_t)p->H * (size_t)((n + GL_SUB - 1) / GL_SUB) * (size_t)(p->K / 4));
+        recur__ahead_chunk(&ah, in, is_v, na, p->T, p->H, p->K, p->V, t0 + n, C,
+                           (size_t)p->H * (size_t)((n + GL_SUB - 1) / GL_SUB) * (size_t)(p->K / 4));
         w.ahead = p->gate == GL_GATE_KEY ? &ah : NULL;
         for (int h = 0; h < p->H; h++)
             chunk_step(p, &w, h, t0, (int)n);

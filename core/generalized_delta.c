@@ -413,23 +413,6 @@ static void gdr_chunk(const recur_dims *d, gdr_work *w, int h, int64_t t0, int n
     recur__mm(K, V, n, 1.0f, w->Kh, 1, K, Vc, ldv, 1.0f, Sh, V, 0, 0);
 }
 
-/* ah = the rows of q k v g a b (in) of the chunk at t0 (none past the end), drained over `points`
- * steps (chunk_ahead.h) */
-static void gdr_ahead_rows(const recur_dims *d, const float *const *in, recur__ahead *ah,
-                           int64_t t0, int64_t C, size_t points)
-{
-    const int64_t n = t0 < d->T ? (d->T - t0 < C ? d->T - t0 : C) : 0;
-    const size_t nk = (size_t)n * d->H * d->K, nv = (size_t)n * d->H * d->V;
-    const size_t rk = (size_t)t0 * d->H * d->K, rv = (size_t)t0 * d->H * d->V;
-    const float *rows[RECUR_AHEAD_MAX];
-    size_t len[RECUR_AHEAD_MAX];
-    for (int j = 0; j < RECUR_AHEAD_MAX; j++) {
-        rows[j] = in[j] + (j == 2 ? rv : rk);
-        len[j] = j == 2 ? nv : nk;
-    }
-    recur__ahead_set(ah, rows, len, n ? RECUR_AHEAD_MAX : 0, points);
-}
-
 /* ---------------------------------------------------------------- entry point */
 
 int recur_generalized_delta(const recur_dims *d, const float *q, const float *k, const float *v,
@@ -466,16 +449,17 @@ int recur_generalized_delta(const recur_dims *d, const float *q, const float *k,
      * are read once, front to back, before its steps, except the lines gdr_diag prefetched during
      * the previous chunk (chunk_ahead.h). */
     const float *const in[RECUR_AHEAD_MAX] = {q, k, v, g, a, b};
+    static const unsigned char is_v[RECUR_AHEAD_MAX] = {0, 0, 1, 0, 0, 0};
     recur__ahead ah;
-    gdr_ahead_rows(d, in, &ah, 0, C, 0);
+    recur__ahead_chunk(&ah, in, is_v, RECUR_AHEAD_MAX, d->T, H, K, V, 0, C, 0);
     w.ahead = &ah;
     for (int64_t t0 = 0; t0 < d->T; t0 += C) {
         const int n = (int)(d->T - t0 < C ? d->T - t0 : C); /* the tail chunk shrinks */
         volatile float sink = recur__ahead_rest(&ah);
         (void)sink;
         /* gdr_diag runs H ceil(n / GDR_SUB) ceil(K / 4) times per chunk */
-        gdr_ahead_rows(d, in, &ah, t0 + n, C,
-                       (size_t)H * (size_t)((n + GDR_SUB - 1) / GDR_SUB) * (size_t)((K + 3) / 4));
+        recur__ahead_chunk(&ah, in, is_v, RECUR_AHEAD_MAX, d->T, H, K, V, t0 + n, C,
+                           (size_t)H * (size_t)((n + GDR_SUB - 1) / GDR_SUB) * (size_t)((K + 3) / 4));
         for (int h = 0; h < H; h++)
             gdr_chunk(d, &w, h, t0, n, q, k, v, g, a, b, scale, S + (size_t)h * K * V, o);
     }
