@@ -21,11 +21,37 @@
  *
  * KEYS of every script: state, ver, lease, idem, idemq of one session (one hash tag: one slot). */
 
+/* The lease: the lease key's value "<node> <deadline>", the deadline in ms of Redis's clock
+ * (TIME); the node holds it while TIME < deadline. The key has no TTL of its own (lease_put
+ * gives it the version key's: it lives and dies with the session), so a lease never expires in
+ * Redis. An expiring key is written to the AOF as a DEL — by the expiry cycle, and when any
+ * command (a script too, REPL_NONE or not) reads the key lazily expired — and with appendfsync
+ * always Redis fsyncs that before it answers the next command: the expiries of the leases a
+ * burst of resumes took stalled the resumes in flight 10 s later (an fsync of 0.3-7 ms per
+ * expiry cycle, up to 107 ms while the disk was busy, on this machine 2026-12-03), and a resume
+ * of a session whose last lease had run out paid one itself.
+ *   lease_of()          the lease's node and deadline (nil: none)
+ *   lease_holder(now)   the node holding a live lease and its ms left (nil: none)
+ *   lease_put(node, now, ms)  take it for ms (no session — no version key — no lease) */
+#define LEASE_LUA                                                                                 \
+    "local function now_ms() local t = redis.call('TIME')\n"                                      \
+    "  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) end\n"                    \
+    "local function lease_of()\n"                                                                 \
+    "  local node, dl = string.match(redis.call('GET', KEYS[3]) or '', '^(%S+) (%d+)$')\n"        \
+    "  return node, tonumber(dl) end\n"                                                           \
+    "local function lease_holder(now) local node, dl = lease_of()\n"                              \
+    "  if node and dl > now then return node, dl - now end end\n"                                 \
+    "local function lease_put(node, now, ms) local pt = redis.call('PTTL', KEYS[2])\n"            \
+    "  if pt == -2 then return end\n"                                                             \
+    "  local v = node .. ' ' .. string.format('%.0f', now + ms)\n"                                \
+    "  if pt > 0 then redis.call('SET', KEYS[3], v, 'PX', pt) else redis.call('SET', KEYS[3], v) end\n" \
+    "end\n"
+
 /* Take (or keep) the lease and say what Redis holds. ARGV: node, lease_ms, the caller's version
  * ("" = it has no copy), ttl_ms (0 = none), "1" = return the state, "0" = not (the caller has no
  * copy and GETs the state in the same MULTI/EXEC: a state returned through Lua cost Redis 379 us
  * per call for the default model's 197,704 bytes, a plain GET 21 us and the script alone 14 us).
- * -> {-1, holder, pttl}  leased by another node
+ * -> {-1, holder, ms left}  leased by another node
  *    {-3}                no such session
  *    {0, ver}            the caller's copy is current
  *    {1, ver, state}     the current state (the caller's copy is stale or missing); {1, ver}
@@ -38,19 +64,21 @@
  * version compare-and-set of every commit is what fences a second writer: after a Redis restart
  * or failover lost a lease, two nodes may both load the session, and the second to commit is
  * refused), and a TTL refresh lost that way leaves the key expiring idle_ttl_ms after its last
- * commit instead of its last load. */
+ * commit instead of its last load. Nor does anything it reads expire (LEASE_LUA): a resume
+ * writes nothing to the AOF. */
 static const char ACQUIRE_LUA[] =
-    "redis.set_repl(redis.REPL_NONE)\n"
-    "local h = redis.call('GET', KEYS[3])\n"
-    "if h and h ~= ARGV[1] then return {-1, h, redis.call('PTTL', KEYS[3])} end\n"
+    "redis.set_repl(redis.REPL_NONE)\n" LEASE_LUA
+    "local now = now_ms()\n"
+    "local h, left = lease_holder(now)\n"
+    "if h and h ~= ARGV[1] then return {-1, h, left} end\n"
     "local v = redis.call('GET', KEYS[2])\n"
     "if not v then return {-3} end\n"
-    "redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2])\n"
     "local ttl = tonumber(ARGV[4])\n"
     "if ttl > 0 then\n"
     "  redis.call('PEXPIRE', KEYS[1], ttl) redis.call('PEXPIRE', KEYS[2], ttl)\n"
     "  redis.call('PEXPIRE', KEYS[4], ttl) redis.call('PEXPIRE', KEYS[5], ttl)\n"
     "end\n"
+    "lease_put(ARGV[1], now, tonumber(ARGV[2]))\n"
     "if v == ARGV[3] then return {0, v} end\n"
     "if ARGV[5] == '0' then return {1, v} end\n"
     "return {1, v, redis.call('GET', KEYS[1])}\n";
@@ -69,7 +97,9 @@ static const char ACQUIRE_LUA[] =
  * instead of being fenced.
  * -> {0, ver} committed; {-1, holder} leased by another node; {-2, ver} the version moved on */
 static const char COMMIT_LUA[] =
-    "local h = redis.call('GET', KEYS[3])\n"
+    LEASE_LUA
+    "local now = now_ms()\n"
+    "local h = lease_holder(now)\n"
     "if h and h ~= ARGV[1] then return {-1, h} end\n"
     "local v = tonumber(redis.call('GET', KEYS[2]) or '0')\n"
     "if v ~= tonumber(ARGV[2]) then\n"
@@ -88,7 +118,7 @@ static const char COMMIT_LUA[] =
     "else\n"
     "  redis.call('SET', KEYS[1], ARGV[3]) redis.call('SET', KEYS[2], v)\n"
     "end\n"
-    "if tonumber(ARGV[5]) > 0 then redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[5]) end\n"
+    "if tonumber(ARGV[5]) > 0 then lease_put(ARGV[1], now, tonumber(ARGV[5])) end\n"
     "redis.call('HSET', KEYS[4], ' commit', ARGV[7])\n"
     "if #ARGV >= 10 then\n"
     "  for i = 10, #ARGV, 2 do\n"
@@ -101,18 +131,21 @@ static const char COMMIT_LUA[] =
     "if ttl > 0 then redis.call('PEXPIRE', KEYS[4], ttl) redis.call('PEXPIRE', KEYS[5], ttl) end\n"
     "return {0, tostring(v)}\n";
 
-/* Give a lease back (SIGTERM): only when this node holds it. ARGV: node. -> 1 or 0. */
+/* Give a lease back (SIGTERM): only when this node holds it (live or run out). ARGV: node.
+ * -> 1 or 0. */
 static const char RELEASE_LUA[] =
-    "if redis.call('GET', KEYS[3]) == ARGV[1] then redis.call('DEL', KEYS[3]) return 1 end\n"
+    LEASE_LUA
+    "if lease_of() == ARGV[1] then redis.call('DEL', KEYS[3]) return 1 end\n"
     "return 0\n";
 
 /* Renew a lease held (or free). ARGV: node, lease_ms. -> 1, or the other holder's name. Not
  * propagated (REPL_NONE), as ACQUIRE_LUA's lease. */
 static const char RENEW_LUA[] =
-    "redis.set_repl(redis.REPL_NONE)\n"
-    "local h = redis.call('GET', KEYS[3])\n"
+    "redis.set_repl(redis.REPL_NONE)\n" LEASE_LUA
+    "local now = now_ms()\n"
+    "local h = lease_holder(now)\n"
     "if h and h ~= ARGV[1] then return h end\n"
-    "redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2])\n"
+    "lease_put(ARGV[1], now, tonumber(ARGV[2]))\n"
     "return 1\n";
 
 /* ---------------------------------------------------------------- state */

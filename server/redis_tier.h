@@ -8,12 +8,15 @@
  *   <prefix>:{<fp>:<id>}:state   the session file: exactly the bytes of a state_dir snapshot
  *                                (state blob + checkpoint section, checkpoints.h)
  *   <prefix>:{<fp>:<id>}:ver     its version, +1 per commit
- *   <prefix>:{<fp>:<id>}:lease   the node that may fold into it (SET NX PX redis_lease_ms)
+ *   <prefix>:{<fp>:<id>}:lease   the node that may fold into it and until when: "<node>
+ *                                <deadline>", ms of Redis's clock (TIME), redis_lease_ms after
+ *                                it was taken; no TTL of its own (LEASE_LUA)
  *   <prefix>:{<fp>:<id>}:idem    Idempotency-Key records (hash: key -> result summary), and the
  *                                last commit's token under " commit" (a late commit, COMMIT_LUA)
  *
- * <fp> is the model fingerprint in 16 hex digits. state, ver and idem expire with the session's
- * idle_ttl_ms (PEXPIRE, refreshed by every commit and every lease taken).
+ * <fp> is the model fingerprint in 16 hex digits. state, ver, lease and idem expire with the
+ * session's idle_ttl_ms (PEXPIRE, refreshed by every commit and every lease taken); nothing of a
+ * session expires before that (an expiry is an AOF write Redis fsyncs before it answers on).
  *
  * One writer per session: a node serves a session only while it holds its lease. Every commit
  * is one Lua script: refused when another node holds the lease or the stored version is not

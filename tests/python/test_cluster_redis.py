@@ -102,10 +102,10 @@ def owner_of(c, sid):
     """The index of the node that served sid last: the holder of its lease in Redis."""
     alive = [n for n in c.nodes if n.proc.poll() is None]
     fp = requests.get(alive[0].url("/v1/model"), timeout=TIMEOUT).json()["fingerprint"]
-    holder = c.redis.command("GET", "recurd:{%s:%s}:lease" % (fp, sid))
-    if holder:
-        return int(holder.decode().rsplit("-", 1)[1])  # node-<i>
-    # the lease ran out already (a slow machine): the node nginx sent the last request to
+    lease = c.redis.command("GET", "recurd:{%s:%s}:lease" % (fp, sid))
+    if lease:  # "<node> <deadline>": kept after its deadline, until another node takes it
+        return int(lease.decode().split()[0].rsplit("-", 1)[1])  # node-<i>
+    # no lease (a create takes none): the node nginx sent the last request to
     hits = wait_logged(c.ngx, lambda l: l["uri"].startswith("/v1/sessions/%s" % sid[:8]))
     assert hits, "no lease and no logged request for %s…" % sid[:8]
     return [n.port for n in c.nodes].index(hits[-1]["upstreams"][-1])

@@ -161,7 +161,10 @@ def test_kill9_failover_sync_is_bit_identical(reference):
         assert len(keys) == 4 and all(":%s}:" % sid in k for k in keys), keys
         fp = keys[0].split("{")[1].split(":")[0]
         assert len(fp) == 16 and all(k.startswith("recurd:{%s:%s}:" % (fp, sid)) for k in keys)
-        assert redis.command("GET", "recurd:{%s:%s}:lease" % (fp, sid)) == b"node-a"
+        # the lease: "<node> <deadline, ms of Redis's clock>", no TTL of its own (the state's)
+        node_name, deadline = redis.command("GET", "recurd:{%s:%s}:lease" % (fp, sid)).split()
+        now_ms = int(redis.command("TIME")[0]) * 1000
+        assert node_name == b"node-a" and 0 < int(deadline) - now_ms <= LEASE_MS + 1000, deadline
         assert 0 < redis.command("PTTL", "recurd:{%s:%s}:state" % (fp, sid)) <= 3600000
         # B refuses while A's lease is live, and names A
         st, body = fold(b, sid, STEPS[2])
@@ -436,6 +439,32 @@ def test_create_takes_no_lease(reference):
         fork = requests.post(b.url("/v1/sessions/%s/fork" % sid), timeout=TIMEOUT).json()["id"]
         assert fold_ok(a, fork, STEPS[1]) == reference[1]  # the fork's maker holds no lease either
         st, body = fold(a, sid, STEPS[1])  # but b holds sid's, taken by its fold
+        assert st == 409 and "node-b" in body["error"]["message"], body
+
+
+def test_a_resume_after_the_lease_ran_out_writes_nothing_to_the_aof():
+    """A lease never expires in Redis (a run-out one stays until taken over, its key lives as
+    long as the session's): an expiring key is written to the AOF as a DEL, fsynced with
+    appendfsync always before Redis answers the next command — the resume in flight, or the
+    resume that read the key lazily expired. Node B takes over a session whose lease (A's) ran
+    out: Redis expired nothing and its AOF did not grow."""
+    with RedisServer() as redis, two_nodes(redis) as (a, b):
+        sid = create(a, PROMPT)
+        fold_ok(a, sid, STEPS[0])  # A's lease, taken by its commit
+        lease_key = [k for k in redis.command("KEYS", "recurd:*:lease")][0]
+        state_key = lease_key[:-len(b"lease")] + b"state"
+        assert redis.command("PTTL", lease_key) > 10 * LEASE_MS  # the session's TTL, not the lease's
+        assert abs(redis.command("PTTL", lease_key) - redis.command("PTTL", state_key)) < 1000
+        time.sleep(1.5 * LEASE_MS / 1000.0)
+        aof = lambda: int(dict(l.split(":", 1) for l in redis.command("INFO", "persistence")  # noqa: E731
+                               .decode().splitlines() if ":" in l)["aof_current_size"])
+        aof0 = aof()
+        assert info(b, sid)["tokens_seen"] == len(PROMPT) + len(STEPS[0])  # B resumes it
+        assert aof() == aof0
+        stats = redis.command("INFO", "stats").decode()
+        assert "expired_keys:0\r\n" in stats, stats
+        assert redis.command("GET", lease_key).split()[0] == b"node-b"
+        st, body = fold(a, sid, STEPS[1])  # A's copy: B holds the lease now
         assert st == 409 and "node-b" in body["error"]["message"], body
 
 

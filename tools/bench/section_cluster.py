@@ -285,16 +285,16 @@ def resume_once(margs, extra, fsync, n, log):
             if aof() == aof0:
                 break
             aof0 = aof()
-        redis.command("CONFIG", "RESETSTAT")
+        redis.command("CONFIG", "RESETSTAT")  # expired_keys from here
+        redis.command("CONFIG", "SET", "latency-monitor-threshold", "1")  # events of >= 1 ms
+        redis.command("LATENCY", "RESET")
         figs = {}
         for label, client, rate in RESUME_CLIENTS:
             figs[label] = {}
             for phase in ("resume", "resident"):
                 c_b, c_loop, c_r = cpu_s(b.pid), cpu_s(b.pid, b.pid), cpu_s(redis.proc.pid)
-                f_loop, aof_a = minflt(b.pid, b.pid), aof()
+                f_loop = minflt(b.pid, b.pid)
                 wall = timed_gets(client, rate, b.port, sids[label])
-                if phase == "resume" and "aof_growth" not in figs:  # the first client's: < lease_ms
-                    figs["aof_growth"] = aof() - aof_a
                 figs[label][phase] = {"wall": wall, "cpu_b": (cpu_s(b.pid) - c_b) / n,
                                       "cpu_loop": (cpu_s(b.pid, b.pid) - c_loop) / n,
                                       "cpu_redis": (cpu_s(redis.proc.pid) - c_r) / n,
@@ -308,6 +308,9 @@ def resume_once(margs, extra, fsync, n, log):
         figs["hits"] = b.metrics().get("recurd_redis_hits_total", 0)
         figs["eval_us"] = evalstat.get("usec_per_call", "?")
         figs["aof_total"] = aof1 - aof0
+        figs["expired"] = int(redis_info(redis, "stats").get("expired_keys", "0"))
+        # Redis's main thread stalled on an AOF fsync (>= 1 ms): one entry per second with one
+        figs["fsyncs"] = [int(ms) for _, ms in redis.command("LATENCY", "HISTORY", "aof-fsync-always")]
         want = 2 * n * len(RESUME_CLIENTS)
         deadline = time.time() + 10
         while True:  # the access log is written in batches
@@ -343,9 +346,10 @@ def resume_table(margs, budget, work, quick=False):
     (the figures of earlier runs). Wall time per request at the client and in B's access log
     (first byte to last byte), B's and Redis's CPU time and B's loop-thread page faults per
     request (load-independent where wall time is the scheduler's). Three variants, each twice,
-    alternated: Redis's fsync policy (the acquire script writes with REPL_NONE, so neither
-    policy should fsync on a resume: the AOF growth over the resumes says whether it did) and the
-    state dtype (bytes per session)."""
+    alternated: Redis's fsync policy (the acquire script writes with REPL_NONE and no lease
+    expires, so neither policy should fsync during the resumes: the AOF growth, the keys expired
+    and Redis's latency monitor over the measured requests say whether it did) and the state
+    dtype (bytes per session)."""
     n = 50 if quick else RESUME_SESSIONS
     load0 = open("/proc/loadavg").read().split()[0]
     runs = {v[0]: [] for v in RESUME_VARIANTS}
@@ -387,14 +391,16 @@ def resume_table(margs, budget, work, quick=False):
                 lines.append("| " + " | ".join(cells) + " |")
         r0 = rs[0]
         evals = " / ".join(str(r["eval_us"]) for r in rs)
-        aofs = " / ".join(f"{r['aof_growth']:,}" for r in rs)
         aoft = " / ".join(f"{r['aof_total']:,}" for r in rs)
+        expired = " / ".join(str(r["expired"]) for r in rs)
+        fsyncs = " / ".join(f"{len(r['fsyncs'])}" + (f" (longest {max(r['fsyncs'])} ms)" if r["fsyncs"]
+                                                      else "") for r in rs)
         notes.append(f"{label}: Redis bytes per session `STRLEN` {r0['strlen']:,} (`MEMORY USAGE` "
                      f"{r0['usage']:,}); loads counted by node B {sum(int(r['hits']) for r in rs)}; "
-                     f"Redis's own time per EVAL (`INFO commandstats`) {evals} µs; AOF growth over "
-                     f"the first client's resumes {aofs} bytes, over the whole run {aoft} (a lease "
-                     "a resume took expires redis_lease_ms later, and Redis writes a `DEL` for "
-                     "it).")
+                     f"Redis's own time per EVAL (`INFO commandstats`) {evals} µs; over the "
+                     f"measured requests: AOF growth {aoft} bytes, keys Redis expired {expired}, "
+                     f"seconds in which its main thread waited >= 1 ms on an AOF fsync "
+                     f"(`LATENCY HISTORY aof-fsync-always`) {fsyncs}.")
     lines += ["", *[f"- {x}" for x in notes], "",
               "The CPU columns are each process's (or B's loop thread's) CPU time over the phase "
               "divided by the requests (schedstat): load-independent where the wall time is the "
@@ -405,10 +411,12 @@ def resume_table(margs, budget, work, quick=False):
               "The paced rows pay a wake-up of every process on the path per request (client, B, "
               "Redis: this VM charges an idle vCPU's wake-up, docs/BENCHMARKS.md capacity); the "
               "resident rows of the same client are that floor without a resume. The acquire "
-              "script writes (lease, TTLs) with `redis.set_repl(REPL_NONE)`: nothing of a resume "
-              "goes to the AOF (its growth over the resumes above), so `appendfsync` does not "
-              "touch the resume path — `always` stays the setting for the commits (no "
-              "acknowledged fold lost, docs/SCALING.md)."]
+              "script writes (lease, TTLs) with `redis.set_repl(REPL_NONE)` and no key it takes "
+              "expires before the session (the lease is a deadline against Redis's clock, not a "
+              "TTL: an expiry is a `DEL` in the AOF, fsynced before Redis answers on): nothing "
+              "of a resume goes to the AOF (its growth above), so `appendfsync` does not touch "
+              "the resume path — `always` stays the setting for the commits (no acknowledged "
+              "fold lost, docs/SCALING.md)."]
     return "\n".join(lines)
 
 
