@@ -97,24 +97,10 @@ static inline float dot(const float *restrict a, const float *restrict b, int n)
     float s = 0.0f;
     for (; i < n; i++)
         s = fmaf(a[i], b[i], s);
-    for (int j = 0; j < 16; j++)
-        s += acc[j];
-    return s;
-}
-
-static inline float sum(const float *restrict a, int n)
-{
-    float acc[16] = {0};
-    int i = 0;
-    for (; i + 16 <= n; i += 16)
-        for (int j = 0; j < 16; j++)
-            acc[j] += a[i + j];
-    float s = 0.0f;
-    for (; i < n; i++)
-        s += a[i];
-    for (int j = 0; j < 16; j++)
-        s += acc[j];
-    return s;
+    for (int w = 8; w > 0; w /= 2) /* pairwise, so the reduction vectorises too */
+        for (int j = 0; j < w; j++)
+            acc[j] += acc[j + w];
+    return s + acc[0];
 }
 
 /* ---------------------------------------------------------------- feature map */
@@ -322,23 +308,6 @@ static int work_alloc(gl_work *w, int64_t C, int K, gl_gate_kind gate)
     return RECUR_OK;
 }
 
-/* Scalar-gate mask, in place on the row panel A (rows t in [r0, r1), row t at A + (t - r0) r1):
- *   A[t,s] = scale * (q_t.k_s) * D[t,s],  D[t,s] = exp(b_t - b_s)   (s <= t; b_t - b_s <= 0)
- * b == NULL means no gate (D = 1). Entries above the diagonal are left as they are: every reader
- * (recur__mm with RECUR_MM_A_LOWER, the normaliser's row sums) stops at s = t. */
-static void mask_scalar(gl_work *w, int r0, int r1, const double *b, float scale)
-{
-    if (b) {
-        recur__decay_rows(w->A, r1, r0, r1, 0, b, scale, NULL, w->dw, w->du);
-        return;
-    }
-    for (int t = r0; t < r1; t++) {
-        float *restrict At = w->A + (size_t)(t - r0) * r1;
-        for (int s = 0; s <= t; s++)
-            At[s] *= scale;
-    }
-}
-
 /* The diagonal sub-block [J0, J1) (at most GL_SUB = 16 rows) of the per-key scores:
  *   A[t][s] = scale * sum_i q_t[i] k_s[i] P_t[i][s],  P_t[i][s] = prod_{j=s+1..t} exp(g_j[i]) <= 1
  * The 16 columns s sit in the lanes of one vector, so no dot product is reduced across lanes;
@@ -396,7 +365,7 @@ static void diag_per_key(const gl_work *w, const float *Qr, size_t lr, int J0, i
     }
 }
 
-/* Per-key-gate scores for the row panel [r0, r1) (layout as mask_scalar):
+/* Per-key-gate scores for the row panel [r0, r1) (row t at A + (t - r0) r1):
  *   A[t,s] = scale * sum_i q_t[i] k_s[i] exp(b_t[i] - b_s[i])   (s <= t)
  * Rows are cut into sub-blocks J = [J0, J1). For s < J0 <= t, with r = J0 - 1:
  *   exp(b_t - b_s) = exp(b_t - b_r) * exp(b_r - b_s), both arguments <= 0, so
@@ -491,6 +460,7 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
     size_t lr = (size_t)ldq;
     if (p->fmap != RECUR_FMAP_IDENTITY) {
         for (int t = 0; t < n; t++) {
+            recur__ahead_step(w->ahead);
             load_row(w->Qr + (size_t)t * K, Qr + (size_t)t * ldq, K, p->fmap, 1.0f);
             load_row(w->Kr + (size_t)t * K, Kr + (size_t)t * ldq, K, p->fmap, 1.0f);
         }
@@ -602,27 +572,29 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
         if (p->gate == GL_GATE_KEY) {
             scores_per_key(w, Qr, Kr, lr, r0, r1, K, scale);
         } else {
-            /* A[t][s] = q_t.k_s for s <= t */
-            recur__mm(m, r1, K, 1.0f, Qr + (size_t)r0 * lr, (ptrdiff_t)lr, 1, w->KrT, C, 0.0f, w->A, r1,
-                      RECUR_MM_C_LOWER, r0);
-            mask_scalar(w, r0, r1, bs, scale);
+            /* A[t][s] = q_t.k_s for s <= t (times scale when there is no mask to apply it) */
+            recur__mm(m, r1, K, bs ? 1.0f : scale, Qr + (size_t)r0 * lr, (ptrdiff_t)lr, 1, w->KrT, C,
+                      0.0f, w->A, r1, RECUR_MM_C_LOWER, r0);
+            /* the scalar-gate mask: A[t,s] *= scale exp(b_t - b_s), s <= t (b_t - b_s <= 0;
+             * entries above the diagonal are left as they are: recur__mm with RECUR_MM_A_LOWER
+             * stops at s = t) */
+            if (bs)
+                recur__decay_rows(w->A, r1, r0, r1, 0, bs, scale, NULL, w->dw, w->du);
         }
         recur__mm(m, V, r1, 1.0f, w->A, r1, 1, v, ldv, 1.0f, o + (size_t)r0 * ldv, ldv,
                   RECUR_MM_A_LOWER, r0);
-        /* den_t = sum_{s<=t} A[t,s] + scale (q_t ⊙ exp b_t)^T z_prev */
-        if (z)
-            for (int t = r0; t < r1; t++)
-                w->den[t] = sum(w->A + (size_t)(t - r0) * r1, t + 1) +
-                            scale * dot(Qt + (size_t)t * lt, z, K);
     }
 
     if (z) {
-        /* z = exp(b_last) ⊙ z + sum_s k_s ⊙ exp(b_last - b_s) */
-        for (int i = 0; i < K; i++)
-            z[i] *= w->edec[i];
-        for (int s = 0; s < n; s++)
+        /* The normaliser (no gate, gl_run): z_t = z_prev + sum_{s<=t} k_s as a running sum,
+         * den_t = scale q_t^T z_t, so z ends as z_{n-1}. (This is the row sum of the unmasked
+         * A plus scale q_t^T z_prev, without reading A: the row sums cost 2x more.) */
+        for (int t = 0; t < n; t++) {
+            const float *restrict kt = Kr + (size_t)t * lr;
             for (int i = 0; i < K; i++)
-                z[i] += Kt[(size_t)s * lt + i];
+                z[i] += kt[i];
+            w->den[t] = scale * dot(Qr + (size_t)t * lr, z, K);
+        }
     }
 
     /* S = Diag(exp b_last) S + (K ⊙ exp(b_last - b_s))^T V   (Kt read transposed in place) */
@@ -664,10 +636,12 @@ static int run_chunked(const gl_problem *p, int64_t C)
         const int64_t n = p->T - t0 < C ? p->T - t0 : C; /* the tail chunk shrinks */
         volatile float sink = recur__ahead_rest(&ah);
         (void)sink;
-        /* diag_per_key runs H ceil(n / GL_SUB) (K / 4) times per chunk */
+        /* diag_per_key runs H ceil(n / GL_SUB) (K / 4) times per chunk, a feature map's rows H n */
+        const int key = p->gate == GL_GATE_KEY;
         recur__ahead_chunk(&ah, in, is_v, na, p->T, p->H, p->K, p->V, t0 + n, C,
-                           (size_t)p->H * (size_t)((n + GL_SUB - 1) / GL_SUB) * (size_t)(p->K / 4));
-        w.ahead = p->gate == GL_GATE_KEY ? &ah : NULL;
+                           (size_t)p->H * (key ? (size_t)((n + GL_SUB - 1) / GL_SUB) * (size_t)(p->K / 4)
+                                               : (size_t)n));
+        w.ahead = key || p->fmap != RECUR_FMAP_IDENTITY ? &ah : NULL;
         for (int h = 0; h < p->H; h++)
             chunk_step(p, &w, h, t0, (int)n);
     }
@@ -686,6 +660,10 @@ int gl_run(const gl_problem *p, recur_form form, int64_t chunk_size)
         run_recurrent(p);
         return RECUR_OK;
     }
+    /* The normaliser is linear attention's (gated_linear.h): the chunk kernel's running sum of
+     * k has no decay. */
+    if (p->z && p->gate != GL_GATE_NONE)
+        return RECUR_EINVAL;
     const int64_t C = form == RECUR_FORM_PARALLEL || chunk_size > p->T ? p->T : chunk_size;
     return run_chunked(p, C);
 }

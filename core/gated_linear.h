@@ -3,7 +3,8 @@
  *
  * One recurrence per head, in three forms (recurrent, parallel, chunkwise):
  *   S_t = Diag(exp g_t) S_{t-1} + k_t v_t^T          S [K][V]
- *   z_t = Diag(exp g_t) z_{t-1} + k_t                z [K]      (only when z != NULL)
+ *   z_t = z_{t-1} + k_t                              z [K]      (only when z != NULL; no gate:
+ *                                                    gl_run rejects z with a gate, RECUR_EINVAL)
  *   o_t = scale S_t^T q_t ;  den_t = scale q_t^T z_t ;  o_t /= (den_t + RECUR_LINEAR_EPS) if normalize
  * where g_t is 0 (GL_GATE_NONE), log gamma_h (GL_GATE_HEAD), g[t][h] (GL_GATE_SCALAR) or
  * g[t][h][:] (GL_GATE_KEY), and the feature map phi is applied to q and k as they are read.
