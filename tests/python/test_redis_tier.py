@@ -14,6 +14,8 @@ same tokens: its lines are the expected ones, compared exactly, logprobs include
   - redis-server killed: 503 store_unavailable with Retry-After, /healthz degraded; restarted
     on its AOF: the nodes reconnect and no acknowledged fold is lost;
   - DELETE removes the keys; the keys carry the model fingerprint and a hash tag; TTL = idle_ttl;
+  - a lease never expires in Redis (a deadline against Redis's clock, the key kept with the
+    session's TTL): a resume after it ran out writes nothing to the AOF, expires no key;
   - config refusals name their rule.
 The resume-from-Redis latency (p99) and Redis bytes per session are printed (docs/SCALING.md has
 the figures); the bound asserted is loose (machine load), the figure is reported.

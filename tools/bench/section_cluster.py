@@ -279,10 +279,14 @@ def resume_once(margs, extra, fsync, n, log):
                 r.raise_for_status()
                 sids[label].append(r.json()["id"])
         aof = lambda: int(redis_info(redis, "persistence").get("aof_current_size", "0"))  # noqa: E731
-        aof0, deadline = aof(), time.time() + 10
-        while time.time() < deadline:  # A's creates are committed asynchronously: let them land
+        rewriting = lambda: any(redis_info(redis, "persistence").get(k) == "1" for k in  # noqa: E731
+                                ("aof_rewrite_in_progress", "aof_rewrite_scheduled"))
+        aof0, deadline = aof(), time.time() + 60
+        # A's creates are committed asynchronously: let them land, and the AOF rewrite they set
+        # off (~180 MB of states) finish: its fork and its child are no part of a resume
+        while time.time() < deadline:
             time.sleep(0.3)
-            if aof() == aof0:
+            if aof() == aof0 and not rewriting():
                 break
             aof0 = aof()
         redis.command("CONFIG", "RESETSTAT")  # expired_keys from here
