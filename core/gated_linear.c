@@ -309,23 +309,30 @@ static int work_alloc(gl_work *w, int64_t C, int K, gl_gate_kind gate)
 }
 
 /* The diagonal sub-block [J0, J1) (at most GL_SUB = 16 rows) of the per-key scores:
- *   A[t][s] = scale * sum_i q_t[i] k_s[i] P_t[i][s],  P_t[i][s] = prod_{j=s+1..t} exp(g_j[i]) <= 1
+ *   A[t][s] = scale * sum_i q_t[i] KP_t[i][s],  KP_t[i][s] = k_s[i] prod_{j=s+1..t} exp(g_j[i])
  * The 16 columns s sit in the lanes of one vector, so no dot product is reduced across lanes;
- * for each key i, P_t[i][:] = P_{t-1}[i][:] exp(g_t[i]) + e_t (lanes s > t stay 0), and
- *   acc_t += q_t[i] (k[i][J0:J1] ⊙ P_t[i][:]).
- * Rows t at AJ + (t - J0) lda; only s <= t is written. (A dot product per (t, s) pair, as
- * before, spent most of its time in the horizontal sums: 5x slower.) */
+ * for each key i, KP_t[i][:] = KP_{t-1}[i][:] exp(g_t[i]) + k_t[i] e_t (lanes s > t stay 0; the
+ * new lane is k[i][J0:J1] masked to lane t, a bitwise and), and
+ *   acc_t += q_t[i] KP_t[i][:]
+ * two multiply-adds per (t, i) (carrying the decay P alone and multiplying by k afterwards took
+ * three). Rows t at AJ + (t - J0) lda; only s <= t is written. (A dot product per (t, s) pair,
+ * as before, spent most of its time in the horizontal sums: 5x slower.) */
+typedef int32_t gl_v16i __attribute__((vector_size(64)));
 static void diag_per_key(const gl_work *w, const float *Qr, size_t lr, int J0, int J1, int K,
                          float scale, float *AJ, int64_t lda)
 {
     const int m = J1 - J0;
     recur__v16 acc[GL_SUB];
-    for (int t = 0; t < GL_SUB; t++)
+    gl_v16i lane[GL_SUB]; /* all ones in lane t */
+    for (int t = 0; t < GL_SUB; t++) {
         acc[t] = (recur__v16){0};
+        lane[t] = recur__lane16[t] != 0.0f;
+    }
     /* keys four at a time, so acc[t] is loaded and stored once per four */
     int i = 0;
     for (; i + 4 <= K; i += 4) {
-        recur__v16 kv[4], pv[4] = {{0}, {0}, {0}, {0}};
+        gl_v16i kv[4];
+        recur__v16 kp[4] = {{0}, {0}, {0}, {0}};
         recur__ahead_step(w->ahead);
         for (int j = 0; j < 4; j++) {
             float kl[GL_SUB] = {0};
@@ -338,8 +345,8 @@ static void diag_per_key(const gl_work *w, const float *Qr, size_t lr, int J0, i
             const float *at = w->ag + (size_t)(J0 + t) * K + i, *qt = Qr + (size_t)(J0 + t) * lr + i;
             recur__v16 x = acc[t];
             for (int j = 0; j < 4; j++) {
-                pv[j] = pv[j] * at[j] + recur__lane16[t];
-                x += (qt[j] * kv[j]) * pv[j];
+                kp[j] = kp[j] * at[j] + (recur__v16)(kv[j] & lane[t]);
+                x += qt[j] * kp[j];
             }
             acc[t] = x;
         }
@@ -349,11 +356,12 @@ static void diag_per_key(const gl_work *w, const float *Qr, size_t lr, int J0, i
         const float *ki = w->KrT + (size_t)i * w->C + J0;
         for (int l = 0; l < m; l++)
             kl[l] = ki[l];
-        recur__v16 kv, pv = {0};
+        gl_v16i kv;
+        recur__v16 kp = {0};
         memcpy(&kv, kl, sizeof kv);
         for (int t = 0; t < m; t++) {
-            pv = pv * w->ag[(size_t)(J0 + t) * K + i] + recur__lane16[t];
-            acc[t] += (Qr[(size_t)(J0 + t) * lr + i] * kv) * pv;
+            kp = kp * w->ag[(size_t)(J0 + t) * K + i] + (recur__v16)(kv & lane[t]);
+            acc[t] += Qr[(size_t)(J0 + t) * lr + i] * kp;
         }
     }
     for (int t = 0; t < m; t++) {
@@ -398,9 +406,11 @@ static void scores_per_key(gl_work *w, const float *Qr, const float *Kr, size_t 
              * the factor exp(b_r - b_r'), and the new rows are suffix products of exp(g):
              *   Kj[s] = k_s ⊙ prod_{j=s+1..r} exp(g_j),   s = r' + 1 .. r
              * so a sub-block costs K exponentials, not J0 K. Every GL_KJ_CHAIN sub-blocks (and at
-             * a fresh start) all J0 rows are taken from exp directly, which bounds the rounding
-             * a chain of factors accumulates. */
-            const int fresh = w->kj_cols != J0 - GL_SUB || w->kj_chain >= GL_KJ_CHAIN;
+             * a fresh start past the first sub-block) all J0 rows are taken from exp directly,
+             * which bounds the rounding a chain of factors accumulates. The first sub-block of a
+             * chunk (J0 = GL_SUB) has no older columns: its rows are suffix products alone (no
+             * chain longer than GL_SUB - 1, as everywhere; GL_SUB K exponentials fewer). */
+            const int fresh = J0 > GL_SUB && (w->kj_cols != J0 - GL_SUB || w->kj_chain >= GL_KJ_CHAIN);
             const int s0 = fresh ? 0 : J0 - GL_SUB;
             if (fresh) {
                 for (int s = 0; s < J0; s++) {
@@ -412,8 +422,8 @@ static void scores_per_key(gl_work *w, const float *Qr, const float *Kr, size_t 
                 }
                 w->kj_chain = 0;
             } else {
-                const double *bp = b + (size_t)(s0 - 1) * K; /* b_r' */
-                for (int i = 0; i < K; i++) {
+                const double *bp = b + (size_t)(s0 ? s0 - 1 : 0) * K; /* b_r' */
+                for (int i = 0; i < K && s0; i++) {
                     const float f = recur__exp_nonpos(narrow(br[i] - bp[i]));
                     float *restrict row = w->KjT + (size_t)i * C;
                     for (int s = 0; s < s0; s++)
@@ -429,7 +439,7 @@ static void scores_per_key(gl_work *w, const float *Qr, const float *Kr, size_t 
                         e[i] *= as[i];
                     }
                 }
-                w->kj_chain++;
+                w->kj_chain = s0 ? w->kj_chain + 1 : 0;
             }
             recur__transpose(w->Kj + (size_t)s0 * K, K, J0 - s0, K, w->KjT + s0, C);
             w->kj_cols = J0;
