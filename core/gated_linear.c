@@ -43,10 +43,6 @@
  * its T x T masked matmul in row panels of this many rows, so it needs O(GL_PANEL * T) memory.
  * A multiple of GL_SUB. */
 #define GL_PANEL 256
-/* Log gates are floored here before they are summed: exp(-1000) is 0 even in double, so the
- * floor changes no decay, but it keeps the cumulative sums small enough that differences of
- * them (b_t - b_s) stay exact to ~1e-9 after a huge gate such as -3e38. */
-#define GL_LOG_FLOOR (-1000.0)
 /* ---------------------------------------------------------------- validation */
 
 int gl_check_form_scale(recur_form form, int64_t chunk_size, float scale, int K, float *out)
@@ -524,7 +520,7 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
             const double *restrict bp = t ? bt - K : zeros_d;
             float *restrict at = w->ag + (size_t)t * K;
             for (int i = 0; i < K; i++) /* at = g floored, as scratch */
-                at[i] = gt[i] > (float)GL_LOG_FLOOR ? gt[i] : (float)GL_LOG_FLOOR;
+                at[i] = gl_floor_gate(gt[i]);
             for (int i = 0; i < K; i++)
                 bt[i] = bp[i] + (double)at[i];
             for (int i = 0; i < K; i++)

@@ -17,6 +17,7 @@
 #define RECUR_GATED_LINEAR_H
 
 #include <stdint.h>
+#include <string.h>
 #include "mixer.h"
 
 typedef enum {
@@ -65,6 +66,25 @@ static inline uint32_t gl_bits_nonfinite(uint32_t x)
 static inline uint32_t gl_bits_positive(uint32_t x)
 {
     return (int32_t)x > 0;
+}
+
+/* Log gates are floored here before they are summed (the chunkwise forms of GLA and of the
+ * generalized delta rule): exp(-1000) is 0 even in double, so the floor changes no decay, but it
+ * keeps the cumulative sums small enough that differences of them (b_t - b_s) stay exact to
+ * ~1e-9 after a huge gate such as -3e38. */
+#define GL_LOG_FLOOR (-1000.0)
+
+/* max(g, GL_LOG_FLOOR) for a checked gate g <= 0, on the bits (for negative floats a larger
+ * unsigned integer is a larger magnitude; +0 is 0): a float compare-and-select does not
+ * vectorise under GCC's default -ftrapping-math, and these loops run per key and token. */
+static inline float gl_floor_gate(float g)
+{
+    const uint32_t lim = 0xc47a0000u; /* the bits of -1000.0f */
+    uint32_t x;
+    memcpy(&x, &g, sizeof x);
+    x = x > lim ? lim : x;
+    memcpy(&g, &x, sizeof g);
+    return g;
 }
 
 /* Run the recurrence in the given form (arguments already validated). Returns 0 or

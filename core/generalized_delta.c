@@ -193,11 +193,11 @@ static int gdr_check(const recur_dims *d, const float *q, const float *k, const 
  * e^{gam_r - gam_s} (x_t = gam_{t-1} or gam_t, both at or after r), so that part is four
  * recur__mm products of rescaled rows. Inside the block (gdr_diag) the decays are running
  * products of e^{g} <= 1 with the 16 columns in the lanes of one vector. Only non-positive
- * arguments are exponentiated (recur__exp_nonpos); gates are floored at GDR_LOG_FLOOR before
- * they are summed (e^{-1000} is 0 in double, so no decay changes, but the sums stay small enough
- * that their differences are exact). */
+ * arguments are exponentiated (recur__exp_nonpos), most decays as running products of e^{g}
+ * restarted from exp every GDR_SUB tokens; gates are floored at GL_LOG_FLOOR (gated_linear.h)
+ * before they are summed (e^{-1000} is 0 in double, so no decay changes, but the sums stay small
+ * enough that their differences are exact). */
 #define GDR_SUB 16
-#define GDR_LOG_FLOOR (-1000.0)
 
 typedef struct {
     int64_t cmax;              /* the longest chunk */
@@ -249,20 +249,30 @@ static inline float exp_diff(double x)
     return recur__exp_nonpos((float)x);
 }
 
-/* yb_s = b_s ⊙ e^{gref - gam_s},  yk_s = k_s ⊙ e^{gref - gam_s}  for s < n (gref at or after
- * every gam_s: the exponents are <= 0); b, k rows with stride ld, outputs [n][K]. */
-static void decay_rows_to(const double *gam, const double *gref, const float *Bc, const float *Kc,
+/* yb_s = b_s ⊙ f_s,  yk_s = k_s ⊙ f_s,  f_s = e^{gam_{n-1} - gam_s} = prod_{j=s+1..n-1} e^{g_j}
+ * for s < n (exponents <= 0): suffix products of e^{g} (the rows of wg, [..][K]), taken from exp
+ * directly every GDR_SUB rows from the last, so that no chain is longer than GDR_SUB - 1 products
+ * (n K / GDR_SUB exponentials, not n K). b, k rows with stride ld, outputs [n][K]. */
+static void decay_rows_to(const double *gam, const float *wg, const float *Bc, const float *Kc,
                           size_t ld, int n, int K, float *yb, float *yk)
 {
-    for (int s = 0; s < n; s++) {
-        const double *gs = gam + (size_t)(s + 1) * K;
-        const double *restrict gsr = gs, *restrict grf = gref;
+    const double *restrict gl = gam + (size_t)n * K; /* gam_{n-1} */
+    float f[RECUR_MAX_DIM];
+    for (int s = n - 1; s >= 0; s--) {
+        const double *restrict gs = gam + (size_t)(s + 1) * K;
         const float *restrict bs = Bc + (size_t)s * ld, *restrict ks = Kc + (size_t)s * ld;
         float *restrict ybs = yb + (size_t)s * K, *restrict yks = yk + (size_t)s * K;
+        if ((n - 1 - s) % GDR_SUB == 0)
+            for (int i = 0; i < K; i++)
+                f[i] = exp_diff(gl[i] - gs[i]);
+        else {
+            const float *restrict wn = wg + (size_t)(s + 1) * K;
+            for (int i = 0; i < K; i++)
+                f[i] *= wn[i];
+        }
         for (int i = 0; i < K; i++) {
-            const float e = exp_diff(grf[i] - gsr[i]);
-            ybs[i] = bs[i] * e;
-            yks[i] = ks[i] * e;
+            ybs[i] = bs[i] * f[i];
+            yks[i] = ks[i] * f[i];
         }
     }
 }
@@ -272,34 +282,57 @@ static void decay_rows_to(const double *gam, const double *gref, const float *Bc
  *   pb[s] = b_s[i] prod_{j=s+1..t} e^{g_j[i]},   pk likewise with k_s[i]   (lanes s > t are 0)
  * and row t takes a_t[i] times them before token t's factor (s < t: Aab, Aak) and q_t[i] times
  * them after it (s <= t: Mqb, Mqk). Keys go four at a time so each row's four accumulators are
- * loaded and stored once per four keys. Rows are read with stride ld (the inputs' H K). */
+ * loaded and stored once per four keys. Rows are read with stride ld (the inputs' H K). Token
+ * t's own lane enters as b_t[i] (k_t[i]) broadcast and masked to lane t, a bitwise and, not a
+ * product with the unit vector e_t: the same values, one multiply fewer each. */
+typedef int32_t gdr_v16i __attribute__((vector_size(64)));
+static inline recur__v16 gdr_at_lane(float x, gdr_v16i lane)
+{
+    const recur__v16 b = {x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x};
+    return (recur__v16)((gdr_v16i)b & lane);
+}
+
+/* keys [i0, i0 + ni), ni <= 4, of every row of the block */
+static inline __attribute__((always_inline)) void
+gdr_diag_keys(const int ni, const gdr_work *w, const float *Qc, const float *Kc, const float *Ac,
+              const float *Bc, size_t ld, int J0, int m, int K, int i0, const gdr_v16i *lane,
+              recur__v16 *ab, recur__v16 *ak, recur__v16 *qb, recur__v16 *qk)
+{
+    recur__v16 pb[4] = {{0}, {0}, {0}, {0}}, pk[4] = {{0}, {0}, {0}, {0}};
+    for (int t = 0; t < m; t++) {
+        const size_t row = (size_t)(J0 + t) * ld + i0;
+        const float *wt = w->w + (size_t)(J0 + t) * K + i0;
+        recur__v16 xab = ab[t], xak = ak[t], xqb = qb[t], xqk = qk[t];
+        for (int j = 0; j < ni; j++) {
+            const float at = Ac[row + j], qt = Qc[row + j];
+            xab += at * pb[j];
+            xak += at * pk[j];
+            pb[j] = pb[j] * wt[j] + gdr_at_lane(Bc[row + j], lane[t]);
+            pk[j] = pk[j] * wt[j] + gdr_at_lane(Kc[row + j], lane[t]);
+            xqb += qt * pb[j];
+            xqk += qt * pk[j];
+        }
+        ab[t] = xab, ak[t] = xak, qb[t] = xqb, qk[t] = xqk;
+    }
+}
+
 static void gdr_diag(gdr_work *w, const float *Qc, const float *Kc, const float *Ac,
                      const float *Bc, size_t ld, int J0, int J1, int K)
 {
     const int m = J1 - J0;
     const int64_t lc = w->cmax;
     recur__v16 ab[GDR_SUB], ak[GDR_SUB], qb[GDR_SUB], qk[GDR_SUB];
-    for (int t = 0; t < m; t++)
+    gdr_v16i lane[GDR_SUB]; /* all ones in lane t */
+    for (int t = 0; t < m; t++) {
         ab[t] = ak[t] = qb[t] = qk[t] = (recur__v16){0};
+        lane[t] = recur__lane16[t] != 0.0f;
+    }
     for (int i0 = 0; i0 < K; i0 += 4) {
-        const int ni = K - i0 < 4 ? K - i0 : 4;
-        recur__v16 pb[4] = {{0}, {0}, {0}, {0}}, pk[4] = {{0}, {0}, {0}, {0}};
         recur__ahead_step(w->ahead);
-        for (int t = 0; t < m; t++) {
-            const size_t row = (size_t)(J0 + t) * ld + i0;
-            const float *wt = w->w + (size_t)(J0 + t) * K + i0;
-            recur__v16 xab = ab[t], xak = ak[t], xqb = qb[t], xqk = qk[t];
-            for (int j = 0; j < ni; j++) {
-                const float at = Ac[row + j], qt = Qc[row + j];
-                xab += at * pb[j];
-                xak += at * pk[j];
-                pb[j] = pb[j] * wt[j] + Bc[row + j] * recur__lane16[t];
-                pk[j] = pk[j] * wt[j] + Kc[row + j] * recur__lane16[t];
-                xqb += qt * pb[j];
-                xqk += qt * pk[j];
-            }
-            ab[t] = xab, ak[t] = xak, qb[t] = xqb, qk[t] = xqk;
-        }
+        if (K - i0 >= 4) /* four keys, unrolled */
+            gdr_diag_keys(4, w, Qc, Kc, Ac, Bc, ld, J0, m, K, i0, lane, ab, ak, qb, qk);
+        else
+            gdr_diag_keys(K - i0, w, Qc, Kc, Ac, Bc, ld, J0, m, K, i0, lane, ab, ak, qb, qk);
     }
     for (int t = 0; t < m; t++) {
         float rab[GDR_SUB], rak[GDR_SUB], rqb[GDR_SUB], rqk[GDR_SUB];
@@ -325,18 +358,22 @@ static void gdr_left(gdr_work *w, const float *Qc, const float *Kc, const float 
 {
     const int m = J1 - J0;
     const int64_t lc = w->cmax;
-    const double *gr = w->gam + (size_t)J0 * K; /* gam_r, r = J0 - 1 */
+    /* e = e^{gam_{t-1} - gam_r} then e^{gam_t - gam_r}: a running product of e^{g_t} from 1
+     * (t = J0), at most GDR_SUB factors */
+    float e[RECUR_MAX_DIM];
+    for (int i = 0; i < K; i++)
+        e[i] = 1.0f;
     for (int t = J0; t < J1; t++) {
-        const double *restrict gp = w->gam + (size_t)t * K, *restrict gt = gp + K; /* gam_{t-1}, gam_t */
-        const double *restrict grr = gr;
         const float *restrict at = Ac + (size_t)t * ld, *restrict qt = Qc + (size_t)t * ld;
+        const float *restrict wt = w->w + (size_t)t * K;
         float *restrict xa = w->Xa + (size_t)(t - J0) * K, *restrict xq = w->Xq + (size_t)(t - J0) * K;
         for (int i = 0; i < K; i++) {
-            xa[i] = at[i] * exp_diff(gp[i] - grr[i]);
-            xq[i] = qt[i] * exp_diff(gt[i] - grr[i]);
+            xa[i] = at[i] * e[i];
+            e[i] *= wt[i];
+            xq[i] = qt[i] * e[i];
         }
     }
-    decay_rows_to(w->gam, gr, Bc, Kc, ld, J0, K, w->Yb, w->Yk);
+    decay_rows_to(w->gam, w->w, Bc, Kc, ld, J0, K, w->Yb, w->Yk); /* reference gam_{J0-1} */
     recur__transpose(w->Yb, K, J0, K, w->YbT, lc);
     recur__transpose(w->Yk, K, J0, K, w->YkT, lc);
     const size_t r = (size_t)J0 * lc;
@@ -358,10 +395,15 @@ static void gdr_chunk(const recur_dims *d, gdr_work *w, int h, int64_t t0, int n
     float *Oc = o + ((size_t)t0 * H + h) * V;
     const int64_t lc = w->cmax;
 
-    /* gam_t (floored gates, double), e^{g_t}; Qt = q ⊙ e^{gam_t}, At = a ⊙ e^{gam_{t-1}} */
+    /* gam_t (floored gates, double), e^{g_t}; Qt = q ⊙ e^{gam_t}, At = a ⊙ e^{gam_{t-1}} with
+     * e = e^{gam_t} a running product of e^{g_t} from e^{gam_{-1}} = 1, taken from exp directly
+     * every GDR_SUB tokens (no chain longer than GDR_SUB - 1 products) */
     double *gam = w->gam;
-    for (int i = 0; i < K; i++)
+    float e[RECUR_MAX_DIM];
+    for (int i = 0; i < K; i++) {
         gam[i] = 0.0;
+        e[i] = 1.0f;
+    }
     for (int t = 0; t < n; t++) {
         const float *restrict gt = Gc + (size_t)t * ldk;
         const double *restrict gp = gam + (size_t)t * K;
@@ -370,16 +412,23 @@ static void gdr_chunk(const recur_dims *d, gdr_work *w, int h, int64_t t0, int n
         float *restrict qt = w->Qt + (size_t)t * K, *restrict at = w->At + (size_t)t * K;
         const float *restrict qi = Qc + (size_t)t * ldk, *restrict ai = Ac + (size_t)t * ldk;
         for (int i = 0; i < K; i++)
-            gn[i] = gp[i] + (gt[i] > (float)GDR_LOG_FLOOR ? (double)gt[i] : GDR_LOG_FLOOR);
+            gn[i] = gp[i] + (double)gl_floor_gate(gt[i]);
         for (int i = 0; i < K; i++) { /* separate, so that it vectorises */
             wt[i] = recur__exp_nonpos(gt[i]);
-            qt[i] = qi[i] * exp_diff(gn[i]);
-            at[i] = ai[i] * exp_diff(gp[i]);
+            at[i] = ai[i] * e[i];
         }
+        if (t % GDR_SUB == GDR_SUB - 1)
+            for (int i = 0; i < K; i++)
+                e[i] = exp_diff(gn[i]);
+        else
+            for (int i = 0; i < K; i++)
+                e[i] *= wt[i];
+        for (int i = 0; i < K; i++)
+            qt[i] = qi[i] * e[i];
     }
     /* Bh, Kh = b_s, k_s ⊙ e^{gam_c - gam_s};  edec = e^{gam_c} */
     const double *gc = gam + (size_t)n * K;
-    decay_rows_to(gam, gc, Bc, Kc, ldk, n, K, w->Bh, w->Kh);
+    decay_rows_to(gam, w->w, Bc, Kc, ldk, n, K, w->Bh, w->Kh);
     for (int i = 0; i < K; i++)
         w->edec[i] = exp_diff(gc[i]);
 
