@@ -1,6 +1,7 @@
 /* model.c — the model object: tensor table (docs/MODEL.md "Tensors"), the weight arena, info,
  * fingerprint, packing, free. Loading is in model_load.c (and the model families it calls), the
  * forward pass in model_forward.c. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -242,20 +243,40 @@ int recur__weight(recur_model *m, int layer, int t, recur_weight_ref *ref)
 
 /* ---------------------------------------------------------------- arena */
 
+/* A mapping of 2 MiB or more starts on a 2 MiB boundary and spans whole 2 MiB pages, so every
+ * byte of it can be a transparent huge page: mmap places a mapping on any 4 KiB page, and one of
+ * 4.0 MB starting 28 KiB past a boundary held one huge page, not two, and which of a workspace's
+ * pages were huge changed from one process to the next (bench_model's /proc/PID/smaps). Map
+ * span + 2 MiB, unmap the part before the first boundary and the part after span. */
+#define BIG_PAGE ((size_t)2 << 20)
+static size_t big_span(size_t bytes)
+{
+    if (bytes == 0) return 1;
+    return bytes >= BIG_PAGE ? (bytes + BIG_PAGE - 1) / BIG_PAGE * BIG_PAGE : bytes;
+}
+
 void *recur__big_alloc(size_t bytes)
 {
-    if (bytes == 0) bytes = 1;
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return NULL;
+    const size_t span = big_span(bytes);
+    if (span < BIG_PAGE) {
+        void *p = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        return p == MAP_FAILED ? NULL : p;
+    }
+    if (span > SIZE_MAX - BIG_PAGE) return NULL;
+    char *raw = mmap(NULL, span + BIG_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return NULL;
+    char *p = (char *)(((uintptr_t)raw + BIG_PAGE - 1) & ~(uintptr_t)(BIG_PAGE - 1));
+    if (p > raw) munmap(raw, (size_t)(p - raw));
+    munmap(p + span, (size_t)(raw + BIG_PAGE - p)); /* p - raw < 2 MiB: never empty */
 #ifdef MADV_HUGEPAGE
-    if (bytes >= ((size_t)2 << 20)) madvise(p, bytes, MADV_HUGEPAGE); /* advisory: failure is fine */
+    madvise(p, span, MADV_HUGEPAGE); /* advisory: failure is fine */
 #endif
     return p;
 }
 
 void recur__big_free(void *p, size_t bytes)
 {
-    if (p) munmap(p, bytes ? bytes : 1);
+    if (p) munmap(p, big_span(bytes));
 }
 
 #define ALIGN_FLOATS 16 /* 64-byte alignment for every tensor group */

@@ -255,7 +255,9 @@ void recur__quant_each_matrix(recur_model *m, const recur_model *src, recur__qua
 int recur__model_finish(recur_model *m);
 
 /* Large long-lived buffers (weights, workspaces): anonymous mappings with transparent huge
- * pages requested (first touch and TLB reach, docs/DESIGN.md §7); zero-filled. NULL on failure. */
+ * pages requested (first touch and TLB reach, docs/DESIGN.md §7); one of 2 MiB or more starts on
+ * a 2 MiB boundary and spans whole 2 MiB pages. Zero-filled. NULL on failure. recur__big_free
+ * takes the same bytes. */
 void *recur__big_alloc(size_t bytes);
 void recur__big_free(void *p, size_t bytes);
 
