@@ -13,8 +13,9 @@
  *
  * Three kernels live in every build (isa.h picks one at the first call): AVX-512 and AVX2+FMA+F16C
  * compiled for their targets by function attributes (whatever -march the build has), and plain
- * C for the portable path, compiled without contraction so that it rounds the product and the
- * sum separately on every build (the same bits from a -march=x86-64 and a -march=native build). */
+ * C for the portable path (SSE2 intrinsics on x86-64, tile_sse2), compiled without contraction so
+ * that it rounds the product and the sum separately on every build (the same bits from a
+ * -march=x86-64 and a -march=native build). */
 #include <math.h>
 #include <string.h>
 #include "isa.h"
@@ -150,9 +151,9 @@ static void ref_unfused(int M, int N, int K, const float *x, int ldx, const void
 #define MR_C 4       /* rows per portable tile */
 #define NP_C_ONE_ROW 4 /* panels per portable tile for M = 1 */
 
-/* recur__half_to_float without branches, so a panel row widens in vector lanes (SSE2 at
- * -march=x86-64: GCC vectorises the 16 halves of a panel row only when no select is left as a
- * branch, hence the masks): the exponent rebiased by a shift and an add, inf/NaN (exponent 31)
+/* recur__half_to_float without branches, so a panel row widens in vector lanes (tile_c: builds
+ * without SSE2, and F16 on a thread with MXCSR.DAZ set; GCC vectorises the 16 halves of a panel
+ * row only when no select is left as a branch, hence the masks): the exponent rebiased by a shift and an add, inf/NaN (exponent 31)
  * moved to 255, a subnormal F16 (exponent 0) renormalised by an exact fp32 subtraction of 2^-14.
  * Exact for every half (all 65,536 checked against recur__half_to_float by test_packed_gemm). */
 INLINE float widen_half(uint16_t h, const int WT)
@@ -244,9 +245,95 @@ INLINE void tile_c(const int WT, const int MR, const int NP, int K, const float 
             }                                                                                          \
     } while (0)
 
+#ifdef __SSE2__
+/* The portable tile in SSE2 intrinsics (every x86-64 has SSE2), run wherever __SSE2__ is
+ * defined: the same chain per element as tile_c (acc + x*w, product and sum rounded separately,
+ * k in order), so the same bits. Why not leave it to the vectoriser: tile_c kept its accumulators
+ * and the widened panel row in memory (a load and a store per vector and k), spent ~26
+ * instructions per 4 F16 weights on widen_half's selects, and compiled them differently under
+ * SSE2 and SSE4.1 (pmovzxwd, pblendvb), so the portable binary (-march=x86-64) and its reference
+ * (-march=x86-64-v2) ran different loops. Here both run these instructions, accumulators in
+ * registers, 8 vector operations per 4 F16 weights (default model, portable path, tokens per CPU
+ * second: decode B = 1 ~1,050 -> ~1,900, B = 64 ~1,300 -> ~3,700). M = 1 runs one panel per
+ * tile: 4 accumulators leave the registers to the widening (2 and 4 panels were no faster). */
+#include <emmintrin.h>
+
+/* 4 halves as fp32; hs holds each in the upper 16 bits of its 32-bit lane (h << 16). F16 (F.
+ * Giesen's half_to_float_SSE2): exponent and mantissa moved into fp32 position ((h & 0x7fff) << 13)
+ * read as an fp32 whose exponent is 112 too small, times 2^112, exact: a normal half gives a
+ * normal fp32 and a subnormal one a subnormal fp32, both scaled by a power of two into the normal
+ * range — the subnormal operand needs MXCSR.DAZ clear (gemm_portable checks); inf/NaN (exponent
+ * 31, 143 after the product) get exponent 255 by an or, keeping the payload; then the sign. */
+INLINE __m128 widen4_sse2(__m128i hs, const int WT)
+{
+    if (WT == RECUR_WT_BF16) return _mm_castsi128_ps(hs);
+    const __m128i em = _mm_and_si128(_mm_srli_epi32(hs, 3), _mm_set1_epi32(0x0fffe000));
+    const __m128 scaled = _mm_mul_ps(_mm_castsi128_ps(em), _mm_castsi128_ps(_mm_set1_epi32((127 + 112) << 23)));
+    const __m128i infnan = _mm_and_si128(_mm_cmpgt_epi32(em, _mm_set1_epi32(0x0f7fffff)), _mm_set1_epi32(0x7f800000));
+    const __m128i sign = _mm_and_si128(hs, _mm_set1_epi32((int)0x80000000u));
+    return _mm_or_ps(scaled, _mm_castsi128_ps(_mm_or_si128(infnan, sign)));
+}
+
+/* The 16 weights of a panel row (element offset i) as 4 vectors of fp32 */
+INLINE void load_w_sse2(const int WT, const void *Wp, size_t i, __m128 w[4])
+{
+    if (WT == RECUR_WT_F32) {
+        for (int v = 0; v < 4; v++) w[v] = _mm_load_ps((const float *)Wp + i + 4 * v);
+        return;
+    }
+    const __m128i zero = _mm_setzero_si128();
+    for (int v = 0; v < 2; v++) {
+        const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)Wp + i + 8 * v));
+        w[2 * v] = widen4_sse2(_mm_unpacklo_epi16(zero, h), WT);
+        w[2 * v + 1] = widen4_sse2(_mm_unpackhi_epi16(zero, h), WT);
+    }
+}
+
+/* tile_c's contract, in registers: MR rows x NP panels, MR * NP * 4 accumulators */
+INLINE void tile_sse2(const int WT, const int MR, const int NP, int K, const float *x, int ldx, const void *Wp,
+                      float beta, float *y, int ldy, int n_left)
+{
+    __m128 acc[MR_C][NP_C_ONE_ROW * 4];
+    const size_t ps = (size_t)K * RECUR_PANEL;
+#pragma GCC unroll 4
+    for (int m = 0; m < MR; m++)
+#pragma GCC unroll 16
+        for (int j = 0; j < NP * 4; j++) acc[m][j] = _mm_setzero_ps();
+    for (int k = 0; k < K; k++) {
+        __m128 w[NP_C_ONE_ROW * 4];
+#pragma GCC unroll 4
+        for (int p = 0; p < NP; p++) load_w_sse2(WT, Wp, p * ps + (size_t)k * RECUR_PANEL, w + 4 * p);
+#pragma GCC unroll 4
+        for (int m = 0; m < MR; m++) {
+            const __m128 xv = _mm_set1_ps(x[(size_t)m * ldx + k]);
+#pragma GCC unroll 16
+            for (int j = 0; j < NP * 4; j++) acc[m][j] = _mm_add_ps(acc[m][j], _mm_mul_ps(xv, w[j]));
+        }
+    }
+    for (int m = 0; m < MR; m++) {
+        float out[NP_C_ONE_ROW * RECUR_PANEL];
+#pragma GCC unroll 16
+        for (int j = 0; j < NP * 4; j++) _mm_storeu_ps(out + 4 * j, acc[m][j]);
+        int cols = n_left < NP * RECUR_PANEL ? n_left : NP * RECUR_PANEL;
+        float *yo = y + (size_t)m * ldy;
+        for (int j = 0; j < cols; j++) yo[j] = beta == 0.0f ? out[j] : beta * yo[j] + out[j];
+    }
+}
+#define NP_SSE2_ONE_ROW 1
+#define MXCSR_DAZ 0x0040 /* denormals-are-zero */
+#endif
+
 INLINE void gemm_c(const int WT, int M, int N, int K, const float *x, int ldx, const void *Wp, float beta,
                    float *y, int ldy)
 {
+#ifdef __SSE2__
+    /* widen4_sse2's product reads a subnormal F16 as a subnormal fp32: with DAZ set (never by
+     * librecur; a host thread may) it would be 0, so F16 then takes tile_c's exact widening */
+    if (WT != RECUR_WT_F16 || !(_mm_getcsr() & MXCSR_DAZ)) {
+        GEMM_MR4(tile_sse2, NP_SSE2_ONE_ROW);
+        return;
+    }
+#endif
     GEMM_MR4(tile_c, NP_C_ONE_ROW);
 }
 

@@ -16,6 +16,9 @@
 
 #include "packed_gemm.h"
 #include "test_rng.h"
+#if defined(__SSE2__)
+#include <xmmintrin.h> /* _mm_getcsr, _mm_setcsr */
+#endif
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
 static float frand(void) /* [-1, 1) */
@@ -328,7 +331,7 @@ Test(packed_gemm, half_packed_layout)
  * (M = 64) and then each of its rows alone (M = 1, the decode tile), so y[m][n] = 0 + ... + 1 * W[n][m]
  * is the widened weight itself: equal to recur__half_to_float's, and the kernel's whole result
  * equal to the scalar reference's (memcmp). */
-Test(packed_gemm, every_f16_pattern_widens_exactly)
+static void every_f16_pattern(void)
 {
     enum { N = 1024, K = 64 };
     uint16_t *W16 = malloc(sizeof(uint16_t) * N * K), *Wp16 = aligned_alloc(64, (recur__packed_floats(N, K) * 2 + 63) / 64 * 64);
@@ -349,3 +352,17 @@ Test(packed_gemm, every_f16_pattern_widens_exactly)
     }
     free(W16); free(Wp16); free(x); free(y); free(yr);
 }
+
+Test(packed_gemm, every_f16_pattern_widens_exactly) { every_f16_pattern(); }
+
+#if defined(__SSE2__)
+/* The same with MXCSR.DAZ set (a host thread may set it): the portable path's SSE2 widening
+ * reads a subnormal F16 as a subnormal fp32, so under DAZ the F16 GEMM takes the plain C tile. */
+Test(packed_gemm, every_f16_pattern_widens_exactly_under_daz)
+{
+    const unsigned int csr = _mm_getcsr();
+    _mm_setcsr(csr | 0x0040);
+    every_f16_pattern();
+    _mm_setcsr(csr);
+}
+#endif
