@@ -11,7 +11,7 @@
  *              kernel that reads transposed operands in place and skips the zero half of the
  *              causal products; OpenBLAS spent more on per-call overhead and packing of the
  *              64 x 64 blocks than on arithmetic). Chunks outer, heads inner. The tail chunk
- *              shrinks.
+ *              shrinks. The normaliser is folded into the rows of phi(Q) (chunk_step).
  *   parallel   the same chunk kernel with a single chunk of T tokens: the masked T x T matmul,
  *              computed GL_PANEL rows at a time (memory O(GL_PANEL * T), not O(T^2)).
  * A single token (T == 1) takes the recurrent path in every form: it is the decode step.
@@ -97,6 +97,37 @@ static inline float dot(const float *restrict a, const float *restrict b, int n)
         for (int j = 0; j < w; j++)
             acc[j] += acc[j + w];
     return s + acc[0];
+}
+
+/* z += k, then returns q ⊙ z in RECUR__VN lanes (mixer.h) whose sum is q^T z (the n % RECUR__VN
+ * last keys added into lane 0): the normaliser's running sum and its dot in one pass, the lanes
+ * summed later (sum_lanes), off this pass's dependency chain */
+static inline recur__vn add_mul(float *restrict z, const float *restrict k, const float *restrict q,
+                                int n)
+{
+    recur__vn acc = {0};
+    int i = 0;
+    for (; i + RECUR__VN <= n; i += RECUR__VN) {
+        const recur__vn zi = recur__vn_load(z + i) + recur__vn_load(k + i);
+        recur__vn_store(z + i, zi);
+        acc += recur__vn_load(q + i) * zi;
+    }
+    for (; i < n; i++) {
+        z[i] += k[i];
+        acc[0] = fmaf(q[i], z[i], acc[0]);
+    }
+    return acc;
+}
+
+/* the sum of x's RECUR__VN lanes, pairwise */
+static inline float sum_lanes(const float *x)
+{
+    float l[RECUR__VN];
+    memcpy(l, x, sizeof l);
+    for (int w = RECUR__VN / 2; w > 0; w /= 2)
+        for (int j = 0; j < w; j++)
+            l[j] += l[j + w];
+    return l[0];
 }
 
 /* ---------------------------------------------------------------- feature map */
@@ -248,7 +279,7 @@ typedef struct {
     float *KrT;                /* [K][C]  phi(k) transposed: the right operand of Q K^T */
     float *Qt, *Kt;            /* [C][K]  q_t exp(b_t), k_s exp(b_last - b_s) */
     float *A;                  /* [P][C]  a row panel of scale (Q K^T ⊙ D), P = min(C, GL_PANEL) */
-    float *den;                /* [C]     normaliser of each row */
+    float *dv;                 /* [C][RECUR__VN] the normaliser's q_t ⊙ z_t in lanes (add_mul) */
     double *b;                 /* [C] or [C][K] cumulative log decay within the chunk */
     float *Kj;                 /* [C][K]  per-key: k_s exp(b_r - b_s) for a reference r */
     float *ag;                 /* [C][K]  exp(g_t) per key (per-key gates) */
@@ -275,7 +306,7 @@ static int work_alloc(gl_work *w, int64_t C, int K, gl_gate_kind gate)
     const size_t fck = c * k * sizeof(float), dck = c * k * sizeof(double);
     size_t sizes[15] = {
         fck, fck, fck, fck, fck,                                      /* Qr Kr KrT Qt Kt */
-        c * (c < GL_PANEL ? c : GL_PANEL) * sizeof(float), c * sizeof(float), /* A den */
+        c * (c < GL_PANEL ? c : GL_PANEL) * sizeof(float), c * RECUR__VN * sizeof(float), /* A dv */
         key ? dck : c * sizeof(double), key ? fck : 0,                 /* b Kj */
         key ? fck : 0, key ? fck : 0,                                  /* ag KjT */
         key ? (size_t)GL_SUB * k * sizeof(float) : 0, k * sizeof(float),     /* Qj edec */
@@ -292,7 +323,7 @@ static int work_alloc(gl_work *w, int64_t C, int K, gl_gate_kind gate)
     w->Qt = (float *)(m + off[3]);
     w->Kt = (float *)(m + off[4]);
     w->A = (float *)(m + off[5]);
-    w->den = (float *)(m + off[6]);
+    w->dv = (float *)(m + off[6]);
     w->b = (double *)(m + off[7]);
     w->Kj = key ? (float *)(m + off[8]) : NULL;
     w->ag = key ? (float *)(m + off[9]) : NULL;
@@ -461,19 +492,35 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
     const float scale = p->scale;
 
     /* Qr, Kr = phi(q), phi(k) [n][K] with row stride lr: the inputs themselves for the identity
-     * map, else mapped into the workspace */
+     * map without the normaliser, else mapped into the workspace. With the normaliser (linear
+     * attention, no gate: gl_run) the same pass keeps z_t = z_prev + sum_{s<=t} phi(k_s) as a
+     * running sum (z ends as z_{n-1}) and folds scale and the division into row t of Qr:
+     *   den_t = scale phi(q_t)^T z_t,   Qr_t = f_t phi(q_t),   f_t = scale / (den_t + eps)
+     * so every product below takes alpha 1 and o_t comes out divided (no pass over o after it,
+     * no second pass over Qr and Kr for the denominators). */
     const float *Qr = p->q + row0 * K, *Kr = p->k + row0 * K;
     size_t lr = (size_t)ldq;
-    if (p->fmap != RECUR_FMAP_IDENTITY) {
+    if (p->fmap != RECUR_FMAP_IDENTITY || p->normalize) {
         for (int t = 0; t < n; t++) {
+            float *restrict qr = w->Qr + (size_t)t * K, *restrict kr = w->Kr + (size_t)t * K;
             recur__ahead_step(w->ahead);
-            load_row(w->Qr + (size_t)t * K, Qr + (size_t)t * ldq, K, p->fmap, 1.0f);
-            load_row(w->Kr + (size_t)t * K, Kr + (size_t)t * ldq, K, p->fmap, 1.0f);
+            load_row(qr, Qr + (size_t)t * ldq, K, p->fmap, 1.0f);
+            load_row(kr, Kr + (size_t)t * ldq, K, p->fmap, 1.0f);
+            if (p->normalize)
+                recur__vn_store(w->dv + (size_t)t * RECUR__VN, add_mul(z, kr, qr, K));
+        }
+        for (int t = 0; t < n && p->normalize; t++) { /* rows independent: their sums overlap */
+            const float f = scale / (scale * sum_lanes(w->dv + (size_t)t * RECUR__VN) + RECUR_LINEAR_EPS);
+            float *restrict qr = w->Qr + (size_t)t * K;
+            for (int i = 0; i < K; i++)
+                qr[i] *= f;
         }
         Qr = w->Qr;
         Kr = w->Kr;
         lr = (size_t)K;
     }
+    /* the scale of the products (1 where Qr carries it) */
+    const float alpha = p->normalize ? 1.0f : scale;
     recur__transpose(Kr, lr, n, K, w->KrT, C);
 
     /* b_t = sum_{j<=t} g_j (double);  Qt = q_t exp(b_t);  Kt = k_s exp(b_last - b_s);
@@ -570,7 +617,7 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
     }
 
     /* o_t = scale (q_t ⊙ exp b_t)^T S_prev */
-    recur__mm(n, V, K, scale, Qt, (ptrdiff_t)lt, 1, S, V, 0.0f, o, ldv, 0, 0);
+    recur__mm(n, V, K, alpha, Qt, (ptrdiff_t)lt, 1, S, V, 0.0f, o, ldv, 0, 0);
 
     /* o_t += sum_{s<=t} A[t,s] v_s with A = scale (Q K^T ⊙ D), causal; a panel of rows at a time */
     for (int r0 = 0; r0 < n; r0 += GL_PANEL) {
@@ -579,7 +626,7 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
             scores_per_key(w, Qr, Kr, lr, r0, r1, K, scale);
         } else {
             /* A[t][s] = q_t.k_s for s <= t (times scale when there is no mask to apply it) */
-            recur__mm(m, r1, K, bs ? 1.0f : scale, Qr + (size_t)r0 * lr, (ptrdiff_t)lr, 1, w->KrT, C,
+            recur__mm(m, r1, K, bs ? 1.0f : alpha, Qr + (size_t)r0 * lr, (ptrdiff_t)lr, 1, w->KrT, C,
                       0.0f, w->A, r1, RECUR_MM_C_LOWER, r0);
             /* the scalar-gate mask: A[t,s] *= scale exp(b_t - b_s), s <= t (b_t - b_s <= 0;
              * entries above the diagonal are left as they are: recur__mm with RECUR_MM_A_LOWER
@@ -589,18 +636,6 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
         }
         recur__mm(m, V, r1, 1.0f, w->A, r1, 1, v, ldv, 1.0f, o + (size_t)r0 * ldv, ldv,
                   RECUR_MM_A_LOWER, r0);
-    }
-
-    if (z) {
-        /* The normaliser (no gate, gl_run): z_t = z_prev + sum_{s<=t} k_s as a running sum,
-         * den_t = scale q_t^T z_t, so z ends as z_{n-1}. (This is the row sum of the unmasked
-         * A plus scale q_t^T z_prev, without reading A: the row sums cost 2x more.) */
-        for (int t = 0; t < n; t++) {
-            const float *restrict kt = Kr + (size_t)t * lr;
-            for (int i = 0; i < K; i++)
-                z[i] += kt[i];
-            w->den[t] = scale * dot(Qr + (size_t)t * lr, z, K);
-        }
     }
 
     /* S = Diag(exp b_last) S + (K ⊙ exp(b_last - b_s))^T V   (Kt read transposed in place) */
@@ -613,14 +648,6 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
         }
     recur__mm(K, V, n, 1.0f, Kt, 1, (ptrdiff_t)lt, v, ldv, 1.0f, S, V, 0, 0);
 
-    /* o_t /= den_t + eps */
-    if (p->normalize)
-        for (int t = 0; t < n; t++) {
-            const float inv = 1.0f / (w->den[t] + RECUR_LINEAR_EPS);
-            float *ot = o + (size_t)t * ldv;
-            for (int j = 0; j < V; j++)
-                ot[j] *= inv;
-        }
 }
 
 static int run_chunked(const gl_problem *p, int64_t C)
