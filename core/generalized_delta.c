@@ -191,13 +191,16 @@ static int gdr_check(const recur_dims *d, const float *q, const float *k, const 
  * into blocks J = [J0, J1) of GDR_SUB tokens. Left of the block (s < J0) a reference r = J0 - 1
  * splits every decay into two non-positive exponents, e^{x_t - gam_s} = e^{x_t - gam_r}
  * e^{gam_r - gam_s} (x_t = gam_{t-1} or gam_t, both at or after r), so that part is four
- * recur__mm products of rescaled rows. Inside the block (gdr_diag) the decays are running
+ * recur__mm products of rescaled rows (the right operands carried from block to block by one
+ * factor per key, gdr_left). Inside the block (gdr_diag) the decays are running
  * products of e^{g} <= 1 with the 16 columns in the lanes of one vector. Only non-positive
  * arguments are exponentiated (recur__exp_nonpos), most decays as running products of e^{g}
  * restarted from exp every GDR_SUB tokens; gates are floored at GL_LOG_FLOOR (gated_linear.h)
  * before they are summed (e^{-1000} is 0 in double, so no decay changes, but the sums stay small
  * enough that their differences are exact). */
 #define GDR_SUB 16
+/* left blocks whose YbT, YkT columns are carried forward by a factor before all are rebuilt */
+#define GDR_CHAIN 8
 
 typedef struct {
     int64_t cmax;              /* the longest chunk */
@@ -205,8 +208,11 @@ typedef struct {
     float *Mqb, *Mqk;          /* [cmax][cmax] lower with the diagonal */
     float *U;                  /* [cmax][V]    right-hand side, then U */
     float *Qt, *At, *Bh, *Kh;  /* [cmax][K]    the rescaled rows of the state products */
-    float *Yb, *Yk;            /* [cmax][K]    b_s, k_s ⊙ e^{gam_r - gam_s} (s < J0) */
+    float *Yb, *Yk;            /* [cmax][K]    b_s, k_s ⊙ e^{gam_r - gam_s}, the columns s0 <= s < J0
+                                * gdr_left (re)builds, from row 0 */
     float *YbT, *YkT;          /* [K][cmax]    their transposes (right operands of recur__mm) */
+    int y_cols, y_chain;       /* YbT, YkT hold columns [0, y_cols) for the reference y_cols - 1,
+                                * built y_chain blocks ago from exp directly (-1: none) */
     float *Xa, *Xq;            /* [GDR_SUB][K] a_t ⊙ e^{gam_{t-1} - gam_r}, q_t ⊙ e^{gam_t - gam_r} */
     float *w;                  /* [cmax][K]    e^{g_t} */
     float *edec;               /* [K]          e^{gam_c} */
@@ -334,6 +340,19 @@ static void gdr_diag(gdr_work *w, const float *Qc, const float *Kc, const float 
         else
             gdr_diag_keys(K - i0, w, Qc, Kc, Ac, Bc, ld, J0, m, K, i0, lane, ab, ak, qb, qk);
     }
+    /* the rows' lanes s > t (s >= t for Nab, Aak) are 0 and never read (recur__mm A_LOWER and
+     * recur__solve_unit_lower stop at the diagonal): whole vectors where the row has 16 columns
+     * from J0 on, else lane by lane */
+    if (J0 + GDR_SUB <= lc) {
+        for (int t = 0; t < m; t++) {
+            const size_t r = (size_t)(J0 + t) * lc + J0;
+            recur__v16_store(w->Nab + r, -ab[t]);
+            recur__v16_store(w->Aak + r, ak[t]);
+            recur__v16_store(w->Mqb + r, qb[t]);
+            recur__v16_store(w->Mqk + r, qk[t]);
+        }
+        return;
+    }
     for (int t = 0; t < m; t++) {
         float rab[GDR_SUB], rak[GDR_SUB], rqb[GDR_SUB], rqk[GDR_SUB];
         recur__v16_store(rab, ab[t]);
@@ -373,9 +392,32 @@ static void gdr_left(gdr_work *w, const float *Qc, const float *Kc, const float 
             xq[i] = qt[i] * e[i];
         }
     }
-    decay_rows_to(w->gam, w->w, Bc, Kc, ld, J0, K, w->Yb, w->Yk); /* reference gam_{J0-1} */
-    recur__transpose(w->Yb, K, J0, K, w->YbT, lc);
-    recur__transpose(w->Yk, K, J0, K, w->YkT, lc);
+    /* YbT, YkT: columns s < J0 for the reference r = J0 - 1. After the previous block (reference
+     * r' = r - GDR_SUB) the columns s <= r' only need the factor e^{gam_r - gam_r'} (one exp per
+     * key), and the GDR_SUB new columns are suffix products of e^{g} back to r (decay_rows_to);
+     * every GDR_CHAIN blocks (and in a chunk's first left block) all J0 columns are taken afresh,
+     * which bounds the factors any column accumulates. */
+    const int fresh = w->y_cols != J0 - GDR_SUB || w->y_chain >= GDR_CHAIN;
+    const int s0 = fresh ? 0 : J0 - GDR_SUB;
+    if (fresh)
+        w->y_chain = 0;
+    else {
+        const double *gr = w->gam + (size_t)J0 * K, *gp = w->gam + (size_t)s0 * K; /* gam_r, gam_r' */
+        for (int i = 0; i < K; i++) {
+            const float f = exp_diff(gr[i] - gp[i]);
+            float *restrict yb = w->YbT + (size_t)i * lc, *restrict yk = w->YkT + (size_t)i * lc;
+            for (int s = 0; s < s0; s++) {
+                yb[s] *= f;
+                yk[s] *= f;
+            }
+        }
+        w->y_chain++;
+    }
+    decay_rows_to(w->gam + (size_t)s0 * K, w->w + (size_t)s0 * K, Bc + (size_t)s0 * ld,
+                  Kc + (size_t)s0 * ld, ld, J0 - s0, K, w->Yb, w->Yk);
+    recur__transpose(w->Yb, K, J0 - s0, K, w->YbT + s0, lc);
+    recur__transpose(w->Yk, K, J0 - s0, K, w->YkT + s0, lc);
+    w->y_cols = J0;
     const size_t r = (size_t)J0 * lc;
     recur__mm(m, J0, K, -1.0f, w->Xa, K, 1, w->YbT, lc, 0.0f, w->Nab + r, lc, 0, 0);
     recur__mm(m, J0, K, 1.0f, w->Xa, K, 1, w->YkT, lc, 0.0f, w->Aak + r, lc, 0, 0);
@@ -433,6 +475,7 @@ static void gdr_chunk(const recur_dims *d, gdr_work *w, int h, int64_t t0, int n
         w->edec[i] = exp_diff(gc[i]);
 
     /* the score matrices, a block of rows at a time */
+    w->y_cols = -1;
     for (int J0 = 0; J0 < n; J0 += GDR_SUB) {
         const int J1 = J0 + GDR_SUB < n ? J0 + GDR_SUB : n;
         if (J0 > 0)
