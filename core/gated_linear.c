@@ -22,6 +22,15 @@
  * argument: exp(b_t), exp(b_last - b_s), exp(b_t - b_s) for s <= t, and exp(g); they go
  * through recur__exp_nonpos (exp_nonpos.h), a vectorisable exp for x <= 0 (max rel. error 8e-8
  * against exp in double, 0 below -87 where exp(x) leaves the normal float range).
+ *
+ * Per-key gates (GLA), scores A[t][s] = scale sum_i q_t[i] k_s[i] exp(b_t[i] - b_s[i]), s <= t:
+ *   no key decays below exp(-GL_KEY_RANGE) over the chunk (the common case; key_decays):
+ *     A = scale Q^ Kt^T,  Q^_t = q_t ⊙ exp(b_t - b_last),  Kt_s = k_s ⊙ exp(b_last - b_s)
+ *     one causal product through the chunk's end, like a scalar gate's Q K^T; then
+ *     o = scale Q^ (Diag(exp b_last) S_prev) + A V, the state decayed before the product.
+ *     exp(b_t - b_last) >= 1 is 1 / exp(b_last - b_t): still only x <= 0 is exponentiated.
+ *   else (scores_per_key): row blocks of GL_SUB through a reference point r = J0 - 1 (two
+ *     non-positive exponents, one recur__mm), diagonal blocks as running products of exp(g).
  */
 #include "gated_linear.h"
 #include "chunk_ahead.h"
@@ -37,6 +46,11 @@
 /* Rows of a sub-block for per-key gates: off-diagonal sub-blocks go through recur__mm with a
  * reference point between them, diagonal sub-blocks through diag_per_key (16 lanes = 16 rows). */
 #define GL_SUB 16
+/* Per-key gates: the largest decay exp(-GL_KEY_RANGE) of any key over a chunk (the parallel form: all T tokens) for
+ * which its scores are one product through the chunk's end (key_decays): the query factors
+ * exp(b_t - b_last) grow to e^40 < 2^58, so q overflows there only beyond 2^69 in magnitude, and
+ * the key factors shrink to e^-40 > 2^-58, a normal float for |k| >= 2^-68. */
+#define GL_KEY_RANGE 40.0
 /* Per-key sub-blocks whose KjT is carried forward by a factor before it is rebuilt from exp */
 #define GL_KJ_CHAIN 8
 /* Rows of the score matrix held at once: the parallel form (one chunk of T tokens) computes
@@ -72,6 +86,17 @@ int gl_check_log_gates(const float *g, int64_t n)
 static inline float narrow(double x)
 {
     return (float)x;
+}
+
+/* e^x for a non-positive x held in double, to float precision whatever |x|: recur__exp_nonpos of
+ * narrow(x) alone is off by up to |x| 2^-24 relative (the rounded argument), 2e-6 at x = -32.
+ *   e^x = e^{xf} e^{x - xf},  xf = narrow(x),  r = x - xf,  |r| <= |x| 2^-25,  e^r = 1 + r
+ * to r^2/2 < 4e-12 wherever e^x is not 0 in float (x >= -87). Used where the per-key decays are
+ * restarted from exp (every GL_SUB tokens), so the running products start exact. */
+static inline float exp_nonpos_d(double x)
+{
+    const float xf = narrow(x);
+    return recur__exp_nonpos(xf) * (1.0f + (float)(x - (double)xf));
 }
 
 static const double zeros_d[RECUR_MAX_DIM]; /* b_{-1} = 0 */
@@ -476,6 +501,89 @@ static void scores_per_key(gl_work *w, const float *Qr, const float *Kr, size_t 
     }
 }
 
+/* S[i][:] *= e[i], i < K */
+static void decay_state(float *S, const float *e, int K, int V)
+{
+    for (int i = 0; i < K; i++) {
+        const float ei = e[i];
+        float *restrict Si = S + (size_t)i * V;
+        for (int j = 0; j < V; j++)
+            Si[j] *= ei;
+    }
+}
+
+/* The per-key decays of one chunk of n tokens (row0: its first row of head h):
+ *   b_t = sum_{j<=t} max(g_j, GL_LOG_FLOOR)  (double),  ag_t = exp(g_t),  edec = exp(b_last)
+ *   Kt_s = k_s exp(b_last - b_s)
+ *   Qt_t = q_t exp(b_t)                 when some key decays by more than GL_KEY_RANGE,
+ *          q_t exp(b_t - b_last)        else (returns 1)
+ * In the second case the scores are one product through the chunk's end,
+ *   A[t][s] = scale sum_i q_t[i] k_s[i] exp(b_t[i] - b_s[i]) = scale Qt_t . Kt_s,
+ * with exp(b_t - b_last) in [1, e^GL_KEY_RANGE] and exp(b_last - b_s) in [e^-GL_KEY_RANGE, 1];
+ * in the first, scores_per_key (reference points every GL_SUB rows; running products inside).
+ * Both factors are running products of exp(g), restarted from exp every GL_SUB tokens
+ * (exp_nonpos_d), so no chain is longer than GL_SUB - 1 products; exp(b_t - b_last) is
+ * 1 / exp(b_last - b_t) at a restart (only non-positive numbers are exponentiated). */
+static int key_decays(const gl_problem *p, gl_work *w, const float *Qr, const float *Kr, size_t lr,
+                      size_t row0, int n)
+{
+    const int H = p->H, K = p->K;
+    for (int t = 0; t < n; t++) {
+        recur__ahead_step(w->ahead); /* the next chunk's rows (run_chunked), a few per token */
+        const float *restrict gt = p->g + (row0 + (size_t)t * H) * K;
+        double *restrict bt = w->b + (size_t)t * K;
+        const double *restrict bp = t ? bt - K : zeros_d;
+        float *restrict at = w->ag + (size_t)t * K;
+        for (int i = 0; i < K; i++) /* at = g floored, as scratch */
+            at[i] = gl_floor_gate(gt[i]);
+        for (int i = 0; i < K; i++)
+            bt[i] = bp[i] + (double)at[i];
+        for (int i = 0; i < K; i++)
+            at[i] = recur__exp_nonpos(gt[i]);
+    }
+    const double *bl = w->b + (size_t)(n - 1) * K;
+    double lo = 0.0;
+    for (int i = 0; i < K; i++)
+        lo = bl[i] < lo ? bl[i] : lo;
+    const int ref_last = lo >= -GL_KEY_RANGE;
+    float e[RECUR_MAX_DIM];
+    for (int t = 0; t < n; t++) {
+        const double *restrict bt = w->b + (size_t)t * K;
+        const float *restrict qr = Qr + (size_t)t * lr, *restrict at = w->ag + (size_t)t * K;
+        float *restrict qt = w->Qt + (size_t)t * K;
+        if (t % GL_SUB == 0 && ref_last)
+            for (int i = 0; i < K; i++)
+                e[i] = 1.0f / exp_nonpos_d(bl[i] - bt[i]);
+        else if (t % GL_SUB == 0)
+            for (int i = 0; i < K; i++)
+                e[i] = exp_nonpos_d(bt[i]);
+        else
+            for (int i = 0; i < K; i++)
+                e[i] *= at[i];
+        for (int i = 0; i < K; i++)
+            qt[i] = qr[i] * e[i];
+    }
+    for (int s = n - 1; s >= 0; s--) {
+        const double *restrict bs = w->b + (size_t)s * K;
+        const float *restrict kr = Kr + (size_t)s * lr;
+        float *restrict kt = w->Kt + (size_t)s * K;
+        if ((n - 1 - s) % GL_SUB == 0)
+            for (int i = 0; i < K; i++)
+                e[i] = exp_nonpos_d(bl[i] - bs[i]);
+        else {
+            const float *restrict an = w->ag + (size_t)(s + 1) * K;
+            for (int i = 0; i < K; i++)
+                e[i] *= an[i];
+        }
+        for (int i = 0; i < K; i++)
+            kt[i] = kr[i] * e[i];
+    }
+    w->kj_cols = -1; /* scores_per_key starts afresh in every chunk */
+    for (int i = 0; i < K; i++)
+        w->edec[i] = exp_nonpos_d(bl[i]);
+    return ref_last;
+}
+
 /* One chunk of n tokens [t0, t0+n) of head h; S (and z) advance from the chunk start to its end.
  * Every product goes through recur__mm (chunk_mm.h), which reads transposed operands in place
  * and skips the zero half of the causal ones. */
@@ -521,13 +629,12 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
     }
     /* the scale of the products (1 where Qr carries it) */
     const float alpha = p->normalize ? 1.0f : scale;
-    recur__transpose(Kr, lr, n, K, w->KrT, C);
-
     /* b_t = sum_{j<=t} g_j (double);  Qt = q_t exp(b_t);  Kt = k_s exp(b_last - b_s);
-     * edec = exp(b_last) */
+     * edec = exp(b_last) (per-key gates: key_decays) */
     const float *Qt = Qr, *Kt = Kr; /* row stride lt */
     size_t lt = lr;
     const double *bs = NULL; /* scalar b for the mask */
+    int ref_last = 0;        /* per-key: Qt = q_t exp(b_t - b_last) (key_decays) */
     switch (p->gate) {
     case GL_GATE_NONE:
         for (int i = 0; i < K; i++)
@@ -560,69 +667,33 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
         bs = w->b;
         break;
     }
-    case GL_GATE_KEY: {
-        for (int t = 0; t < n; t++) {
-            const float *restrict gt = p->g + (row0 + (size_t)t * H) * K;
-            double *restrict bt = w->b + (size_t)t * K;
-            const double *restrict bp = t ? bt - K : zeros_d;
-            float *restrict at = w->ag + (size_t)t * K;
-            for (int i = 0; i < K; i++) /* at = g floored, as scratch */
-                at[i] = gl_floor_gate(gt[i]);
-            for (int i = 0; i < K; i++)
-                bt[i] = bp[i] + (double)at[i];
-            for (int i = 0; i < K; i++)
-                at[i] = recur__exp_nonpos(gt[i]);
-        }
-        /* e = exp(b_t) and f = exp(b_last - b_s) as running products of exp(g) (e_t = e_{t-1}
-         * exp(g_t), f_s = f_{s+1} exp(g_{s+1})), taken from exp directly every GL_SUB tokens so
-         * that no chain is longer than GL_SUB - 1 products */
-        const double *bl = w->b + (size_t)(n - 1) * K;
-        float e[RECUR_MAX_DIM];
-        for (int t = 0; t < n; t++) {
-            const double *restrict bt = w->b + (size_t)t * K;
-            const float *restrict qr = Qr + (size_t)t * lr, *restrict at = w->ag + (size_t)t * K;
-            float *restrict qt = w->Qt + (size_t)t * K;
-            if (t % GL_SUB == 0)
-                for (int i = 0; i < K; i++)
-                    e[i] = recur__exp_nonpos(narrow(bt[i]));
-            else
-                for (int i = 0; i < K; i++)
-                    e[i] *= at[i];
-            for (int i = 0; i < K; i++)
-                qt[i] = qr[i] * e[i];
-        }
-        for (int s = n - 1; s >= 0; s--) {
-            const double *restrict bs = w->b + (size_t)s * K;
-            const float *restrict kr = Kr + (size_t)s * lr;
-            float *restrict kt = w->Kt + (size_t)s * K;
-            if ((n - 1 - s) % GL_SUB == 0)
-                for (int i = 0; i < K; i++)
-                    e[i] = recur__exp_nonpos(narrow(bl[i] - bs[i]));
-            else {
-                const float *restrict an = w->ag + (size_t)(s + 1) * K;
-                for (int i = 0; i < K; i++)
-                    e[i] *= an[i];
-            }
-            for (int i = 0; i < K; i++)
-                kt[i] = kr[i] * e[i];
-        }
-        w->kj_cols = -1; /* scores_per_key starts afresh in every chunk */
-        for (int i = 0; i < K; i++)
-            w->edec[i] = recur__exp_nonpos(narrow(bl[i]));
+    case GL_GATE_KEY:
+        ref_last = key_decays(p, w, Qr, Kr, lr, row0, n);
         Qt = w->Qt;
         Kt = w->Kt;
         lt = (size_t)K;
         break;
     }
-    }
+    /* the right operand of the scores: K^T, or Kt^T when they go through the chunk's end */
+    if (ref_last)
+        recur__transpose(Kt, lt, n, K, w->KrT, C);
+    else
+        recur__transpose(Kr, lr, n, K, w->KrT, C);
 
+    /* S = Diag(exp b_last) S first when Qt carries exp(b_t - b_last): exp(b_t) S_prev = Qt S */
+    if (ref_last)
+        decay_state(S, w->edec, K, V);
     /* o_t = scale (q_t ⊙ exp b_t)^T S_prev */
     recur__mm(n, V, K, alpha, Qt, (ptrdiff_t)lt, 1, S, V, 0.0f, o, ldv, 0, 0);
 
     /* o_t += sum_{s<=t} A[t,s] v_s with A = scale (Q K^T ⊙ D), causal; a panel of rows at a time */
     for (int r0 = 0; r0 < n; r0 += GL_PANEL) {
         const int r1 = r0 + GL_PANEL < n ? r0 + GL_PANEL : n, m = r1 - r0;
-        if (p->gate == GL_GATE_KEY) {
+        if (ref_last) {
+            /* A[t][s] = scale (q_t ⊙ exp(b_t - b_last)) . (k_s ⊙ exp(b_last - b_s)), s <= t */
+            recur__mm(m, r1, K, scale, Qt + (size_t)r0 * lt, (ptrdiff_t)lt, 1, w->KrT, C, 0.0f,
+                      w->A, r1, RECUR_MM_C_LOWER, r0);
+        } else if (p->gate == GL_GATE_KEY) {
             scores_per_key(w, Qr, Kr, lr, r0, r1, K, scale);
         } else {
             /* A[t][s] = q_t.k_s for s <= t (times scale when there is no mask to apply it) */
@@ -639,13 +710,8 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
     }
 
     /* S = Diag(exp b_last) S + (K ⊙ exp(b_last - b_s))^T V   (Kt read transposed in place) */
-    if (p->gate != GL_GATE_NONE)
-        for (int i = 0; i < K; i++) {
-            const float e = w->edec[i];
-            float *Si = S + (size_t)i * V;
-            for (int j = 0; j < V; j++)
-                Si[j] *= e;
-        }
+    if (p->gate != GL_GATE_NONE && !ref_last)
+        decay_state(S, w->edec, K, V);
     recur__mm(K, V, n, 1.0f, Kt, 1, (ptrdiff_t)lt, v, ldv, 1.0f, S, V, 0, 0);
 
 }
@@ -669,11 +735,10 @@ static int run_chunked(const gl_problem *p, int64_t C)
         const int64_t n = p->T - t0 < C ? p->T - t0 : C; /* the tail chunk shrinks */
         volatile float sink = recur__ahead_rest(&ah);
         (void)sink;
-        /* diag_per_key runs H ceil(n / GL_SUB) (K / 4) times per chunk, a feature map's rows H n */
+        /* key_decays steps once per token and head (diag_per_key after it: no more lines left), a
+         * feature map once per row it maps: H n steps */
         const int key = p->gate == GL_GATE_KEY;
-        recur__ahead_chunk(&ah, in, is_v, na, p->T, p->H, p->K, p->V, t0 + n, C,
-                           (size_t)p->H * (key ? (size_t)((n + GL_SUB - 1) / GL_SUB) * (size_t)(p->K / 4)
-                                               : (size_t)n));
+        recur__ahead_chunk(&ah, in, is_v, na, p->T, p->H, p->K, p->V, t0 + n, C, (size_t)p->H * (size_t)n);
         w.ahead = key || p->fmap != RECUR_FMAP_IDENTITY ? &ah : NULL;
         for (int h = 0; h < p->H; h++)
             chunk_step(p, &w, h, t0, (int)n);

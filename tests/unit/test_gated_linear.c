@@ -288,6 +288,26 @@ Test(gated_linear, long_sequence_and_strong_gates, .timeout = 60)
     drop(&p);
 }
 
+Test(gated_linear, per_key_scores_on_both_sides_of_the_range_bound)
+{
+    /* gated_linear.c takes a chunk's per-key scores as one product through the chunk's end while
+     * no key decays by more than e^-40 over the chunk (GL_KEY_RANGE), else through reference
+     * points every 16 rows. Gates of -0.6: a 64-token chunk spans a range of 38.4 (the product,
+     * factors up to e^38.4), a 70-token one 42 (the fallback), chunks of 16 span 9.6; the parallel
+     * form (one chunk of T = 200) 120 (the fallback). Then mild gates with one key at -1: every
+     * chunk of 64 falls back because of that key alone, chunks of 16 do not. */
+    for (int r = 0; r < 2; r++) {
+        problem p = make(M_GLA_KEY, 200, 2, 16, 12, -0.05, 0.0);
+        for (size_t i = 0; i < (size_t)200 * 2 * 16; i++)
+            p.g[i] = r == 0 ? -0.6f + 0.001f * (float)(i % 7) : i % 16 == 3 ? -1.0f : p.g[i];
+        check_vs_ref(&p, RECUR_FORM_CHUNKWISE, 64, "range bound");
+        check_vs_ref(&p, RECUR_FORM_CHUNKWISE, 70, "range bound");
+        check_vs_ref(&p, RECUR_FORM_CHUNKWISE, 16, "range bound");
+        check_vs_ref(&p, RECUR_FORM_PARALLEL, 1, "range bound");
+        drop(&p);
+    }
+}
+
 Test(gated_linear, extreme_finite_gates_reset_the_state)
 {
     /* g as low as -FLT_MAX is finite and legal: exp(g) = 0 wipes the state. Mixed with g = 0. */
