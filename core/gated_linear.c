@@ -25,12 +25,12 @@
  *
  * Per-key gates (GLA), scores A[t][s] = scale sum_i q_t[i] k_s[i] exp(b_t[i] - b_s[i]), s <= t:
  *   no key decays below exp(-GL_KEY_RANGE) over the chunk (the common case; key_decays):
- *     A = scale Q^ Kt^T,  Q^_t = q_t ⊙ exp(b_t - b_last),  Kt_s = k_s ⊙ exp(b_last - b_s)
- *     one causal product through the chunk's end, like a scalar gate's Q K^T; then
- *     o = scale Q^ (Diag(exp b_last) S_prev) + A V, the state decayed before the product.
- *     exp(b_t - b_last) >= 1 is 1 / exp(b_last - b_t): still only x <= 0 is exponentiated.
+ *     A = scale Qt K^^T,  Qt_t = q_t ⊙ exp(b_t),  K^_s = k_s ⊙ exp(-b_s) = k_s / exp(b_s)
+ *     one causal product through the chunk's start, like a scalar gate's Q K^T (still only
+ *     x <= 0 is exponentiated), and the state S = Diag(exp b_last) (S_prev + K^^T V).
  *   else (scores_per_key): row blocks of GL_SUB through a reference point r = J0 - 1 (two
- *     non-positive exponents, one recur__mm), diagonal blocks as running products of exp(g).
+ *     non-positive exponents, one recur__mm), diagonal blocks as running products of exp(g);
+ *     S = Diag(exp b_last) S_prev + Kt^T V with Kt_s = k_s ⊙ exp(b_last - b_s).
  */
 #include "gated_linear.h"
 #include "chunk_ahead.h"
@@ -46,10 +46,10 @@
 /* Rows of a sub-block for per-key gates: off-diagonal sub-blocks go through recur__mm with a
  * reference point between them, diagonal sub-blocks through diag_per_key (16 lanes = 16 rows). */
 #define GL_SUB 16
-/* Per-key gates: the largest decay exp(-GL_KEY_RANGE) of any key over a chunk (the parallel form: all T tokens) for
- * which its scores are one product through the chunk's end (key_decays): the query factors
- * exp(b_t - b_last) grow to e^40 < 2^58, so q overflows there only beyond 2^69 in magnitude, and
- * the key factors shrink to e^-40 > 2^-58, a normal float for |k| >= 2^-68. */
+/* Per-key gates: the largest decay exp(-GL_KEY_RANGE) of any key over a chunk (the parallel form:
+ * all T tokens) for which its scores are one product through the chunk's start (key_decays): the
+ * key factors exp(-b_s) grow to e^40 < 2^58, so k overflows there only beyond 2^70 in magnitude;
+ * the query factors exp(b_t) shrink to e^-40 > 2^-58, normal floats for |q| >= 2^-68. */
 #define GL_KEY_RANGE 40.0
 /* Per-key sub-blocks whose KjT is carried forward by a factor before it is rebuilt from exp */
 #define GL_KJ_CHAIN 8
@@ -513,23 +513,54 @@ static void decay_state(float *S, const float *e, int K, int V)
 }
 
 /* The per-key decays of one chunk of n tokens (row0: its first row of head h):
- *   b_t = sum_{j<=t} max(g_j, GL_LOG_FLOOR)  (double),  ag_t = exp(g_t),  edec = exp(b_last)
- *   Kt_s = k_s exp(b_last - b_s)
- *   Qt_t = q_t exp(b_t)                 when some key decays by more than GL_KEY_RANGE,
- *          q_t exp(b_t - b_last)        else (returns 1)
- * In the second case the scores are one product through the chunk's end,
+ *   b_t = sum_{j<=t} max(g_j, GL_LOG_FLOOR)  (double),  edec = exp(b_last),  Qt_t = q_t exp(b_t)
+ *   Kt_s = k_s exp(-b_s)            while no key decays by more than GL_KEY_RANGE (returns 1)
+ *          k_s exp(b_last - b_s)    else (returns 0; b [n][K] and ag_t = exp(g_t) are then set)
+ * In the first case the scores are one product through the chunk's start,
  *   A[t][s] = scale sum_i q_t[i] k_s[i] exp(b_t[i] - b_s[i]) = scale Qt_t . Kt_s,
- * with exp(b_t - b_last) in [1, e^GL_KEY_RANGE] and exp(b_last - b_s) in [e^-GL_KEY_RANGE, 1];
- * in the first, scores_per_key (reference points every GL_SUB rows; running products inside).
- * Both factors are running products of exp(g), restarted from exp every GL_SUB tokens
- * (exp_nonpos_d), so no chain is longer than GL_SUB - 1 products; exp(b_t - b_last) is
- * 1 / exp(b_last - b_t) at a restart (only non-positive numbers are exponentiated). */
+ * exp(b_t) in [e^-GL_KEY_RANGE, 1], exp(-b_s) = 1 / exp(b_s) in [1, e^GL_KEY_RANGE] (only
+ * non-positive numbers are exponentiated), and the state is Diag(edec) (S + Kt^T V). In the
+ * second, scores_per_key (reference points every GL_SUB rows; running products inside).
+ * exp(b_t) is a running product of exp(g), restarted from exp every GL_SUB tokens (exp_nonpos_d),
+ * so no chain is longer than GL_SUB - 1 products; exp(b_last - b_s) likewise, backwards. The first
+ * case is taken in one pass over the rows (the gates, q and k read once, nothing but Qt and Kt
+ * stored); when the range turns out too large at its end, its Kt is dropped (it may hold inf)
+ * and b, ag and Kt are made in two more passes. */
 static int key_decays(const gl_problem *p, gl_work *w, const float *Qr, const float *Kr, size_t lr,
                       size_t row0, int n)
 {
     const int H = p->H, K = p->K;
+    double acc[RECUR_MAX_DIM];
+    float e[RECUR_MAX_DIM];
+    for (int i = 0; i < K; i++)
+        acc[i] = 0.0;
     for (int t = 0; t < n; t++) {
         recur__ahead_step(w->ahead); /* the next chunk's rows (run_chunked), a few per token */
+        const float *restrict gt = p->g + (row0 + (size_t)t * H) * K;
+        const float *restrict qr = Qr + (size_t)t * lr, *restrict kr = Kr + (size_t)t * lr;
+        float *restrict qt = w->Qt + (size_t)t * K, *restrict kt = w->Kt + (size_t)t * K;
+        for (int i = 0; i < K; i++)
+            acc[i] += (double)gl_floor_gate(gt[i]);
+        if (t % GL_SUB == 0)
+            for (int i = 0; i < K; i++)
+                e[i] = exp_nonpos_d(acc[i]);
+        else
+            for (int i = 0; i < K; i++)
+                e[i] *= recur__exp_nonpos(gt[i]);
+        for (int i = 0; i < K; i++) {
+            qt[i] = qr[i] * e[i];
+            kt[i] = kr[i] / e[i];
+        }
+    }
+    double lo = 0.0;
+    for (int i = 0; i < K; i++) {
+        w->edec[i] = exp_nonpos_d(acc[i]);
+        lo = acc[i] < lo ? acc[i] : lo;
+    }
+    w->kj_cols = -1; /* scores_per_key starts afresh in every chunk */
+    if (lo >= -GL_KEY_RANGE)
+        return 1;
+    for (int t = 0; t < n; t++) {
         const float *restrict gt = p->g + (row0 + (size_t)t * H) * K;
         double *restrict bt = w->b + (size_t)t * K;
         const double *restrict bp = t ? bt - K : zeros_d;
@@ -542,27 +573,6 @@ static int key_decays(const gl_problem *p, gl_work *w, const float *Qr, const fl
             at[i] = recur__exp_nonpos(gt[i]);
     }
     const double *bl = w->b + (size_t)(n - 1) * K;
-    double lo = 0.0;
-    for (int i = 0; i < K; i++)
-        lo = bl[i] < lo ? bl[i] : lo;
-    const int ref_last = lo >= -GL_KEY_RANGE;
-    float e[RECUR_MAX_DIM];
-    for (int t = 0; t < n; t++) {
-        const double *restrict bt = w->b + (size_t)t * K;
-        const float *restrict qr = Qr + (size_t)t * lr, *restrict at = w->ag + (size_t)t * K;
-        float *restrict qt = w->Qt + (size_t)t * K;
-        if (t % GL_SUB == 0 && ref_last)
-            for (int i = 0; i < K; i++)
-                e[i] = 1.0f / exp_nonpos_d(bl[i] - bt[i]);
-        else if (t % GL_SUB == 0)
-            for (int i = 0; i < K; i++)
-                e[i] = exp_nonpos_d(bt[i]);
-        else
-            for (int i = 0; i < K; i++)
-                e[i] *= at[i];
-        for (int i = 0; i < K; i++)
-            qt[i] = qr[i] * e[i];
-    }
     for (int s = n - 1; s >= 0; s--) {
         const double *restrict bs = w->b + (size_t)s * K;
         const float *restrict kr = Kr + (size_t)s * lr;
@@ -578,10 +588,7 @@ static int key_decays(const gl_problem *p, gl_work *w, const float *Qr, const fl
         for (int i = 0; i < K; i++)
             kt[i] = kr[i] * e[i];
     }
-    w->kj_cols = -1; /* scores_per_key starts afresh in every chunk */
-    for (int i = 0; i < K; i++)
-        w->edec[i] = exp_nonpos_d(bl[i]);
-    return ref_last;
+    return 0;
 }
 
 /* One chunk of n tokens [t0, t0+n) of head h; S (and z) advance from the chunk start to its end.
@@ -634,7 +641,7 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
     const float *Qt = Qr, *Kt = Kr; /* row stride lt */
     size_t lt = lr;
     const double *bs = NULL; /* scalar b for the mask */
-    int ref_last = 0;        /* per-key: Qt = q_t exp(b_t - b_last) (key_decays) */
+    int ref_first = 0;       /* per-key: Kt = k_s exp(-b_s) (key_decays) */
     switch (p->gate) {
     case GL_GATE_NONE:
         for (int i = 0; i < K; i++)
@@ -668,29 +675,26 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
         break;
     }
     case GL_GATE_KEY:
-        ref_last = key_decays(p, w, Qr, Kr, lr, row0, n);
+        ref_first = key_decays(p, w, Qr, Kr, lr, row0, n);
         Qt = w->Qt;
         Kt = w->Kt;
         lt = (size_t)K;
         break;
     }
-    /* the right operand of the scores: K^T, or Kt^T when they go through the chunk's end */
-    if (ref_last)
+    /* the right operand of the scores: K^T, or Kt^T when they go through the chunk's start */
+    if (ref_first)
         recur__transpose(Kt, lt, n, K, w->KrT, C);
     else
         recur__transpose(Kr, lr, n, K, w->KrT, C);
 
-    /* S = Diag(exp b_last) S first when Qt carries exp(b_t - b_last): exp(b_t) S_prev = Qt S */
-    if (ref_last)
-        decay_state(S, w->edec, K, V);
     /* o_t = scale (q_t ⊙ exp b_t)^T S_prev */
     recur__mm(n, V, K, alpha, Qt, (ptrdiff_t)lt, 1, S, V, 0.0f, o, ldv, 0, 0);
 
     /* o_t += sum_{s<=t} A[t,s] v_s with A = scale (Q K^T ⊙ D), causal; a panel of rows at a time */
     for (int r0 = 0; r0 < n; r0 += GL_PANEL) {
         const int r1 = r0 + GL_PANEL < n ? r0 + GL_PANEL : n, m = r1 - r0;
-        if (ref_last) {
-            /* A[t][s] = scale (q_t ⊙ exp(b_t - b_last)) . (k_s ⊙ exp(b_last - b_s)), s <= t */
+        if (ref_first) {
+            /* A[t][s] = scale (q_t ⊙ exp(b_t)) . (k_s ⊙ exp(-b_s)), s <= t */
             recur__mm(m, r1, K, scale, Qt + (size_t)r0 * lt, (ptrdiff_t)lt, 1, w->KrT, C, 0.0f,
                       w->A, r1, RECUR_MM_C_LOWER, r0);
         } else if (p->gate == GL_GATE_KEY) {
@@ -709,10 +713,13 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
                   RECUR_MM_A_LOWER, r0);
     }
 
-    /* S = Diag(exp b_last) S + (K ⊙ exp(b_last - b_s))^T V   (Kt read transposed in place) */
-    if (p->gate != GL_GATE_NONE && !ref_last)
+    /* S = Diag(exp b_last) S + (K ⊙ exp(b_last - b_s))^T V   (Kt read transposed in place), or
+     * Diag(exp b_last) (S + (K ⊙ exp(-b_s))^T V) when the scores went through the chunk's start */
+    if (p->gate != GL_GATE_NONE && !ref_first)
         decay_state(S, w->edec, K, V);
     recur__mm(K, V, n, 1.0f, Kt, 1, (ptrdiff_t)lt, v, ldv, 1.0f, S, V, 0, 0);
+    if (ref_first)
+        decay_state(S, w->edec, K, V);
 
 }
 
