@@ -126,7 +126,7 @@ static inline float dot(const float *restrict a, const float *restrict b, int n)
 
 /* z += k, then returns q ⊙ z in RECUR__VN lanes (mixer.h) whose sum is q^T z (the n % RECUR__VN
  * last keys added into lane 0): the normaliser's running sum and its dot in one pass, the lanes
- * summed later (sum_lanes), off this pass's dependency chain */
+ * summed later across rows (chunk_step), off this pass's dependency chain */
 static inline recur__vn add_mul(float *restrict z, const float *restrict k, const float *restrict q,
                                 int n)
 {
@@ -142,17 +142,6 @@ static inline recur__vn add_mul(float *restrict z, const float *restrict k, cons
         acc[0] = fmaf(q[i], z[i], acc[0]);
     }
     return acc;
-}
-
-/* the sum of x's RECUR__VN lanes, pairwise */
-static inline float sum_lanes(const float *x)
-{
-    float l[RECUR__VN];
-    memcpy(l, x, sizeof l);
-    for (int w = RECUR__VN / 2; w > 0; w /= 2)
-        for (int j = 0; j < w; j++)
-            l[j] += l[j + w];
-    return l[0];
 }
 
 /* ---------------------------------------------------------------- feature map */
@@ -304,7 +293,8 @@ typedef struct {
     float *KrT;                /* [K][C]  phi(k) transposed: the right operand of Q K^T */
     float *Qt, *Kt;            /* [C][K]  q_t exp(b_t), k_s exp(b_last - b_s) */
     float *A;                  /* [P][C]  a row panel of scale (Q K^T ⊙ D), P = min(C, GL_PANEL) */
-    float *dv;                 /* [C][RECUR__VN] the normaliser's q_t ⊙ z_t in lanes (add_mul) */
+    float *dv;                 /* [C][RECUR__VN] the normaliser's q_t ⊙ z_t in lanes (add_mul),
+                                * then [RECUR__VN][C] the same transposed */
     double *b;                 /* [C] or [C][K] cumulative log decay within the chunk */
     float *Kj;                 /* [C][K]  per-key: k_s exp(b_r - b_s) for a reference r */
     float *ag;                 /* [C][K]  exp(g_t) per key (per-key gates) */
@@ -331,7 +321,7 @@ static int work_alloc(gl_work *w, int64_t C, int K, gl_gate_kind gate)
     const size_t fck = c * k * sizeof(float), dck = c * k * sizeof(double);
     size_t sizes[15] = {
         fck, fck, fck, fck, fck,                                      /* Qr Kr KrT Qt Kt */
-        c * (c < GL_PANEL ? c : GL_PANEL) * sizeof(float), c * RECUR__VN * sizeof(float), /* A dv */
+        c * (c < GL_PANEL ? c : GL_PANEL) * sizeof(float), 2 * c * RECUR__VN * sizeof(float), /* A dv */
         key ? dck : c * sizeof(double), key ? fck : 0,                 /* b Kj */
         key ? fck : 0, key ? fck : 0,                                  /* ag KjT */
         key ? (size_t)GL_SUB * k * sizeof(float) : 0, k * sizeof(float),     /* Qj edec */
@@ -624,11 +614,24 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
             if (p->normalize)
                 recur__vn_store(w->dv + (size_t)t * RECUR__VN, add_mul(z, kr, qr, K));
         }
-        for (int t = 0; t < n && p->normalize; t++) { /* rows independent: their sums overlap */
-            const float f = scale / (scale * sum_lanes(w->dv + (size_t)t * RECUR__VN) + RECUR_LINEAR_EPS);
-            float *restrict qr = w->Qr + (size_t)t * K;
-            for (int i = 0; i < K; i++)
-                qr[i] *= f;
+        if (p->normalize) {
+            /* den_t / scale = the sum of row t's lanes: the lanes transposed ([RECUR__VN][C]),
+             * so the sums and f_t run across rows, one vector of rows at a time */
+            float *restrict f = w->dv + (size_t)C * RECUR__VN;
+            recur__transpose(w->dv, RECUR__VN, n, RECUR__VN, f, C);
+            for (int l = 1; l < RECUR__VN; l++) {
+                const float *restrict fl = f + (size_t)l * C;
+                for (int t = 0; t < n; t++)
+                    f[t] += fl[t];
+            }
+            for (int t = 0; t < n; t++)
+                f[t] = scale / (scale * f[t] + RECUR_LINEAR_EPS);
+            for (int t = 0; t < n; t++) {
+                float *restrict qr = w->Qr + (size_t)t * K;
+                const float ft = f[t];
+                for (int i = 0; i < K; i++)
+                    qr[i] *= ft;
+            }
         }
         Qr = w->Qr;
         Kr = w->Kr;
