@@ -21,6 +21,9 @@ Some rows only, printed (docs/BENCHMARKS.md untouched), e.g. the d512 rows with 
 The d512 decode at B = 1 streams 53 MB of F16 weights per token from memory: its rate varies
 from one process to the next by more than the target's 5 % (a same-binary A/A pair at load 2.4
 ranged 0.69-1.43 per round, 12 rounds), so that row needs more rounds than the compute-bound ones.
+--aa runs the portable binary on both sides (an A/A: every ratio is 1 but for noise), printed, to
+say how far the same load moves a ratio:
+    /usr/bin/python3 tools/bench/section_portable.py --models default --rounds 5 --aa
 """
 import argparse
 import json
@@ -78,9 +81,9 @@ def _rates(outs):
     return res
 
 
-def run(ctx, only=None, rounds=None):
+def run(ctx, only=None, rounds=None, aa=False):
     """The section; only: the model keys to measure (default every model), rounds: how many
-    (default 3, 1 with --quick)."""
+    (default 3, 1 with --quick); aa: the portable binary stands in for every reference (A/A)."""
     ctx.run(["make", "--no-print-directory", "bench-isa-refs"], timeout=3600)
     bench = lambda d: os.path.join(d, "bench", "bench_model")
     portable = bench(PORTABLE_BUILD)
@@ -98,13 +101,13 @@ def run(ctx, only=None, rounds=None):
         for mkey, mdir, tokens, reps in models:
             for isa in paths:
                 for b in order:
-                    exe = portable if b == "portable" else bench(REFERENCE[isa][0])
+                    exe = portable if b == "portable" or aa else bench(REFERENCE[isa][0])
                     argv = ["env", f"RECUR_ISA={isa}", exe, "--model", mdir, "--batches", "1,64",
                             "--reps", str(reps), "--tokens-per-rep", str(tokens), "--prefill", "512",
                             "--prefill-reps", str(reps), "--model-only"]
                     outs.setdefault((mkey, isa, b), []).append(benchutil.jsonl(ctx.run(argv, timeout=900)))
         load.append(open("/proc/loadavg").read().split()[:3])
-    raw = os.path.join(ctx.build, "bench", "portable_raw.jsonl")
+    raw = os.path.join(ctx.build, "bench", "portable_aa_raw.jsonl" if aa else "portable_raw.jsonl")
     os.makedirs(os.path.dirname(raw), exist_ok=True)
     with open(raw, "w") as f:
         for (mkey, isa, b), runs in outs.items():
@@ -126,19 +129,23 @@ def run(ctx, only=None, rounds=None):
             met += ok
             if not ok:
                 missed.append(f"{mkey} {isa}")
-            md.append(f"| {mkey} | {isa} | `{REFERENCE[isa][0]}` ({REFERENCE[isa][1]}) | " + " | ".join(cells)
+            ref = f"`{PORTABLE_BUILD}` (A/A)" if aa else f"`{REFERENCE[isa][0]}` ({REFERENCE[isa][1]})"
+            md.append(f"| {mkey} | {isa} | {ref} | " + " | ".join(cells)
                       + f" | {'met' if ok else 'NOT met'} |")
     total = len(models) * len(paths)
     verdict = (f"Target (portable ≥ {TARGET}× reference on every measure): met on {met} of {total} model × path rows"
                + (f"; not met: {', '.join(missed)}" if missed else "") + ".")
+    if aa:
+        verdict = f"A/A: `{portable}` on both sides; {verdict}"
     return ("\n".join(md) + "\n\n" + verdict + "\n\n"
             f"Portable: `{portable}` (plain `make`: -march=x86-64, per-ISA objects, docs/DESIGN.md §4.1). "
             "Reference for path P: the build a -march=native user gets on a CPU whose best path is P — "
             "avx512: this machine's -march=native (`make NATIVE=1`); avx2: -march=x86-64-v3; portable: "
             "-march=x86-64-v2 (a pre-AVX2 x86-64), the last two single-path (ISA_MULTI=0); all built by "
             "`make bench-isa-refs`. Both binaries run with RECUR_ISA=P. "
-            f"{rounds} rounds, builds alternated; per run 3 reps of decode (tokens per rep at B = 1: "
-            + ", ".join(f"{m[0]} {m[2]}" for m in models) + ") and of prefill, medians over all reps "
+            f"{rounds} rounds, builds alternated; per run, reps of decode and of prefill "
+            + ", ".join(f"{m[0]} {m[3]}" for m in models) + " (tokens per rep at B = 1: "
+            + ", ".join(f"{m[0]} {m[2]}" for m in models) + "), medians over all reps "
             "(bench_model --model-only); "
             f"raw: `{os.path.relpath(raw, ctx.root)}`. "
             f"Load average before / after each round: {', '.join('/'.join(x) for x in load)}.\n")
@@ -149,6 +156,7 @@ def main():
                                              "docs/BENCHMARKS.md).")
     ap.add_argument("--models", default="default,d512", help="comma-separated: default, d512")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--aa", action="store_true", help="the portable binary on both sides (noise)")
     a = ap.parse_args()
     only = set(a.models.split(","))
     known = {k for k, *_ in MODELS("")}
@@ -158,7 +166,7 @@ def main():
     import run_all
     ctx = run_all.BenchContext()
     ctx.section = "portable"
-    print(run(ctx, only=only, rounds=a.rounds))
+    print(run(ctx, only=only, rounds=a.rounds, aa=a.aa))
 
 
 if __name__ == "__main__":
