@@ -304,13 +304,15 @@ typedef struct {
     float *Qj;                 /* [GL_SUB][K] per-key: q_t exp(b_t - b_r) */
     float *edec;               /* [K]     exp(b_last) per key (state decay) */
     float *dw, *du;            /* [C]     scratch of recur__decay_rows */
+    unsigned char *slow;       /* [H]     per-key: the head's last chunk exceeded GL_KEY_RANGE
+                                * (key_decays then makes the fallback's factors first) */
     recur__ahead *ahead;       /* per-key: the next chunk's rows, prefetched by diag_per_key
                                 * (chunk_ahead.h); NULL: none */
     void *mem;                 /* the block to free: NULL for the thread's (recur__chunk_carve) */
 } gl_work;
 
 /* Carve one allocation into aligned pieces; RECUR_ESHAPE if the sizes overflow. */
-static int work_alloc(gl_work *w, int64_t C, int K, gl_gate_kind gate)
+static int work_alloc(gl_work *w, int64_t C, int K, int H, gl_gate_kind gate)
 {
     memset(w, 0, sizeof *w);
     w->C = C;
@@ -319,17 +321,18 @@ static int work_alloc(gl_work *w, int64_t C, int K, gl_gate_kind gate)
     const size_t c = (size_t)C, k = (size_t)K;
     const int key = gate == GL_GATE_KEY;
     const size_t fck = c * k * sizeof(float), dck = c * k * sizeof(double);
-    size_t sizes[15] = {
+    size_t sizes[16] = {
         fck, fck, fck, fck, fck,                                      /* Qr Kr KrT Qt Kt */
         c * (c < GL_PANEL ? c : GL_PANEL) * sizeof(float), 2 * c * RECUR__VN * sizeof(float), /* A dv */
         key ? dck : c * sizeof(double), key ? fck : 0,                 /* b Kj */
         key ? fck : 0, key ? fck : 0,                                  /* ag KjT */
         key ? (size_t)GL_SUB * k * sizeof(float) : 0, k * sizeof(float),     /* Qj edec */
         c * sizeof(float), c * sizeof(float),                                /* dw du */
+        key ? (size_t)H : 0,                                                 /* slow */
     };
-    size_t off[15];
+    size_t off[16];
     char *m;
-    const int rc = recur__chunk_carve(sizes, 15, off, &m, &w->mem);
+    const int rc = recur__chunk_carve(sizes, 16, off, &m, &w->mem);
     if (rc)
         return rc;
     w->Qr = (float *)(m + off[0]);
@@ -347,6 +350,9 @@ static int work_alloc(gl_work *w, int64_t C, int K, gl_gate_kind gate)
     w->edec = (float *)(m + off[12]);
     w->dw = (float *)(m + off[13]);
     w->du = (float *)(m + off[14]);
+    w->slow = key ? (unsigned char *)(m + off[15]) : NULL;
+    if (key)
+        memset(w->slow, 0, (size_t)H);
     return RECUR_OK;
 }
 
@@ -512,44 +518,48 @@ static void decay_state(float *S, const float *e, int K, int V)
  * non-positive numbers are exponentiated), and the state is Diag(edec) (S + Kt^T V). In the
  * second, scores_per_key (reference points every GL_SUB rows; running products inside).
  * exp(b_t) is a running product of exp(g), restarted from exp every GL_SUB tokens (exp_nonpos_d),
- * so no chain is longer than GL_SUB - 1 products; exp(b_last - b_s) likewise, backwards. The first
- * case is taken in one pass over the rows (the gates, q and k read once, nothing but Qt and Kt
+ * so no chain is longer than GL_SUB - 1 products; exp(b_last - b_s) likewise, backwards.
+ * The first case is tried in one pass over the rows (gates, q and k read once, only Qt and Kt
  * stored); when the range turns out too large at its end, its Kt is dropped (it may hold inf)
- * and b, ag and Kt are made in two more passes. */
+ * and b, ag and Kt are made in two more passes. A head whose last chunk was too large (w->slow)
+ * skips the try and makes b, ag, Qt and Kt directly (strong gates last: the try cost the
+ * fallback ~7 %); whether this chunk was decides the next one's. */
 static int key_decays(const gl_problem *p, gl_work *w, const float *Qr, const float *Kr, size_t lr,
-                      size_t row0, int n)
+                      size_t row0, int n, int h)
 {
     const int H = p->H, K = p->K;
-    double acc[RECUR_MAX_DIM];
     float e[RECUR_MAX_DIM];
-    for (int i = 0; i < K; i++)
-        acc[i] = 0.0;
-    for (int t = 0; t < n; t++) {
-        recur__ahead_step(w->ahead); /* the next chunk's rows (run_chunked), a few per token */
-        const float *restrict gt = p->g + (row0 + (size_t)t * H) * K;
-        const float *restrict qr = Qr + (size_t)t * lr, *restrict kr = Kr + (size_t)t * lr;
-        float *restrict qt = w->Qt + (size_t)t * K, *restrict kt = w->Kt + (size_t)t * K;
-        for (int i = 0; i < K; i++)
-            acc[i] += (double)gl_floor_gate(gt[i]);
-        if (t % GL_SUB == 0)
-            for (int i = 0; i < K; i++)
-                e[i] = exp_nonpos_d(acc[i]);
-        else
-            for (int i = 0; i < K; i++)
-                e[i] *= recur__exp_nonpos(gt[i]);
-        for (int i = 0; i < K; i++) {
-            qt[i] = qr[i] * e[i];
-            kt[i] = kr[i] / e[i];
-        }
-    }
-    double lo = 0.0;
-    for (int i = 0; i < K; i++) {
-        w->edec[i] = exp_nonpos_d(acc[i]);
-        lo = acc[i] < lo ? acc[i] : lo;
-    }
     w->kj_cols = -1; /* scores_per_key starts afresh in every chunk */
-    if (lo >= -GL_KEY_RANGE)
-        return 1;
+    if (!w->slow[h]) {
+        double acc[RECUR_MAX_DIM];
+        for (int i = 0; i < K; i++)
+            acc[i] = 0.0;
+        for (int t = 0; t < n; t++) {
+            recur__ahead_step(w->ahead); /* the next chunk's rows (run_chunked), a few per token */
+            const float *restrict gt = p->g + (row0 + (size_t)t * H) * K;
+            const float *restrict qr = Qr + (size_t)t * lr, *restrict kr = Kr + (size_t)t * lr;
+            float *restrict qt = w->Qt + (size_t)t * K, *restrict kt = w->Kt + (size_t)t * K;
+            for (int i = 0; i < K; i++)
+                acc[i] += (double)gl_floor_gate(gt[i]);
+            if (t % GL_SUB == 0)
+                for (int i = 0; i < K; i++)
+                    e[i] = exp_nonpos_d(acc[i]);
+            else
+                for (int i = 0; i < K; i++)
+                    e[i] *= recur__exp_nonpos(gt[i]);
+            for (int i = 0; i < K; i++) {
+                qt[i] = qr[i] * e[i];
+                kt[i] = kr[i] / e[i];
+            }
+        }
+        double lo = 0.0;
+        for (int i = 0; i < K; i++)
+            w->edec[i] = exp_nonpos_d(acc[i]);
+        for (int i = 0; i < K; i++)
+            lo = acc[i] < lo ? acc[i] : lo;
+        if (lo >= -GL_KEY_RANGE)
+            return 1;
+    }
     for (int t = 0; t < n; t++) {
         const float *restrict gt = p->g + (row0 + (size_t)t * H) * K;
         double *restrict bt = w->b + (size_t)t * K;
@@ -563,6 +573,23 @@ static int key_decays(const gl_problem *p, gl_work *w, const float *Qr, const fl
             at[i] = recur__exp_nonpos(gt[i]);
     }
     const double *bl = w->b + (size_t)(n - 1) * K;
+    if (w->slow[h]) { /* Qt and edec, not made above */
+        for (int t = 0; t < n; t++) {
+            const double *restrict bt = w->b + (size_t)t * K;
+            const float *restrict qr = Qr + (size_t)t * lr, *restrict at = w->ag + (size_t)t * K;
+            float *restrict qt = w->Qt + (size_t)t * K;
+            if (t % GL_SUB == 0)
+                for (int i = 0; i < K; i++)
+                    e[i] = exp_nonpos_d(bt[i]);
+            else
+                for (int i = 0; i < K; i++)
+                    e[i] *= at[i];
+            for (int i = 0; i < K; i++)
+                qt[i] = qr[i] * e[i];
+        }
+        for (int i = 0; i < K; i++)
+            w->edec[i] = exp_nonpos_d(bl[i]);
+    }
     for (int s = n - 1; s >= 0; s--) {
         const double *restrict bs = w->b + (size_t)s * K;
         const float *restrict kr = Kr + (size_t)s * lr;
@@ -578,6 +605,10 @@ static int key_decays(const gl_problem *p, gl_work *w, const float *Qr, const fl
         for (int i = 0; i < K; i++)
             kt[i] = kr[i] * e[i];
     }
+    double lo = 0.0;
+    for (int i = 0; i < K; i++)
+        lo = bl[i] < lo ? bl[i] : lo;
+    w->slow[h] = lo < -GL_KEY_RANGE;
     return 0;
 }
 
@@ -678,7 +709,7 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
         break;
     }
     case GL_GATE_KEY:
-        ref_first = key_decays(p, w, Qr, Kr, lr, row0, n);
+        ref_first = key_decays(p, w, Qr, Kr, lr, row0, n, h);
         Qt = w->Qt;
         Kt = w->Kt;
         lt = (size_t)K;
@@ -729,7 +760,7 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
 static int run_chunked(const gl_problem *p, int64_t C)
 {
     gl_work w;
-    int rc = work_alloc(&w, C, p->K, p->gate);
+    int rc = work_alloc(&w, C, p->K, p->H, p->gate);
     if (rc)
         return rc;
     /* Chunks outer, heads inner: a chunk's rows [C][H][K] are one contiguous block, streamed in

@@ -295,11 +295,16 @@ Test(gated_linear, per_key_scores_on_both_sides_of_the_range_bound)
      * points every 16 rows. Gates of -0.6: a 64-token chunk spans a range of 38.4 (the product,
      * factors up to e^38.4), a 70-token one 42 (the fallback), chunks of 16 span 9.6; the parallel
      * form (one chunk of T = 200) 120 (the fallback). Then mild gates with one key at -1: every
-     * chunk of 64 falls back because of that key alone, chunks of 16 do not. */
-    for (int r = 0; r < 2; r++) {
+     * chunk of 64 falls back because of that key alone, chunks of 16 do not. Then mild gates
+     * with tokens [64, 128) at -1: with chunks of 64 the second chunk's try fails, the third
+     * (mild) takes the fallback without a try (its head's last chunk fell back), the tail the
+     * product again. */
+    for (int r = 0; r < 3; r++) {
         problem p = make(M_GLA_KEY, 200, 2, 16, 12, -0.05, 0.0);
         for (size_t i = 0; i < (size_t)200 * 2 * 16; i++)
-            p.g[i] = r == 0 ? -0.6f + 0.001f * (float)(i % 7) : i % 16 == 3 ? -1.0f : p.g[i];
+            p.g[i] = r == 0   ? -0.6f + 0.001f * (float)(i % 7)
+                     : r == 1 ? (i % 16 == 3 ? -1.0f : p.g[i])
+                              : (i / (2 * 16) >= 64 && i / (2 * 16) < 128 ? -1.0f : p.g[i]);
         check_vs_ref(&p, RECUR_FORM_CHUNKWISE, 64, "range bound");
         check_vs_ref(&p, RECUR_FORM_CHUNKWISE, 70, "range bound");
         check_vs_ref(&p, RECUR_FORM_CHUNKWISE, 16, "range bound");
