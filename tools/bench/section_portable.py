@@ -47,6 +47,9 @@ D512_DIR = "bench/d512_f16"
 # (key, model directory, tokens per rep at B = 1, reps); d512: its directory under the build
 MODELS = lambda d512: [("default", "models/default", 1024, 5), ("d512", d512, 128, 3)]  # noqa: E731
 TARGET = 0.95
+# Rounds in make bench: even, so each build runs first in half of them (the order alternates; with
+# an odd count the reference ran first once more than the portable binary)
+ROUNDS = 4
 
 
 def _paths():
@@ -83,7 +86,7 @@ def _rates(outs):
 
 def run(ctx, only=None, rounds=None, aa=False):
     """The section; only: the model keys to measure (default every model), rounds: how many
-    (default 3, 1 with --quick); aa: the portable binary stands in for every reference (A/A)."""
+    (default ROUNDS, 1 with --quick); aa: the portable binary stands in for every reference (A/A)."""
     ctx.run(["make", "--no-print-directory", "bench-isa-refs"], timeout=3600)
     bench = lambda d: os.path.join(d, "bench", "bench_model")
     portable = bench(PORTABLE_BUILD)
@@ -91,7 +94,7 @@ def run(ctx, only=None, rounds=None, aa=False):
     if not os.path.exists(os.path.join(ctx.root, d512, "model.safetensors")):
         ctx.run([ctx.python, "tools/export.py", "--config", D512_CONFIG, "--seed", "1", "--out", d512,
                  "--dtype", "F16"], timeout=600)
-    rounds = rounds or (1 if ctx.quick else 3)
+    rounds = rounds or (1 if ctx.quick else ROUNDS)
     models = [x for x in MODELS(d512) if not only or x[0] in only]
     paths = _paths()
     outs = {}  # (model, path, "reference" | "portable") -> [run outputs]
@@ -155,7 +158,7 @@ def main():
     ap = argparse.ArgumentParser(description="Some rows of the portable section, printed (not written to "
                                              "docs/BENCHMARKS.md).")
     ap.add_argument("--models", default="default,d512", help="comma-separated: default, d512")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=ROUNDS)
     ap.add_argument("--aa", action="store_true", help="the portable binary on both sides (noise)")
     a = ap.parse_args()
     only = set(a.models.split(","))
