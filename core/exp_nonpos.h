@@ -20,6 +20,18 @@
 #include <stdint.h>
 #include <string.h>
 
+/* e^r for |r| <= ln2/2: Cephes' polynomial, the core of recur__exp_nonpos */
+static inline float recur__exp_reduced(float r)
+{
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    return p * r * r + r + 1.0f;
+}
+
 static inline float recur__exp_nonpos(float x)
 {
     const uint32_t lim = 0xc2ae0000u; /* the bits of -87.0f */
@@ -34,13 +46,7 @@ static inline float recur__exp_nonpos(float x)
     const float n = (float)(int32_t)(x * 1.44269504088896341f - 0.5f); /* round(x / ln2) */
     float r = x - n * 0.693359375f; /* Cody-Waite: ln2 = 0.693359375 - 2.12194440e-4 */
     r = r + n * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
+    const float p = recur__exp_reduced(r);
     const int32_t bits = ((int32_t)n + 127) << 23; /* 2^n, n in [-126, 0] */
     float two_n;
     memcpy(&two_n, &bits, sizeof two_n);
@@ -52,6 +58,11 @@ static inline float recur__exp_nonpos(float x)
     memcpy(&out, &ei, sizeof out);
     return out;
 }
+
+/* Bits of -0.34375f: for x in [-0.34375, 0] (bits <= this, +0 included; a finite x <= 0 only)
+ * recur__exp_nonpos takes n = 0 (x / ln2 - 0.5 > -1), so there it equals recur__exp_reduced(x)
+ * to the bit: a loop whose arguments all lie there may skip the range reduction. */
+#define RECUR_EXP_REDUCED_BITS 0xbeb00000u
 
 /* silu(x) = x sigma(x) with sigma(x) = (x >= 0 ? 1 : e) / (1 + e), e = exp(-|x|) <= 1: only a
  * non-positive argument is exponentiated (recur__exp_nonpos, rel. error < 1e-7) and the select is

@@ -541,9 +541,18 @@ static int key_decays(const gl_problem *p, gl_work *w, const float *Qr, const fl
             float *restrict qt = w->Qt + (size_t)t * K, *restrict kt = w->Kt + (size_t)t * K;
             for (int i = 0; i < K; i++)
                 acc[i] += (double)gl_floor_gate(gt[i]);
+            uint32_t top = 0; /* the largest magnitude of the row's gates, on the bits */
+            for (int i = 0; i < K; i++) {
+                uint32_t x;
+                memcpy(&x, &gt[i], sizeof x);
+                top = x > top ? x : top;
+            }
             if (t % GL_SUB == 0)
                 for (int i = 0; i < K; i++)
                     e[i] = exp_nonpos_d(acc[i]);
+            else if (top <= RECUR_EXP_REDUCED_BITS) /* every g in [-0.34375, 0]: no reduction */
+                for (int i = 0; i < K; i++)
+                    e[i] *= recur__exp_reduced(gt[i]);
             else
                 for (int i = 0; i < K; i++)
                     e[i] *= recur__exp_nonpos(gt[i]);
