@@ -21,7 +21,8 @@
  * recurrent form multiplies by exp(g) directly). Every exponential taken has a non-positive
  * argument: exp(b_t), exp(b_last - b_s), exp(b_t - b_s) for s <= t, and exp(g); they go
  * through recur__exp_nonpos (exp_nonpos.h), a vectorisable exp for x <= 0 (max rel. error 8e-8
- * against exp in double, 0 below -87 where exp(x) leaves the normal float range).
+ * against exp in double, 0 below -87 where exp(x) leaves the normal float range), or, for a row
+ * of gates all in [-0.34375, 0], its polynomial alone (recur__exp_reduced: the same bits there).
  *
  * Per-key gates (GLA), scores A[t][s] = scale sum_i q_t[i] k_s[i] exp(b_t[i] - b_s[i]), s <= t:
  *   no key decays below exp(-GL_KEY_RANGE) over the chunk (the common case; key_decays):
