@@ -571,6 +571,7 @@ static int key_decays(const gl_problem *p, gl_work *w, const float *Qr, const fl
             return 1;
     }
     for (int t = 0; t < n; t++) {
+        recur__ahead_step(w->ahead); /* as above (nothing left if the try ran) */
         const float *restrict gt = p->g + (row0 + (size_t)t * H) * K;
         double *restrict bt = w->b + (size_t)t * K;
         const double *restrict bp = t ? bt - K : zeros_d;
