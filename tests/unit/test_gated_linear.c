@@ -264,6 +264,29 @@ Test(gated_linear, linear_attention_feature_maps_and_unnormalised)
         }
 }
 
+Test(gated_linear, linear_attention_normaliser_lanes_and_tail_chunks)
+{
+    /* The chunkwise normaliser sums phi(q_t) ⊙ z_t in RECUR__VN lanes (16 / 8 / 4 per ISA), the
+     * K % RECUR__VN last keys into lane 0, then the lanes across rows: K below, at and past one
+     * vector and its multiples; V unaligned; T = 45 leaves a tail chunk at cs 16 (13 rows) and a
+     * single short one at cs 64. The identity map with the normaliser (copied into the workspace
+     * to be scaled) on positive q, k, where q.z stays away from zero. */
+    const int dims[][2] = {{1, 5}, {3, 17}, {8, 33}, {17, 5}, {36, 20}, {100, 7}};
+    for (int mi = 0; mi < 2; mi++)
+        for (size_t di = 0; di < sizeof dims / sizeof *dims; di++) {
+            problem p = make(M_LINEAR, 45, 2, dims[di][0], dims[di][1], 0, 0);
+            if (mi == 1) {
+                p.a.fmap = RECUR_FMAP_IDENTITY;
+                for (size_t i = 0; i < (size_t)45 * 2 * dims[di][0]; i++)
+                    p.q[i] = fabsf(p.q[i]) + 0.1f, p.k[i] = fabsf(p.k[i]) + 0.1f;
+            }
+            check_vs_ref(&p, RECUR_FORM_CHUNKWISE, 16, "linear normaliser");
+            check_vs_ref(&p, RECUR_FORM_CHUNKWISE, 64, "linear normaliser");
+            check_vs_ref(&p, RECUR_FORM_PARALLEL, 1, "linear normaliser");
+            drop(&p);
+        }
+}
+
 Test(gated_linear, long_sequence_and_strong_gates, .timeout = 60)
 {
     /* T = 1000; strong gates g ~ -5 and mild gates; V != K */
