@@ -336,6 +336,34 @@ Test(gated_linear, per_key_scores_on_both_sides_of_the_range_bound)
     }
 }
 
+Test(gated_linear, per_key_decays_near_the_range_bound_keep_float_precision)
+{
+    /* Chunks that decay every key by ~38 (gates -0.6 at cs 64, -0.3 at cs 128): the state's
+     * decay exp(b_last) and the restarts of the running products take a double argument of
+     * magnitude up to 38. Rounded to float first, the argument alone costs |b| 2^-24 relative
+     * (~1e-6 here: S rel. RMS 1.6e-6 / 2.0e-6 measured so); gated_linear.c's exp_nonpos_d splits
+     * it into float + remainder (S 4.6e-7 / 3.0-3.5e-7 on avx512, avx2 and portable). */
+    for (int r = 0; r < 2; r++) {
+        problem p = make(M_GLA_KEY, 256, 2, 64, 32, -0.05, 0.0);
+        for (size_t i = 0; i < (size_t)256 * 2 * 64; i++)
+            p.g[i] = r == 0 ? -0.6f + 0.001f * (float)(i % 7) : -0.3f - 0.001f * (float)(i % 5);
+        const recur_dims *d = &p.d;
+        const size_t no = (size_t)d->T * d->H * d->V, ns = (size_t)d->H * d->K * d->V;
+        float *S = dup(p.S0, ns), *o = malloc(no * sizeof(float));
+        double *o64 = malloc(no * sizeof(double)), *S64 = malloc(ns * sizeof(double)),
+               *z64 = malloc((size_t)d->H * d->K * sizeof(double));
+        cr_assert(o && o64 && S64 && z64);
+        cr_assert_eq(call(d, p.q, p.k, p.v, &p.a, 0.0f, RECUR_FORM_CHUNKWISE, r == 0 ? 64 : 128, S,
+                          NULL, o),
+                     RECUR_OK);
+        ref_run(d, p.q, p.k, p.v, &p.a, 1.0 / sqrt((double)d->K), p.S0, NULL, o64, S64, z64);
+        const double eo = rel_rms(o, o64, no), es = rel_rms(S, S64, ns);
+        cr_expect(eo <= TOL && es <= 1e-6, "gates %d: rel. RMS o %.3g, S %.3g", r, eo, es);
+        free(S), free(o), free(o64), free(S64), free(z64);
+        drop(&p);
+    }
+}
+
 Test(gated_linear, extreme_finite_gates_reset_the_state)
 {
     /* g as low as -FLT_MAX is finite and legal: exp(g) = 0 wipes the state. Mixed with g = 0. */
