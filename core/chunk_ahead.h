@@ -6,8 +6,8 @@
  * contiguous block of each input. Each chunk used to begin by touching its rows (recur__touch,
  * chunk_mm.h): at T = 16k a pass that waited on DRAM (~7 % of a GLA per-key chunk), and even on
  * cached rows one that ran at its serial add chain (~3 cycles a line, ~3 % at T = 1k). Now the
- * per-key kernels' diagonal loops (gated_linear.c diag_per_key, generalized_delta.c gdr_diag)
- * prefetch the next chunk's lines a few at a time, spread over all of the chunk's work, and the
+ * per-key kernels (gated_linear.c key_decays, once per token and head; generalized_delta.c
+ * gdr_diag) prefetch the next chunk's lines a few at a time, spread over the chunk's work, and the
  * next chunk touches only what was not prefetched: the first chunk all of it, and the mixers
  * without such a loop (a scalar gate, the delta rule) all of it, as before. A feature map
  * (linear attention's elu+1 or relu, gated_linear.c chunk_step) steps once per row it maps, at
