@@ -50,7 +50,9 @@
 /* Per-key gates: the largest decay exp(-GL_KEY_RANGE) of any key over a chunk (the parallel form:
  * all T tokens) for which its scores are one product through the chunk's start (key_decays): the
  * key factors exp(-b_s) grow to e^40 < 2^58, so k overflows there only beyond 2^70 in magnitude;
- * the query factors exp(b_t) shrink to e^-40 > 2^-58, normal floats for |q| >= 2^-68. */
+ * the query factors exp(b_t) shrink to e^-40 > 2^-58, normal floats for |q| >= 2^-68. The state's
+ * sum Kt^T V of n rows reaches n |k| |v| e^40: finite while n |k| |v| < 2^70 (|k|, |v| < 4e9 at
+ * n = 64); the fallback's (Kt <= |k|) overflows only where the state itself does. */
 #define GL_KEY_RANGE 40.0
 /* Per-key sub-blocks whose KjT is carried forward by a factor before it is rebuilt from exp */
 #define GL_KJ_CHAIN 8
@@ -91,9 +93,11 @@ static inline float narrow(double x)
 
 /* e^x for a non-positive x held in double, to float precision whatever |x|: recur__exp_nonpos of
  * narrow(x) alone is off by up to |x| 2^-24 relative (the rounded argument), 2e-6 at x = -32.
- *   e^x = e^{xf} e^{x - xf},  xf = narrow(x),  r = x - xf,  |r| <= |x| 2^-25,  e^r = 1 + r
- * to r^2/2 < 4e-12 wherever e^x is not 0 in float (x >= -87). Used where the per-key decays are
- * restarted from exp (every GL_SUB tokens), so the running products start exact. */
+ *   e^x = e^{xf} e^{x - xf},  xf = narrow(x),  r = x - xf,  |r| <= |x| 2^-24,  e^r = 1 + r
+ * to r^2/2 < 1.4e-11 wherever e^x is not 0 in float (x >= -87), so the error is recur__exp_nonpos'
+ * (8.3e-8) and two roundings. Used where the per-key decays are restarted from exp (every GL_SUB
+ * tokens) and for exp(b_last), so the running products start to float precision
+ * (test_gated_linear: per_key_decays_near_the_range_bound_keep_float_precision). */
 static inline float exp_nonpos_d(double x)
 {
     const float xf = narrow(x);
@@ -307,8 +311,9 @@ typedef struct {
     float *dw, *du;            /* [C]     scratch of recur__decay_rows */
     unsigned char *slow;       /* [H]     per-key: the head's last chunk exceeded GL_KEY_RANGE
                                 * (key_decays then makes the fallback's factors first) */
-    recur__ahead *ahead;       /* per-key: the next chunk's rows, prefetched by diag_per_key
-                                * (chunk_ahead.h); NULL: none */
+    recur__ahead *ahead;       /* the next chunk's rows, prefetched by the per-key kernels
+                                * (key_decays, diag_per_key) or the feature map (chunk_ahead.h);
+                                * NULL: none */
     void *mem;                 /* the block to free: NULL for the thread's (recur__chunk_carve) */
 } gl_work;
 
@@ -765,7 +770,6 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
     recur__mm(K, V, n, 1.0f, Kt, 1, (ptrdiff_t)lt, v, ldv, 1.0f, S, V, 0, 0);
     if (ref_first)
         decay_state(S, w->edec, K, V);
-
 }
 
 static int run_chunked(const gl_problem *p, int64_t C)
