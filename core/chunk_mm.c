@@ -7,9 +7,15 @@
  * lives in 24 zmm accumulators while p runs over k (in blocks of MM_KB, so a B block of
  * MM_KB x 64 floats stays in L2 for every row block of a large product):
  *   acc[r][:] += A(i0 + r, p) * B[p][j0 : j0 + 64]      (one broadcast, four loads, 24 FMAs per p)
- * Column tails use masked loads and stores (never a byte past the matrix); row tails repeat row 0
- * in the unused accumulators and do not store them. Measured on 64 x 64 x 64 (Zen 4, 1 thread,
- * 2026-11-29): see docs/BENCHMARKS.md, Kernels.
+ * Column tails use masked loads and stores (never a byte past the matrix). A tile of mr < 6 rows
+ * runs a kernel of 2 or 4 accumulator rows (mr rounded up; an odd row repeats row 0 and is not
+ * stored). Causal products (any flag) cut their rows where a band of 16 diagonal indices
+ * (i + diag = 16 q) starts, 6 + 6 + 4 rows per band: a tile's columns (C lower) then end at a
+ * whole vector, and no tile pays for rows past the band. Per element the terms and their order
+ * are those of any other tiling, so the results do not depend on it. 64 x 64 x 64 causal, work
+ * over the triangle (rows x columns or rows x terms computed / 2080): scores (C lower, diag 0)
+ * 2784 -> 2560, A V (A lower) 2364 -> 2224.
+ * Measured on 64 x 64 x 64 (Zen 4, 1 thread, 2026-11-29): see docs/BENCHMARKS.md, Kernels.
  *
  * Portable path (no AVX-512, or RECUR_MM_PORTABLE): cblas_sgemm, which brings its own
  * register-blocked kernel for every CPU, on rectangles that keep the contract:
@@ -53,17 +59,17 @@ static inline FN512 __mmask16 lanes_below(int keep)
     return keep <= 0 ? 0 : keep >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << keep) - 1u);
 }
 
-/* One tile: rows [0, mr) of C (mr <= MM_MR), NV vectors of 16 columns (the last masked by mlast).
+/* One tile: rows [0, mr) of C (mr <= MR <= MM_MR accumulator rows), NV vectors of 16 columns (the last masked by mlast).
  * Terms p in [p0, pf) go to every row; p in [pf, pe) only to rows r with p <= tri + r. */
 static inline __attribute__((always_inline)) FN512 void
-mm_tile(const int NV, int mr, const float *A, ptrdiff_t ars, ptrdiff_t acs, int p0, int pf, int pe,
+mm_tile(const int MR, const int NV, int mr, const float *A, ptrdiff_t ars, ptrdiff_t acs, int p0, int pf, int pe,
         int tri, const float *B, ptrdiff_t ldb, __mmask16 mlast, float *C, ptrdiff_t ldc,
         float alpha, int beta, int flags, int jt)
 {
-    __m512 acc[MM_MR][4];
+    __m512 acc[MM_MR][4]; /* fixed sizes (MR bounds the loops): a VLA would live in memory */
     const float *a[MM_MR];
 #pragma GCC unroll 6
-    for (int r = 0; r < MM_MR; r++) {
+    for (int r = 0; r < MR; r++) {
         a[r] = A + (ptrdiff_t)(r < mr ? r : 0) * ars;
 #pragma GCC unroll 4
         for (int v = 0; v < NV; v++)
@@ -77,7 +83,7 @@ mm_tile(const int NV, int mr, const float *A, ptrdiff_t ars, ptrdiff_t acs, int 
             b[v] = v == NV - 1 ? _mm512_maskz_loadu_ps(mlast, Bp + 16 * v) : _mm512_loadu_ps(Bp + 16 * v);
         const ptrdiff_t pa = (ptrdiff_t)p * acs;
 #pragma GCC unroll 6
-        for (int r = 0; r < MM_MR; r++) {
+        for (int r = 0; r < MR; r++) {
             const __m512 x = _mm512_set1_ps(a[r][pa]);
 #pragma GCC unroll 4
             for (int v = 0; v < NV; v++)
@@ -92,7 +98,7 @@ mm_tile(const int NV, int mr, const float *A, ptrdiff_t ars, ptrdiff_t acs, int 
             b[v] = v == NV - 1 ? _mm512_maskz_loadu_ps(mlast, Bp + 16 * v) : _mm512_loadu_ps(Bp + 16 * v);
         const ptrdiff_t pa = (ptrdiff_t)p * acs;
 #pragma GCC unroll 6
-        for (int r = 0; r < MM_MR; r++) {
+        for (int r = 0; r < MR; r++) {
             const __m512 x = _mm512_set1_ps(p <= tri + r ? a[r][pa] : 0.0f);
 #pragma GCC unroll 4
             for (int v = 0; v < NV; v++)
@@ -101,7 +107,7 @@ mm_tile(const int NV, int mr, const float *A, ptrdiff_t ars, ptrdiff_t acs, int 
     }
     const __m512 al = _mm512_set1_ps(alpha);
 #pragma GCC unroll 6
-    for (int r = 0; r < MM_MR; r++) {
+    for (int r = 0; r < MR; r++) {
         if (r >= mr)
             break;
         float *Cr = C + (ptrdiff_t)r * ldc;
@@ -125,12 +131,16 @@ static FN512 void mm_avx512(int m, int n, int k, float alpha, const float *A, pt
                            const float *B, ptrdiff_t ldb, float beta, float *C, ptrdiff_t ldc, int flags,
                            int diag)
 {
+    const int causal = (flags & (RECUR_MM_A_LOWER | RECUR_MM_C_LOWER | RECUR_MM_C_UPPER)) != 0;
     for (int p0 = 0; p0 == 0 || p0 < k; p0 += MM_KB) {
         const int p1 = k - p0 < MM_KB ? k : p0 + MM_KB;
         const int first = p0 == 0, bt = first ? beta != 0.0f : 1;
         for (int j0 = 0; j0 < n; j0 += 64) {
-            for (int i0 = 0; i0 < m; i0 += MM_MR) {
-                const int mr = imin(MM_MR, m - i0), tri = i0 + diag;
+            for (int i0 = 0, mr; i0 < m; i0 += mr) {
+                const int tri = i0 + diag;
+                mr = imin(MM_MR, m - i0);
+                if (causal) /* tiles end where a band of 16 diagonal indices ends: 6, 6, 4 rows */
+                    mr = imin(mr, 16 - (tri & 15));
                 int jlo = j0, jhi = imin(n, j0 + 64);
                 if (flags & RECUR_MM_C_LOWER)
                     jhi = imin(jhi, tri + mr);
@@ -150,20 +160,27 @@ static FN512 void mm_avx512(int m, int n, int k, float alpha, const float *A, pt
                 const float *Ai = A + (ptrdiff_t)i0 * ars;
                 const float *Bj = B + jlo;
                 float *Cij = C + (ptrdiff_t)i0 * ldc + jlo;
+                const int MR = (mr + 1) / 2; /* accumulator rows: mr rounded up to 2, 4 or 6 */
+#define MM_TILE(R, V)                                                                                \
+    mm_tile(R, V, mr, Ai, ars, acs, p0, pf, pe, tri, Bj, ldb, ml, Cij, ldc, alpha, bt, flags, jlo)
+#define MM_TILES(V)                                                                                  \
+    (MR == 3 ? MM_TILE(6, V) : MR == 2 ? MM_TILE(4, V) : MM_TILE(2, V))
                 switch (nv) {
                 case 1:
-                    mm_tile(1, mr, Ai, ars, acs, p0, pf, pe, tri, Bj, ldb, ml, Cij, ldc, alpha, bt, flags, jlo);
+                    MM_TILES(1);
                     break;
                 case 2:
-                    mm_tile(2, mr, Ai, ars, acs, p0, pf, pe, tri, Bj, ldb, ml, Cij, ldc, alpha, bt, flags, jlo);
+                    MM_TILES(2);
                     break;
                 case 3:
-                    mm_tile(3, mr, Ai, ars, acs, p0, pf, pe, tri, Bj, ldb, ml, Cij, ldc, alpha, bt, flags, jlo);
+                    MM_TILES(3);
                     break;
                 default:
-                    mm_tile(4, mr, Ai, ars, acs, p0, pf, pe, tri, Bj, ldb, ml, Cij, ldc, alpha, bt, flags, jlo);
+                    MM_TILES(4);
                     break;
                 }
+#undef MM_TILES
+#undef MM_TILE
             }
         }
     }
