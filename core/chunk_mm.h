@@ -12,8 +12,9 @@
  *   RECUR_MM_C_UPPER  only C[i][j] with j >  i + diag is computed and written
  *
  * What runs where:
- *   AVX-512 path (isa.h; not when built with RECUR_MM_PORTABLE): a 6 x 64 register-blocked kernel (24 accumulators)
- *     that reads both operands in place and skips the zero half of causal products. Why not
+ *   AVX-512 path (isa.h; not when built with RECUR_MM_PORTABLE): a 6 x 64 register-blocked kernel (24 accumulators;
+ *     2 or 4 rows for row tails) that reads both operands in place and skips the zero half of
+ *     causal products, its tiles cut at 16-row diagonal bands (chunk_mm.c). Why not
  *     sgemm there: the chunkwise forms multiply 64 x 64 blocks thousands of times per call, and
  *     OpenBLAS pays per call (argument checks, kernel choice, packing), cannot read an operand
  *     with two non-unit strides, and cannot skip a triangle.
