@@ -298,7 +298,7 @@ typedef struct {
     float *KrT;                /* [K][C]  phi(k) transposed: the right operand of Q K^T */
     float *Qt, *Kt;            /* [C][K]  q_t exp(b_t), k_s exp(b_last - b_s) */
     float *A;                  /* [P][C]  a row panel of scale (Q K^T ⊙ D), P = min(C, GL_PANEL) */
-    float *dv;                 /* [C][RECUR__VN] the normaliser's q_t ⊙ z_t in lanes (add_mul),
+    float *qz;                 /* [C][RECUR__VN] the normaliser's q_t ⊙ z_t in lanes (add_mul),
                                 * then [RECUR__VN][C] the same transposed */
     double *b;                 /* [C] or [C][K] cumulative log decay within the chunk */
     float *Kj;                 /* [C][K]  per-key: k_s exp(b_r - b_s) for a reference r */
@@ -329,7 +329,7 @@ static int work_alloc(gl_work *w, int64_t C, int K, int H, gl_gate_kind gate)
     const size_t fck = c * k * sizeof(float), dck = c * k * sizeof(double);
     size_t sizes[16] = {
         fck, fck, fck, fck, fck,                                      /* Qr Kr KrT Qt Kt */
-        c * (c < GL_PANEL ? c : GL_PANEL) * sizeof(float), 2 * c * RECUR__VN * sizeof(float), /* A dv */
+        c * (c < GL_PANEL ? c : GL_PANEL) * sizeof(float), 2 * c * RECUR__VN * sizeof(float), /* A qz */
         key ? dck : c * sizeof(double), key ? fck : 0,                 /* b Kj */
         key ? fck : 0, key ? fck : 0,                                  /* ag KjT */
         key ? (size_t)GL_SUB * k * sizeof(float) : 0, k * sizeof(float),     /* Qj edec */
@@ -347,7 +347,7 @@ static int work_alloc(gl_work *w, int64_t C, int K, int H, gl_gate_kind gate)
     w->Qt = (float *)(m + off[3]);
     w->Kt = (float *)(m + off[4]);
     w->A = (float *)(m + off[5]);
-    w->dv = (float *)(m + off[6]);
+    w->qz = (float *)(m + off[6]);
     w->b = (double *)(m + off[7]);
     w->Kj = key ? (float *)(m + off[8]) : NULL;
     w->ag = key ? (float *)(m + off[9]) : NULL;
@@ -659,13 +659,13 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
             load_row(qr, Qr + (size_t)t * ldq, K, p->fmap, 1.0f);
             load_row(kr, Kr + (size_t)t * ldq, K, p->fmap, 1.0f);
             if (p->normalize)
-                recur__vn_store(w->dv + (size_t)t * RECUR__VN, add_mul(z, kr, qr, K));
+                recur__vn_store(w->qz + (size_t)t * RECUR__VN, add_mul(z, kr, qr, K));
         }
         if (p->normalize) {
             /* den_t / scale = the sum of row t's lanes: the lanes transposed ([RECUR__VN][C]),
              * so the sums and f_t run across rows, one vector of rows at a time */
-            float *restrict f = w->dv + (size_t)C * RECUR__VN;
-            recur__transpose(w->dv, RECUR__VN, n, RECUR__VN, f, C);
+            float *restrict f = w->qz + (size_t)C * RECUR__VN;
+            recur__transpose(w->qz, RECUR__VN, n, RECUR__VN, f, C);
             for (int l = 1; l < RECUR__VN; l++) {
                 const float *restrict fl = f + (size_t)l * C;
                 for (int t = 0; t < n; t++)
@@ -691,7 +691,7 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
     const float *Qt = Qr, *Kt = Kr; /* row stride lt */
     size_t lt = lr;
     const double *bs = NULL; /* scalar b for the mask */
-    int ref_first = 0;       /* per-key: Kt = k_s exp(-b_s) (key_decays) */
+    int through_start = 0;   /* per-key: scores through the chunk's start, Kt = k_s exp(-b_s) */
     switch (p->gate) {
     case GL_GATE_NONE:
         for (int i = 0; i < K; i++)
@@ -725,14 +725,14 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
         break;
     }
     case GL_GATE_KEY:
-        ref_first = key_decays(p, w, Qr, Kr, lr, row0, n, h);
+        through_start = key_decays(p, w, Qr, Kr, lr, row0, n, h);
         Qt = w->Qt;
         Kt = w->Kt;
         lt = (size_t)K;
         break;
     }
     /* the right operand of the scores: K^T, or Kt^T when they go through the chunk's start */
-    if (ref_first)
+    if (through_start)
         recur__transpose(Kt, lt, n, K, w->KrT, C);
     else
         recur__transpose(Kr, lr, n, K, w->KrT, C);
@@ -743,7 +743,7 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
     /* o_t += sum_{s<=t} A[t,s] v_s with A = scale (Q K^T ⊙ D), causal; a panel of rows at a time */
     for (int r0 = 0; r0 < n; r0 += GL_PANEL) {
         const int r1 = r0 + GL_PANEL < n ? r0 + GL_PANEL : n, m = r1 - r0;
-        if (ref_first) {
+        if (through_start) {
             /* A[t][s] = scale (q_t ⊙ exp(b_t)) . (k_s ⊙ exp(-b_s)), s <= t */
             recur__mm(m, r1, K, scale, Qt + (size_t)r0 * lt, (ptrdiff_t)lt, 1, w->KrT, C, 0.0f,
                       w->A, r1, RECUR_MM_C_LOWER, r0);
@@ -765,10 +765,10 @@ static void chunk_step(const gl_problem *p, gl_work *w, int h, int64_t t0, int n
 
     /* S = Diag(exp b_last) S + (K ⊙ exp(b_last - b_s))^T V   (Kt read transposed in place), or
      * Diag(exp b_last) (S + (K ⊙ exp(-b_s))^T V) when the scores went through the chunk's start */
-    if (p->gate != GL_GATE_NONE && !ref_first)
+    if (p->gate != GL_GATE_NONE && !through_start)
         decay_state(S, w->edec, K, V);
     recur__mm(K, V, n, 1.0f, Kt, 1, (ptrdiff_t)lt, v, ldv, 1.0f, S, V, 0, 0);
-    if (ref_first)
+    if (through_start)
         decay_state(S, w->edec, K, V);
 }
 
