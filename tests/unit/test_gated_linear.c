@@ -194,8 +194,8 @@ static void drop(problem *p)
     free(p->q), free(p->k), free(p->v), free(p->g), free(p->S0), free(p->z0), free(p->gamma);
 }
 
-/* Run one form and compare o, S (and z) with the float64 reference. */
-static void check_vs_ref(problem *p, recur_form form, int64_t cs, const char *what)
+/* Run one form and compare o, S (and z) with the float64 reference: S within stol, the rest TOL. */
+static void check_vs_ref_tol(problem *p, recur_form form, int64_t cs, const char *what, double stol)
 {
     const recur_dims *d = &p->d;
     const size_t no = (size_t)d->T * d->H * d->V, ns = (size_t)d->H * d->K * d->V,
@@ -210,12 +210,17 @@ static void check_vs_ref(problem *p, recur_form form, int64_t cs, const char *wh
             S64, z64);
     double eo = rel_rms(o, o64, no), es = rel_rms(S, S64, ns);
     cr_expect(eo <= TOL, "%s form %d cs %ld: o rel err %g", what, form, (long)cs, eo);
-    cr_expect(es <= TOL, "%s form %d cs %ld: S rel err %g", what, form, (long)cs, es);
+    cr_expect(es <= stol, "%s form %d cs %ld: S rel err %g", what, form, (long)cs, es);
     if (lin && p->a.normalize) {
         double ez = rel_rms(z, z64, nz);
         cr_expect(ez <= TOL, "%s form %d: z rel err %g", what, form, ez);
     }
     free(S), free(z), free(o), free(o64), free(S64), free(z64);
+}
+
+static void check_vs_ref(problem *p, recur_form form, int64_t cs, const char *what)
+{
+    check_vs_ref_tol(p, form, cs, what, TOL);
 }
 
 static const recur_form forms[3] = {RECUR_FORM_RECURRENT, RECUR_FORM_PARALLEL, RECUR_FORM_CHUNKWISE};
@@ -313,7 +318,7 @@ Test(gated_linear, long_sequence_and_strong_gates, .timeout = 60)
 
 Test(gated_linear, per_key_scores_on_both_sides_of_the_range_bound)
 {
-    /* gated_linear.c takes a chunk's per-key scores as one product through the chunk's end while
+    /* gated_linear.c takes a chunk's per-key scores as one product through the chunk's start while
      * no key decays by more than e^-40 over the chunk (GL_KEY_RANGE), else through reference
      * points every 16 rows. Gates of -0.6: a 64-token chunk spans a range of 38.4 (the product,
      * factors up to e^38.4), a 70-token one 42 (the fallback), chunks of 16 span 9.6; the parallel
@@ -347,19 +352,7 @@ Test(gated_linear, per_key_decays_near_the_range_bound_keep_float_precision)
         problem p = make(M_GLA_KEY, 256, 2, 64, 32, -0.05, 0.0);
         for (size_t i = 0; i < (size_t)256 * 2 * 64; i++)
             p.g[i] = r == 0 ? -0.6f + 0.001f * (float)(i % 7) : -0.3f - 0.001f * (float)(i % 5);
-        const recur_dims *d = &p.d;
-        const size_t no = (size_t)d->T * d->H * d->V, ns = (size_t)d->H * d->K * d->V;
-        float *S = dup(p.S0, ns), *o = malloc(no * sizeof(float));
-        double *o64 = malloc(no * sizeof(double)), *S64 = malloc(ns * sizeof(double)),
-               *z64 = malloc((size_t)d->H * d->K * sizeof(double));
-        cr_assert(o && o64 && S64 && z64);
-        cr_assert_eq(call(d, p.q, p.k, p.v, &p.a, 0.0f, RECUR_FORM_CHUNKWISE, r == 0 ? 64 : 128, S,
-                          NULL, o),
-                     RECUR_OK);
-        ref_run(d, p.q, p.k, p.v, &p.a, 1.0 / sqrt((double)d->K), p.S0, NULL, o64, S64, z64);
-        const double eo = rel_rms(o, o64, no), es = rel_rms(S, S64, ns);
-        cr_expect(eo <= TOL && es <= 1e-6, "gates %d: rel. RMS o %.3g, S %.3g", r, eo, es);
-        free(S), free(o), free(o64), free(S64), free(z64);
+        check_vs_ref_tol(&p, RECUR_FORM_CHUNKWISE, r == 0 ? 64 : 128, "near the range bound", 1e-6);
         drop(&p);
     }
 }
