@@ -38,7 +38,9 @@ typedef struct {
     const float *g;          /* [T][H] (SCALAR) or [T][H][K] (KEY); else unused */
     const float *gamma;      /* [H] (HEAD); else unused */
     float scale;             /* > 0, already resolved */
-    int normalize;           /* divide o_t by den_t + RECUR_LINEAR_EPS; needs z */
+    int normalize;           /* divide o_t by den_t + RECUR_LINEAR_EPS; needs z, and gate
+                              * GL_GATE_NONE outside the recurrent form (chunk_step keeps z
+                              * undecayed and folds scale into the rows of phi(Q)) */
     float *S;                /* [H][K][V]  IN/OUT */
     float *z;                /* [H][K]     IN/OUT, or NULL (not maintained) */
     float *o;                /* [T][H][V]  OUT */
