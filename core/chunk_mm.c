@@ -10,11 +10,14 @@
  * Column tails use masked loads and stores (never a byte past the matrix). A tile of mr < 6 rows
  * runs a kernel of 2 or 4 accumulator rows (mr rounded up; an odd row repeats row 0 and is not
  * stored). Causal products (any flag) cut their rows where a band of 16 diagonal indices
- * (i + diag = 16 q) starts, 6 + 6 + 4 rows per band: a tile's columns (C lower) then end at a
- * whole vector, and no tile pays for rows past the band. Per element the terms and their order
+ * (i + diag = 16 q; C upper: i + diag + 1 = 16 q) starts, 6 + 6 + 4 rows per band: a tile's
+ * columns then end (C lower) or start (C upper) at a whole vector, and no tile pays for rows
+ * past the band. Per element the terms and their order
  * are those of any other tiling, so the results do not depend on it. 64 x 64 x 64 causal, work
  * over the triangle (rows x columns or rows x terms computed / 2080): scores (C lower, diag 0)
- * 2784 -> 2560, A V (A lower) 2364 -> 2224.
+ * 2784 -> 2560, A V (A lower) 2364 -> 2224, C upper diag -1 2688 -> 2560; GFLOP/s on the
+ * triangle, thread CPU time, alternated builds (2026-12-03, load 1.9): scores 77-80 -> 89,
+ * A V 91-93 -> 97-98, dense 64^3 102-107 -> 108-110.
  * Measured on 64 x 64 x 64 (Zen 4, 1 thread, 2026-11-29): see docs/BENCHMARKS.md, Kernels.
  *
  * Portable path (no AVX-512, or RECUR_MM_PORTABLE): cblas_sgemm, which brings its own
@@ -139,8 +142,9 @@ static FN512 void mm_avx512(int m, int n, int k, float alpha, const float *A, pt
             for (int i0 = 0, mr; i0 < m; i0 += mr) {
                 const int tri = i0 + diag;
                 mr = imin(MM_MR, m - i0);
-                if (causal) /* tiles end where a band of 16 diagonal indices ends: 6, 6, 4 rows */
-                    mr = imin(mr, 16 - (tri & 15));
+                if (causal) /* tiles end where a band of 16 diagonal indices ends: 6, 6, 4 rows
+                             * (C upper: where its first written column tri + 1 is a multiple of 16) */
+                    mr = imin(mr, 16 - ((flags & RECUR_MM_C_UPPER ? tri + 1 : tri) & 15));
                 int jlo = j0, jhi = imin(n, j0 + 64);
                 if (flags & RECUR_MM_C_LOWER)
                     jhi = imin(jhi, tri + mr);
