@@ -514,6 +514,15 @@ static void decay_state(float *S, const float *e, int K, int V)
     }
 }
 
+/* min(0, min_i b_last[i]): the chunk's strongest log decay over its keys */
+static double deepest_decay(const double *b_last, int K)
+{
+    double lo = 0.0;
+    for (int i = 0; i < K; i++)
+        lo = b_last[i] < lo ? b_last[i] : lo;
+    return lo;
+}
+
 /* The per-key decays of one chunk of n tokens (row0: its first row of head h):
  *   b_t = sum_{j<=t} max(g_j, GL_LOG_FLOOR)  (double),  edec = exp(b_last),  Qt_t = q_t exp(b_t)
  *   Kt_s = k_s exp(-b_s)            while no key decays by more than GL_KEY_RANGE (returns 1)
@@ -567,12 +576,9 @@ static int key_decays(const gl_problem *p, gl_work *w, const float *Qr, const fl
                 kt[i] = kr[i] / e[i];
             }
         }
-        double lo = 0.0;
         for (int i = 0; i < K; i++)
             w->edec[i] = exp_nonpos_d(acc[i]);
-        for (int i = 0; i < K; i++)
-            lo = acc[i] < lo ? acc[i] : lo;
-        if (lo >= -GL_KEY_RANGE)
+        if (deepest_decay(acc, K) >= -GL_KEY_RANGE)
             return 1;
     }
     for (int t = 0; t < n; t++) {
@@ -621,10 +627,7 @@ static int key_decays(const gl_problem *p, gl_work *w, const float *Qr, const fl
         for (int i = 0; i < K; i++)
             kt[i] = kr[i] * e[i];
     }
-    double lo = 0.0;
-    for (int i = 0; i < K; i++)
-        lo = bl[i] < lo ? bl[i] : lo;
-    w->slow[h] = lo < -GL_KEY_RANGE;
+    w->slow[h] = deepest_decay(bl, K) < -GL_KEY_RANGE;
     return 0;
 }
 
@@ -791,8 +794,9 @@ static int run_chunked(const gl_problem *p, int64_t C)
         const int64_t n = p->T - t0 < C ? p->T - t0 : C; /* the tail chunk shrinks */
         volatile float sink = recur__ahead_rest(&ah);
         (void)sink;
-        /* key_decays steps once per token and head (diag_per_key after it: no more lines left), a
-         * feature map once per row it maps: H n steps */
+        /* key_decays steps once per token and head, a feature map once per row it maps: H n
+         * steps (on the per-key fallback diag_per_key steps too, drawing on the same lines
+         * earlier; a step with nothing left does nothing) */
         const int key = p->gate == GL_GATE_KEY;
         recur__ahead_chunk(&ah, in, is_v, na, p->T, p->H, p->K, p->V, t0 + n, C, (size_t)p->H * (size_t)n);
         w.ahead = key || p->fmap != RECUR_FMAP_IDENTITY ? &ah : NULL;
