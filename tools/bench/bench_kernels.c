@@ -1,14 +1,13 @@
 /*
  * bench_kernels.c — tokens/s of every librecur mixer in every form, and OpenBLAS sgemm's peak.
  *
- * Not built by the Makefile: tools/bench/run_all.py compiles it against build/librecur.a
- *   cc -O2 -Icore $(pkg-config --cflags openblas) tools/bench/bench_kernels.c build/librecur.a \
- *      $(pkg-config --libs openblas) -lcjson -lm -lpthread -o build/bench/bench_kernels
- * and runs it with OPENBLAS_NUM_THREADS=1.
+ * Built by `make build/bench/bench_kernels` (`make bench-tools`) against build/librecur.a; run by
+ * tools/bench/section_kernels.py with OPENBLAS_NUM_THREADS=1.
  *
  * Usage: bench_kernels [--reps N] [--budget SECONDS] [--mem-mb MB] [--T 1024,4096,16384]
  *                      [--mixers linear,retention,...] [--forms recurrent,parallel,chunkwise]
- *                      [--H 4] [--K 64] [--V 64] [--chunk 64] [--pages 2m|4k]
+ *                      [--H 4] [--K 64] [--V 64] [--chunk 64] [--pages 2m|4k] [--paired]
+ * --paired: instead of the tables below, rounds of side-by-side samples (run_paired).
  * The mixers' inputs and outputs live where the server's forward workspace keeps them
  * (core/model_forward.c): in mappings from recur__big_alloc, on 2 MiB pages where the kernel grants
  * them (MADV_HUGEPAGE). --pages 4k puts them in plain malloc memory (4 KiB pages) instead: at
@@ -280,31 +279,54 @@ static double mixer_flops(const char *mixer, recur_form form, int64_t T, int H, 
 
 /* ---------------------------------------------------------------- sgemm peak */
 
+/* Operands of an m x n x k sgemm (row-major, random) and how many calls make one timed sample:
+ * ~0.2 GFLOP, so a sample lasts a few ms at the peak */
+typedef struct {
+    int m, n, k, inner;
+    float *A, *B, *C;
+} sgemm_case;
+
+static sgemm_case sgemm_init(int m, int n, int k)
+{
+    sgemm_case g = {m, n, k, (int)fmax(1.0, 2e8 / (2.0 * m * n * k)), xmalloc((size_t)m * k * 4),
+                    xmalloc((size_t)k * n * 4), xmalloc((size_t)m * n * 4)};
+    for (size_t i = 0; i < (size_t)m * k; i++)
+        g.A[i] = urand();
+    for (size_t i = 0; i < (size_t)k * n; i++)
+        g.B[i] = urand();
+    return g;
+}
+
+/* One timed sample: wall and thread-CPU seconds per sgemm call, averaged over g->inner calls. */
+static void sgemm_sample(const sgemm_case *g, double *wall, double *cpu)
+{
+    double t0 = now(), c0 = cpu_now();
+    for (int i = 0; i < g->inner; i++)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->m, g->n, g->k, 1.0f, g->A, g->k, g->B,
+                    g->n, 0.0f, g->C, g->n);
+    *wall = (now() - t0) / g->inner;
+    *cpu = (cpu_now() - c0) / g->inner;
+}
+
+static void sgemm_free(sgemm_case *g)
+{
+    free(g->A), free(g->B), free(g->C);
+}
+
 static void bench_sgemm(int m, int n, int k)
 {
-    float *A = xmalloc((size_t)m * k * 4), *B = xmalloc((size_t)k * n * 4), *C = xmalloc((size_t)m * n * 4);
-    for (size_t i = 0; i < (size_t)m * k; i++)
-        A[i] = urand();
-    for (size_t i = 0; i < (size_t)k * n; i++)
-        B[i] = urand();
-    double flop = 2.0 * m * n * k;
-    int inner = (int)fmax(1.0, 2e8 / flop); /* ~0.2 GFLOP per timed sample */
-    double t[7], tc[7];
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, A, k, B, n, 0.0f, C, n);
-    for (int r = 0; r < 7; r++) {
-        double t0 = now(), c0 = cpu_now();
-        for (int i = 0; i < inner; i++)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, A, k, B, n, 0.0f, C, n);
-        t[r] = (now() - t0) / inner;
-        tc[r] = (cpu_now() - c0) / inner;
-    }
+    sgemm_case g = sgemm_init(m, n, k);
+    double flop = 2.0 * m * n * k, t[7], tc[7];
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, g.A, k, g.B, n, 0.0f, g.C, n);
+    for (int r = 0; r < 7; r++)
+        sgemm_sample(&g, &t[r], &tc[r]);
     qsort(t, 7, sizeof t[0], cmp_double);
     qsort(tc, 7, sizeof tc[0], cmp_double);
     printf("{\"kind\":\"sgemm\",\"m\":%d,\"n\":%d,\"k\":%d,\"median_s\":%.9g,\"gflops\":%.4g,"
            "\"cpu_median_s\":%.9g,\"gflops_cpu\":%.4g}\n",
            m, n, k, t[3], flop / t[3] * 1e-9, tc[3], flop / tc[3] * 1e-9);
     fflush(stdout);
-    free(A), free(B), free(C);
+    sgemm_free(&g);
 }
 
 /* recur__mm on m x n x k (row-major operands, beta 0), or its causal form (A lower-triangular) */
@@ -336,13 +358,143 @@ static void bench_mm(int m, int n, int k, int causal)
     free(A), free(B), free(C);
 }
 
+/* ---------------------------------------------------------------- shared by both modes */
+
+/* What a failed run reports as its "status" (RECUR_ENOMEM under the --mem-mb cap: skipped). */
+static void failure_text(char *why, size_t n, int rc)
+{
+    if (rc == RECUR_ENOMEM)
+        snprintf(why, n, "skipped: needs more than %ld MB (out of memory under the cap)", opt_mem_mb);
+    else
+        snprintf(why, n, "error: %s", recur_strerror(rc));
+}
+
+/* Cap the address space at what is mapped now plus --mem-mb (the inputs are mapped, the kernels'
+ * workspaces count); *old receives the limit to restore. */
+static void cap_address_space(struct rlimit *old)
+{
+    struct rlimit rl = {(rlim_t)(vm_bytes() + opt_mem_mb * 1024L * 1024L), RLIM_INFINITY};
+    getrlimit(RLIMIT_AS, old);
+    rl.rlim_max = old->rlim_max;
+    if (rl.rlim_cur > old->rlim_max) rl.rlim_cur = old->rlim_max;
+    setrlimit(RLIMIT_AS, &rl);
+}
+
+static void print_samples(const char *key, const double *x, int n)
+{
+    printf(",\"%s\":[", key);
+    for (int i = 0; i < n; i++)
+        printf("%s%.9g", i ? "," : "", x[i]);
+    printf("]");
+}
+
+/* ---------------------------------------------------------------- --paired */
+
+/* --paired: samples taken side by side, for ratios between configurations measured at the same
+ * moment (section_kernels.py's long-sequence verdicts: T = 16k against T = 1k and against the
+ * sgemm peak). The operands of every --T are allocated up front. Per mixer and form, one warm-up
+ * round, then --reps rounds; a round is one sgemm 64x64x64 peak sample (bench_sgemm's sample) and
+ * one timed call at each T, in that order on even rounds and reversed on odd ones. Each timed call
+ * follows an untimed one at the same T, so it finds its operands as warm in the caches as in a
+ * sequence of calls (the main mode's condition): without it the T = 1k call, right after the
+ * T = 16k one swept ~80 MB through the 32 MB L3, started cold. The machine's speed
+ * drifts from one minute to the next; within a round (tens of ms) it barely moves, so a ratio of
+ * two samples of the same round cancels the drift. A mixer's rounds stop early (after at least 3)
+ * once they have used --budget seconds. Prints the samples of every round, per T in --T order:
+ *   {"kind":"paired","mixer":..,"form":..,"H":..,"K":..,"V":..,"chunk":..,"rounds":R,"T":[..],
+ *    "flops":[..],"sgemm_flops":..,"sgemm_cpu_s":[R],"sgemm_wall_s":[R],
+ *    "cpu_s_<T>":[R],"wall_s_<T>":[R] (one pair per T),"status":"ok"}
+ * (flops: nominal, per call; *_s: seconds per call, thread CPU and wall as in the main mode, the
+ * sgemm's averaged over its sample's calls), or "status":"skipped: ..."
+ * / "error: ..." with the T that failed. */
+static void run_paired(const char *const *mixers, size_t nmix, const char *const *form_names,
+                       const int64_t *Ts, int nT)
+{
+    bench_data d[16];
+    for (int ti = 0; ti < nT; ti++)
+        data_init(&d[ti], Ts[ti], opt_H, opt_K, opt_V);
+    sgemm_case g = sgemm_init(64, 64, 64);
+    const double sg_flop = 2.0 * 64 * 64 * 64;
+    struct rlimit old;
+    cap_address_space(&old);
+    double *cpu = xmalloc(sizeof(double) * (size_t)(nT + 1) * opt_reps);
+    double *wall = xmalloc(sizeof(double) * (size_t)(nT + 1) * opt_reps);
+    for (size_t mi = 0; mi < nmix; mi++) {
+        const char *mx = mixers[mi];
+        int single = !strcmp(mx, "softmax") || !strcmp(mx, "block_topk");
+        for (int f = 0; f < 3; f++) {
+            if (!in_list(opt_mixers, mx) || !in_list(opt_forms, form_names[f]) ||
+                (single && f != RECUR_FORM_PARALLEL))
+                continue;
+            const char *fname = single ? "single" : form_names[f];
+            int rc = RECUR_OK, n = 0, bad_T = 0;
+            double used = 0;
+            for (int r = 0; r <= opt_reps && rc == RECUR_OK && (r <= 3 || used <= opt_budget); r++) {
+                double t_round = now();
+                for (int j = 0; j <= nT && rc == RECUR_OK; j++) {
+                    int it = r % 2 ? nT - j : j; /* item 0: the sgemm sample; item 1 + t: T[t] */
+                    double w, c;
+                    if (it == 0) {
+                        sgemm_sample(&g, &w, &c);
+                    } else { /* an untimed call first: the timed one finds its operands as warm
+                              * in the caches as in a sequence of calls at this T */
+                        rc = run_mixer(mx, (recur_form)f, &d[it - 1]);
+                        double t0 = now(), c0 = cpu_now();
+                        rc = rc != RECUR_OK ? rc : run_mixer(mx, (recur_form)f, &d[it - 1]);
+                        w = now() - t0, c = cpu_now() - c0;
+                        bad_T = it - 1;
+                    }
+                    if (r > 0) /* r == 0: the warm-up round */
+                        wall[it * opt_reps + n] = w, cpu[it * opt_reps + n] = c;
+                }
+                used += now() - t_round;
+                n += r > 0 && rc == RECUR_OK;
+            }
+            printf("{\"kind\":\"paired\",\"mixer\":\"%s\",\"form\":\"%s\",\"H\":%d,\"K\":%d,\"V\":%d,"
+                   "\"chunk\":%lld,\"rounds\":%d,\"T\":[", mx, fname, opt_H, opt_K, opt_V,
+                   (long long)opt_chunk, n);
+            for (int t = 0; t < nT; t++)
+                printf("%s%lld", t ? "," : "", (long long)Ts[t]);
+            if (rc != RECUR_OK) {
+                char why[160];
+                failure_text(why, sizeof why, rc);
+                printf("],\"failed_T\":%lld,\"status\":\"%s\"}\n", (long long)Ts[bad_T], why);
+                fflush(stdout);
+                continue;
+            }
+            printf("],\"flops\":[");
+            for (int t = 0; t < nT; t++)
+                printf("%s%.6g", t ? "," : "", mixer_flops(mx, (recur_form)f, Ts[t], opt_H, opt_K, opt_V));
+            printf("],\"sgemm_flops\":%.6g", sg_flop);
+            print_samples("sgemm_cpu_s", cpu, n);
+            print_samples("sgemm_wall_s", wall, n);
+            for (int t = 0; t < nT; t++) {
+                char key[48];
+                snprintf(key, sizeof key, "cpu_s_%lld", (long long)Ts[t]);
+                print_samples(key, cpu + (t + 1) * opt_reps, n);
+                snprintf(key, sizeof key, "wall_s_%lld", (long long)Ts[t]);
+                print_samples(key, wall + (t + 1) * opt_reps, n);
+            }
+            printf(",\"status\":\"ok\"}\n");
+            fflush(stdout);
+        }
+    }
+    setrlimit(RLIMIT_AS, &old);
+    free(cpu), free(wall);
+    sgemm_free(&g);
+    for (int ti = 0; ti < nT; ti++)
+        data_free(&d[ti]);
+}
+
 /* ---------------------------------------------------------------- main */
 
 int main(int argc, char **argv)
 {
-    for (int i = 1; i + 1 < argc; i += 2) {
-        const char *a = argv[i], *b = argv[i + 1];
-        if (!strcmp(a, "--reps")) opt_reps = atoi(b);
+    int paired = 0;
+    for (int i = 1; i < argc; i += 2) {
+        const char *a = argv[i], *b = i + 1 < argc ? argv[i + 1] : "";
+        if (!strcmp(a, "--paired")) { paired = 1; i--; }
+        else if (!strcmp(a, "--reps")) opt_reps = atoi(b);
         else if (!strcmp(a, "--budget")) opt_budget = atof(b);
         else if (!strcmp(a, "--mem-mb")) opt_mem_mb = atol(b);
         else if (!strcmp(a, "--T")) snprintf(opt_T, sizeof opt_T, "%s", b);
@@ -362,13 +514,6 @@ int main(int argc, char **argv)
      * kernel's, e.g. an AVX2 one ("Haswell") on some AVX-512 CPUs, an AVX-512 one on others */
     printf("{\"kind\":\"blas\",\"core\":\"%s\",\"pages\":\"%s\"}\n", openblas_get_corename(),
            opt_small_pages ? "4k" : "2m");
-    bench_sgemm(64, 64, 64);
-    bench_sgemm(64, 64, 256);
-    bench_sgemm(256, 256, 256);
-    bench_sgemm(1024, 1024, 1024);
-    bench_mm(64, 64, 64, 0);
-    bench_mm(64, 64, 64, 1);
-
     static const char *mixers[] = {"linear", "retention", "gla_scalar", "gla_vector", "deltanet",
                                    "gated_deltanet", "gdr", "softmax", "block_topk"};
     static const char *form_names[] = {"recurrent", "parallel", "chunkwise"};
@@ -378,18 +523,23 @@ int main(int argc, char **argv)
         Ts[nT++] = strtoll(p, &p, 10);
         if (*p == ',') p++;
     }
+    if (paired) {
+        run_paired(mixers, sizeof mixers / sizeof mixers[0], form_names, Ts, nT);
+        return 0;
+    }
+    bench_sgemm(64, 64, 64);
+    bench_sgemm(64, 64, 256);
+    bench_sgemm(256, 256, 256);
+    bench_sgemm(1024, 1024, 1024);
+    bench_mm(64, 64, 64, 0);
+    bench_mm(64, 64, 64, 1);
 
     for (int ti = 0; ti < nT; ti++) {
         int64_t T = Ts[ti];
         bench_data d;
         data_init(&d, T, opt_H, opt_K, opt_V);
-        /* cap the address space from here on: inputs are mapped, the kernels' workspaces count */
-        struct rlimit rl = {(rlim_t)(vm_bytes() + opt_mem_mb * 1024L * 1024L), RLIM_INFINITY};
         struct rlimit old;
-        getrlimit(RLIMIT_AS, &old);
-        rl.rlim_max = old.rlim_max;
-        if (rl.rlim_cur > old.rlim_max) rl.rlim_cur = old.rlim_max;
-        setrlimit(RLIMIT_AS, &rl);
+        cap_address_space(&old);
         for (size_t mi = 0; mi < sizeof mixers / sizeof mixers[0]; mi++) {
             const char *mx = mixers[mi];
             if (!in_list(opt_mixers, mx))
@@ -427,11 +577,7 @@ int main(int argc, char **argv)
                 const char *fname = single ? "single" : form_names[f];
                 if (rc[f] != RECUR_OK) {
                     char why[160];
-                    if (rc[f] == RECUR_ENOMEM)
-                        snprintf(why, sizeof why, "skipped: needs more than %ld MB (out of memory under the cap)",
-                                 opt_mem_mb);
-                    else
-                        snprintf(why, sizeof why, "error: %s", recur_strerror(rc[f]));
+                    failure_text(why, sizeof why, rc[f]);
                     printf("{\"kind\":\"mixer\",\"mixer\":\"%s\",\"form\":\"%s\",\"T\":%lld,\"H\":%d,"
                            "\"K\":%d,\"V\":%d,\"chunk\":%lld,\"status\":\"%s\"}\n",
                            mx, fname, (long long)T, opt_H, opt_K, opt_V, (long long)opt_chunk, why);

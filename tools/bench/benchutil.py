@@ -1,11 +1,12 @@
-"""Helpers shared by the bench sections (section_kernels.py, section_model.py, section_load.py)
-and tools/docs_examples.py.
+"""Helpers shared by the bench sections (section_kernels.py, section_model.py, section_load.py,
+section_quant.py, section_portable.py) and tools/docs_examples.py.
 
 Imported as a top-level module: run_all.py puts tools/bench on sys.path, and a section run as a
 script has its own folder there already (docs_examples.py imports it as bench.benchutil).
 """
 import json
 import os
+import statistics
 import subprocess
 import time
 
@@ -92,3 +93,27 @@ def proc_minflt(pid, tid=None):
     path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
     with open(path) as f:
         return int(f.read().rsplit(")", 1)[1].split()[7])
+
+
+def median_ratio(nums, dens):
+    """Median over rounds of nums[i] / dens[i], the two figures of a pair measured in the same round
+    (side by side, seconds apart): the machine's speed drifts 10-20 % from minute to minute on these
+    shared cores, and a same-round ratio cancels what the drift does to both. A ratio of medians
+    taken over all rounds does not (the two medians can come from different minutes). Pairs with a
+    None or zero denominator are left out; None if none is left."""
+    r = [n / d for n, d in zip(nums, dens) if n is not None and d]
+    return statistics.median(r) if r else None
+
+
+def model_rates(out):
+    """One bench_model run's rates in tokens per CPU second (tokens / median CPU seconds of its
+    reps): decode at B = 1 and B = 64 (recur_model_step_batch) and prefill; None where the run has
+    no such record. out: the run's JSON records (jsonl)."""
+    sel = {"b1": lambda r: r["kind"] == "decode" and r["api"] == "step_batch" and r["B"] == 1,
+           "b64": lambda r: r["kind"] == "decode" and r["api"] == "step_batch" and r["B"] == 64,
+           "pre": lambda r: r["kind"] == "prefill"}
+    res = {}
+    for key, f in sel.items():
+        r = next((r for r in out if f(r)), None)
+        res[key] = r["tokens"] / statistics.median(r["cpu_s"]) if r else None
+    return res

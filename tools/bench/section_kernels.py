@@ -1,12 +1,14 @@
 """Benchmark section "kernels" (issue 2): librecur's mixers in every form, OpenBLAS sgemm's peak,
 and the same chunkwise ops in PyTorch, in one run.
 
-Builds tools/bench/bench_kernels.c against build/librecur.a (the Makefile does not), runs it and
-tools/bench/bench_torch_kernels.py, and returns the markdown: tokens/s per mixer x form x T,
-chunkwise GFLOP/s against the sgemm peak, ratios, and issue 2's targets marked met / not met.
+Builds tools/bench/bench_kernels.c against build/librecur.a (make build/bench/bench_kernels), runs
+it and tools/bench/bench_torch_kernels.py, and returns the markdown: tokens/s per mixer x form x T,
+chunkwise GFLOP/s against the sgemm peak, ratios, and issue 2's targets marked met / not met; then
+issue 18's long-sequence targets from bench_kernels --paired runs (long_sequences).
 """
 import json
 import os
+import statistics
 
 import benchutil
 
@@ -30,6 +32,8 @@ TARGET_T = 16384
 LONG_T, SHORT_T = 16384, 1024
 LONG_PEAK_FRACTION, LONG_RATE_RATIO = 0.75, 0.90
 PAGES = ("2m", "4k")   # bench_kernels.c --pages: the verdict's (the server's workspace), then malloc's
+# rounds of the paired runs behind those verdicts (bench_kernels --paired --reps; --quick: 5)
+PAIRED_ROUNDS = 21
 PAGE_LABEL = {"2m": "2 MiB pages, as recurd's workspace (the verdict)", "4k": "4 KiB pages (plain malloc)"}
 
 
@@ -63,14 +67,16 @@ def run(ctx):
     c_out = benchutil.jsonl(ctx.run([rel(exe), "--T", tlist, "--reps", reps, "--budget", "8",
                             "--mem-mb", str(MEM_MB), "--H", str(H), "--K", str(K), "--V", str(V),
                             "--chunk", str(CHUNK)], timeout=7200))
-    # issue 18's long-sequence targets: the chunkwise form alone, T = 1k and 16k, operands on 2 MiB
-    # pages (as the server's workspace) and again on 4 KiB pages (bench_kernels.c --pages)
+    # issue 18's long-sequence targets: the chunkwise form alone, T = 1k and 16k and the sgemm peak
+    # sampled side by side in rounds (bench_kernels --paired), operands on 2 MiB pages (as the
+    # server's workspace) and again on 4 KiB pages (bench_kernels.c --pages)
     long_runs = {}
     if LONG_T in Ts and SHORT_T in Ts:
         for pages in PAGES:
             long_runs[pages] = benchutil.jsonl(ctx.run(
-                [rel(exe), "--pages", pages, "--T", f"{SHORT_T},{LONG_T}", "--forms", "chunkwise",
-                 "--mixers", ",".join(m for m, _ in MIXERS), "--reps", reps, "--budget", "8",
+                [rel(exe), "--paired", "--pages", pages, "--T", f"{SHORT_T},{LONG_T}", "--forms", "chunkwise",
+                 "--mixers", ",".join(m for m, _ in MIXERS),
+                 "--reps", str(5 if ctx.quick else PAIRED_ROUNDS), "--budget", "30",
                  "--mem-mb", str(MEM_MB), "--H", str(H), "--K", str(K), "--V", str(V),
                  "--chunk", str(CHUNK)], timeout=7200))
     t_out = benchutil.jsonl(ctx.run([ctx.python, "tools/bench/bench_torch_kernels.py", "--T", tlist,
@@ -82,11 +88,12 @@ def run(ctx):
             f.write(json.dumps(r) + "\n")
         for pages, rows in long_runs.items():
             for r in rows:
-                f.write(json.dumps(dict(r, run="long", pages=pages)) + "\n")
+                f.write(json.dumps(dict(r, run="paired", pages=pages)) + "\n")
     load = open("/proc/loadavg").read().split()[:3]
     return (render(c_out, t_out, Ts, long_runs) + f"\n\nLoad average when this section finished: {' '.join(load)} "
             f"(2 cores shared with other work: absolute figures are noisy, ratios from the same run "
-            f"less so). Raw per-run data: `{rel(raw)}` (median and min of each configuration).")
+            f"less so). Raw per-run data: `{rel(raw)}` (median and min of each configuration; the paired "
+            f"runs' samples of every round).")
 
 
 def render(c_out, t_out, Ts, long_runs=None):
@@ -136,7 +143,8 @@ def render(c_out, t_out, Ts, long_runs=None):
                    f"| {r['m']}×{r['n']}×{r['k']} | {r['gflops']:.1f} | – |")
     out.append("")
     out.append(f"Peak used below: **{peak:.1f} GFLOP/s** by wall time, **{cpu_peak or 0:.1f} GFLOP/s** by "
-               f"CPU time (best of the shapes above, same run). CPU time is the calling thread's "
+               f"CPU time (best of the shapes above, 7 samples each at the start of the run; the "
+               f"long-sequence verdicts of issue 18 sample their own peak, see there). CPU time is the calling thread's "
                f"(`CLOCK_THREAD_CPUTIME_ID`): the time the kernel held a core, not the time other work "
                f"on these shared cores held it; on a quiet machine the two agree."
                if peak else "sgemm was not measured.")
@@ -254,68 +262,86 @@ def cpu_gflops(r):
 
 def long_sequences(long_runs, res_main, cpu_peak, Ts):
     """Issue 18's targets: every chunkwise form at T = 16k at >= 75 % of the sgemm peak and at >= 0.90
-    of its own T = 1k rate, from long_runs ({pages: bench_kernels rows}): dedicated runs of the
-    chunkwise form alone, operands on 2 MiB pages (the verdict: where the server's workspace keeps
-    them) and on 4 KiB pages (beside it). Both sides by CPU time (medians; the fastest runs beside):
-    the calls at T = 16k last ~20-50 ms and are cut into many time slices on a loaded machine, those
-    at T = 1k often fit in one, so wall time counts the other work's share against the long
-    sequence. res_main: the main run's rows (forms alternated), whose ratio is shown too."""
+    of its own T = 1k rate, from long_runs ({pages: bench_kernels --paired rows}): the chunkwise form
+    alone, operands on 2 MiB pages (the verdict: where the server's workspace keeps them) and on 4 KiB
+    pages (beside it), each round one sgemm peak sample and one call at each T, by CPU time. Verdict
+    figures are medians over rounds of same-round ratios (benchutil.median_ratio). res_main: the
+    main run's rows (forms alternated), whose ratio is shown too; cpu_peak: the start-of-run peak."""
     out = ["### Chunkwise at long sequences (issue 18)", ""]
     if LONG_T not in Ts or SHORT_T not in Ts or not long_runs:
         return out + [f"_T = {SHORT_T} and T = {LONG_T} were not both measured: not evaluated._"]
-    if not cpu_peak:
-        return out + ["_no CPU-time figures in the raw data (an older bench_kernels): not evaluated._"]
-    out.append(f"Chunkwise GFLOP/s (nominal flops, as above) by the median CPU time of a call, against the "
-               f"sgemm peak by CPU time ({cpu_peak:.1f} GFLOP/s, same run). Targets: T = {LONG_T} at "
-               f"≥ {100 * LONG_PEAK_FRACTION:.0f} % of the peak, and its rate ≥ {LONG_RATE_RATIO:.2f} × "
-               f"the same form's rate at T = {SHORT_T}. Measured by dedicated runs of bench_kernels with "
-               f"the chunkwise form alone (`--forms chunkwise --T {SHORT_T},{LONG_T}`), one call after "
-               f"another on the same operands, as a prefill calls it: in the main table above the forms "
-               f"take turns call by call, and between two chunkwise calls at T = {LONG_T} the parallel "
-               f"form maps, fills and unmaps its T × T scores per head (up to gigabytes) — that run's ratio is the column "
-               f"\"forms alternated\". The operands live as in the server's forward workspace "
-               f"(core/model_forward.c: one recur__big_alloc mapping, 2 MiB pages where the kernel grants "
-               f"them: `--pages 2m`, the verdict); the second table has them in plain malloc memory "
-               f"(4 KiB pages: `--pages 4k`), as a caller of the kernels that does not ask for huge pages "
-               f"would — at T = {LONG_T} the operands (~80 MB) span far more 4 KiB pages than the TLB maps. "
-               f"Why CPU time: on a loaded machine a call at T = {SHORT_T} (about 1 ms) often runs within "
-               f"one time slice while one at T = {LONG_T} is cut into many, so wall time charges the "
-               f"other work's share of the cores to the long sequence. \"fastest runs\" is the rate ratio "
-               f"of each T's fastest call.")
+    out.append(
+        f"Targets: chunkwise at T = {LONG_T} at ≥ {100 * LONG_PEAK_FRACTION:.0f} % of the sgemm peak, and "
+        f"its rate ≥ {LONG_RATE_RATIO:.2f} × the same form's rate at T = {SHORT_T} (nominal flops, as above; "
+        f"CPU time). Measured by dedicated runs of bench_kernels with the chunkwise form alone, paired "
+        f"(`--paired --forms chunkwise --T {SHORT_T},{LONG_T}`): per mixer, one warm-up round and then "
+        f"rounds of one sgemm 64×64×64 sample (~0.2 GFLOP, as in the peak table above), one call at "
+        f"T = {SHORT_T} and one at T = {LONG_T}, the order reversed every other round; each timed call "
+        f"follows an untimed one at the same T, so its operands are as warm in the caches as in a "
+        f"sequence of calls (a prefill). Why paired: the speed of these shared cores drifts 10-20 % "
+        f"from one minute to the next, and a ratio of two figures measured at different times carries "
+        f"that drift — two runs of the earlier method (all T = {SHORT_T} calls, then all T = {LONG_T} "
+        f"calls, against a peak sampled once at program start) flipped several verdicts each way. A "
+        f"round lasts tens of milliseconds, so the two sides of a same-round ratio see the same "
+        f"machine. The verdict figures: % of peak = the median over rounds of (T = {LONG_T} rate ÷ "
+        f"that round's sgemm rate); T = {LONG_T} ÷ T = {SHORT_T} = the median over rounds of the "
+        f"same-round ratio. Beside them: each T's rate by its median CPU time, the peak as the median "
+        f"of the mixer's own sgemm samples (the start-of-run peak of the table above, "
+        f"{cpu_peak or 0:.1f} GFLOP/s by CPU time, is not used here), the rate ratio of each T's "
+        f"fastest call, and the main table's ratio (\"forms alternated\": there, between two chunkwise "
+        f"calls at T = {LONG_T}, the parallel form maps, fills and unmaps its T × T scores per head, "
+        f"up to gigabytes). The rule is the same whichever way a verdict falls. Operands as in the "
+        f"server's forward workspace (core/model_forward.c: one recur__big_alloc mapping, 2 MiB pages "
+        f"where the kernel grants them: `--pages 2m`, the verdict); the second table has them in plain "
+        f"malloc memory (4 KiB pages: `--pages 4k`), as a caller that does not ask for huge pages "
+        f"would — at T = {LONG_T} the operands (~80 MB) span far more 4 KiB pages than the TLB maps. "
+        f"Why CPU time: on a loaded machine a call at T = {SHORT_T} (about 1 ms) often runs within one "
+        f"time slice while one at T = {LONG_T} is cut into many, so wall time charges the other "
+        f"work's share of the cores to the long sequence.")
     for pages in PAGES:
         if pages not in long_runs:
             continue
-        res = {(r["mixer"], r["form"], r["T"]): r for r in long_runs[pages] if r["kind"] == "mixer"}
+        rows = {r["mixer"]: r for r in long_runs[pages] if r["kind"] == "paired"}
         out += ["", f"Operands on {PAGE_LABEL[pages]} (`--pages {pages}`):", ""]
-        out += _long_table(res, res_main, cpu_peak)
+        out += _long_table(rows, res_main)
     return out
 
 
-def _long_table(res, res_main, cpu_peak):
-    """The long-sequence rows and verdicts of one dedicated run (res), with the main run's ratio
-    (res_main, forms alternated) beside (long_sequences)."""
-    out = [f"| mixer | T = {SHORT_T} GFLOP/s | T = {LONG_T} GFLOP/s (% of peak) | verdict "
-           f"(≥ {100 * LONG_PEAK_FRACTION:.0f} %) | T = {LONG_T} ÷ T = {SHORT_T} | verdict "
-           f"(≥ {LONG_RATE_RATIO:.2f}) | fastest runs | forms alternated |",
-           "|---|---|---|---|---|---|---|---|"]
+def _paired_rates(r, key, flops):
+    """GFLOP/s of each round's sample (key: "sgemm_cpu_s" or "cpu_s_<T>") of a --paired row."""
+    return [flops / s * 1e-9 for s in r[key]]
+
+
+def _long_table(rows, res_main):
+    """The long-sequence rows and verdicts of one paired run (rows: {mixer: --paired row}), with the
+    main run's ratio (res_main, forms alternated) beside (long_sequences)."""
+    out = [f"| mixer | rounds | T = {SHORT_T} GFLOP/s | T = {LONG_T} GFLOP/s | sgemm peak in the rounds "
+           f"| T = {LONG_T} % of peak (median of rounds) | verdict (≥ {100 * LONG_PEAK_FRACTION:.0f} %) "
+           f"| T = {LONG_T} ÷ T = {SHORT_T} (median of rounds) | verdict (≥ {LONG_RATE_RATIO:.2f}) "
+           f"| fastest runs | forms alternated |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     met = total = 0
     for m, label in MIXERS:
-        short, long_ = res.get((m, "chunkwise", SHORT_T)), res.get((m, "chunkwise", LONG_T))
-        gs, gl = cpu_gflops(short), cpu_gflops(long_)
+        r = rows.get(m)
         ms, ml = cpu_gflops(res_main.get((m, "chunkwise", SHORT_T))), cpu_gflops(res_main.get((m, "chunkwise", LONG_T)))
         alt = f"{ml / ms:.2f}×" if ms and ml else "–"
-        if gs is None or gl is None:
-            out.append(f"| {label} | – | – | not evaluated | – | not evaluated | – | {alt} |")
+        if r is None or r.get("status") != "ok" or not r["rounds"]:
+            why = r["status"] if r and r.get("status") != "ok" else "not measured"
+            out.append(f"| {label} | – | – | – | – | – | not evaluated ({why}) | – | not evaluated | – | {alt} |")
             continue
-        frac, ratio = gl / cpu_peak, gl / gs
-        fast = (short["cpu_min_s"] / SHORT_T) / (long_["cpu_min_s"] / LONG_T)
+        fs, fl = (r["flops"][r["T"].index(T)] for T in (SHORT_T, LONG_T))
+        rs, rl = _paired_rates(r, f"cpu_s_{SHORT_T}", fs), _paired_rates(r, f"cpu_s_{LONG_T}", fl)
+        rp = _paired_rates(r, "sgemm_cpu_s", r["sgemm_flops"])
+        gs, gl = (f * 1e-9 / statistics.median(r[f"cpu_s_{T}"]) for f, T in ((fs, SHORT_T), (fl, LONG_T)))
+        frac, ratio = benchutil.median_ratio(rl, rp), benchutil.median_ratio(rl, rs)
         ok_peak, ok_ratio = frac >= LONG_PEAK_FRACTION, ratio >= LONG_RATE_RATIO
         total += 2
         met += ok_peak + ok_ratio
-        out.append(f"| {label} | {gs:.1f} | {gl:.1f} ({100 * frac:.0f} %) | **{'met' if ok_peak else 'not met'}** "
+        out.append(f"| {label} | {r['rounds']} | {gs:.1f} | {gl:.1f} | {statistics.median(rp):.1f} | "
+                   f"{100 * frac:.0f} % | **{'met' if ok_peak else 'not met'}** "
                    f"({100 * (frac - LONG_PEAK_FRACTION):+.0f} points) | {ratio:.2f}× | "
                    f"**{'met' if ok_ratio else 'not met'}** ({100 * (ratio / LONG_RATE_RATIO - 1):+.0f} %) | "
-                   f"{fast:.2f}× | {alt} |")
+                   f"{max(rl) / max(rs):.2f}× | {alt} |")
     out += ["", f"{met} of {total} evaluated targets met."]
     return out
 
