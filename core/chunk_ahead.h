@@ -1,27 +1,39 @@
 /*
- * chunk_ahead.h — the next chunk's input rows, brought in while the current chunk computes
- * (private to core/).
+ * chunk_ahead.h — the next chunk's rows (inputs and the output o), brought in while the current
+ * chunk computes (private to core/).
  *
  * The chunkwise forms go chunk by chunk, heads inner; a chunk's rows of all heads are one
- * contiguous block of each input. Each chunk used to begin by touching its rows (recur__touch,
- * chunk_mm.h): at T = 16k a pass that waited on DRAM (~7 % of a GLA per-key chunk), and even on
- * cached rows one that ran at its serial add chain (~3 cycles a line, ~3 % at T = 1k). Now the
- * per-key kernels (gated_linear.c key_decays, once per token and head; generalized_delta.c
- * gdr_diag) prefetch the next chunk's lines a few at a time, spread over the chunk's work, and the
- * next chunk touches only what was not prefetched: the first chunk all of it, and the mixers
- * without such a loop (a scalar gate, the delta rule) all of it, as before. A feature map
- * (linear attention's elu+1 or relu, gated_linear.c chunk_step) steps once per row it maps, at
- * the start of each head's step: linear attention chunkwise at T = 16k +6 % GFLOP/s by CPU time
- * (median of 3 alternated bench runs, load 2, 2026-12-03).
+ * contiguous block of each input and of o. Each chunk used to begin by touching its input rows
+ * (recur__touch, chunk_mm.h): at T = 16k a pass that waited on DRAM, and even on cached rows one
+ * that ran at its serial add chain (~3 cycles a line). Now, during a chunk, the next chunk's
+ * lines are prefetched a few at a time, spread over the chunk's work, and the next chunk touches
+ * only what was not prefetched (the first chunk: all of it):
+ *   AVX-512 (isa.h): the products draw on the set (recur__mm_ahead_bind, chunk_mm.h): each
+ *     6 x 64 tile prefetches up to one line every second term of its k loop, so the prefetches
+ *     overlap the FMAs and never hold many of the L1 miss buffers at once. o is in the set: its
+ *     lines come in before the products write them (beta 0), not on the first store.
+ *   other paths (the products are sgemm calls): the mixers' own per-row loops step through it
+ *     (gated_linear.c key_decays and diag_per_key, the feature map in chunk_step;
+ *     generalized_delta.c gdr_diag), a few lines a step.
+ * Prefetching only brings lines into cache: no arithmetic changes, results are bit-identical.
+ * Measured (2026-12-03, drv of one mixer called alone, thread CPU time, GFLOP/s at the median
+ * call, load 3.2, alternated builds): retention T = 1k / 16k 104.1 / 96.0 -> 105.6 / 105.2,
+ * GLA per-key 103.7 / 88.8 -> 107.5 / 105.7. Bursts of prefetches (one step per row of a loop
+ * with little arithmetic, e.g. the scalar gate's row scaling: 16 lines a row) ran at DRAM speed
+ * with the miss buffers full: slower than the touch at T = 16k; the per-key rows' steps at
+ * T = 16k doubled key_decays' time (perf), which is why the products take over on AVX-512.
  *
  *   recur__ahead_set(ah, rows, n, na, points): the na <= RECUR_AHEAD_MAX arrays rows[j][0, n[j])
- *     (floats), to be drained over `points` calls of recur__ahead_step (more calls: the rest do
- *     nothing; fewer: recur__ahead_rest reads what is left).
+ *     (floats), handed out array by array, front to back: by `points` calls of recur__ahead_step
+ *     (more calls: the rest do nothing; fewer: recur__ahead_rest reads what is left) or by
+ *     recur__ahead_take.
  *   recur__ahead_chunk(ah, in, is_v, na, T, H, K, V, t0, C, points): recur__ahead_set for the
- *     rows of the chunk at t0 of na [T][H][K] (or [T][H][V]) inputs.
- *   recur__ahead_step(ah): prefetch the next lines of every array; ah NULL: nothing.
- *   recur__ahead_rest(ah): read one float of every line not yet prefetched, array by array,
- *     front to back (recur__touch); returns their sum (store it in a volatile so the loads stay).
+ *     rows of the chunk at t0 of na [T][H][K] (or [T][H][V]) arrays.
+ *   recur__ahead_take(ah, &p, lines): the next up to `lines` lines, all of one array, from *p;
+ *     returns how many (0: nothing left).
+ *   recur__ahead_step(ah): prefetch the next points-th part of the lines; ah NULL: nothing.
+ *   recur__ahead_rest(ah): read one float of every line not yet handed out, front to back
+ *     (recur__touch); returns their sum (store it in a volatile so the loads stay).
  */
 #ifndef RECUR_CHUNK_AHEAD_H
 #define RECUR_CHUNK_AHEAD_H
@@ -31,30 +43,31 @@
 
 #include "chunk_mm.h" /* recur__touch */
 
-#define RECUR_AHEAD_MAX 6 /* RWKV-7: q k v g a b */
+#define RECUR_AHEAD_MAX 7 /* RWKV-7: q k v o g a b */
 #define RECUR_AHEAD_LINE 16 /* floats per 64-byte line */
 
-typedef struct {
+typedef struct recur__ahead {
     const float *rows[RECUR_AHEAD_MAX];
     size_t n[RECUR_AHEAD_MAX]; /* floats of each array */
     int na;
-    size_t pos;   /* floats of every array prefetched so far (a multiple of a line) */
-    size_t top;   /* the longest array */
-    size_t per;   /* floats per step, a multiple of a line */
+    int j;        /* the array being handed out */
+    size_t pos;   /* floats of array j handed out (a multiple of a line) */
+    size_t per;   /* lines per step */
 } recur__ahead;
 
 static inline void recur__ahead_set(recur__ahead *ah, const float *const *rows, const size_t *n,
                                     int na, size_t points)
 {
+    size_t lines = 0;
     ah->na = na;
-    ah->pos = ah->top = 0;
+    ah->j = 0;
+    ah->pos = 0;
     for (int j = 0; j < na; j++) {
         ah->rows[j] = rows[j];
         ah->n[j] = n[j];
-        ah->top = n[j] > ah->top ? n[j] : ah->top;
+        lines += (n[j] + RECUR_AHEAD_LINE - 1) / RECUR_AHEAD_LINE;
     }
-    const size_t lines = (ah->top + RECUR_AHEAD_LINE - 1) / RECUR_AHEAD_LINE;
-    ah->per = (points ? (lines + points - 1) / points : lines) * RECUR_AHEAD_LINE;
+    ah->per = points ? (lines + points - 1) / points : lines;
 }
 
 /* recur__ahead_set for one chunk of a sequence: the rows [t0, t0 + C) (clipped to T, none when
@@ -74,24 +87,44 @@ static inline void recur__ahead_chunk(recur__ahead *ah, const float *const *in, 
     recur__ahead_set(ah, rows, len, n ? na : 0, points);
 }
 
+static inline int recur__ahead_take(recur__ahead *ah, const float **p, int lines)
+{
+    while (ah->j < ah->na && ah->pos >= ah->n[ah->j]) {
+        ah->j++;
+        ah->pos = 0;
+    }
+    if (ah->j >= ah->na || lines <= 0)
+        return 0;
+    const size_t left = (ah->n[ah->j] - ah->pos + RECUR_AHEAD_LINE - 1) / RECUR_AHEAD_LINE;
+    const int got = left < (size_t)lines ? (int)left : lines;
+    *p = ah->rows[ah->j] + ah->pos;
+    ah->pos += (size_t)got * RECUR_AHEAD_LINE;
+    return got;
+}
+
 static inline void recur__ahead_step(recur__ahead *ah)
 {
-    if (!ah || ah->pos >= ah->top)
+    if (!ah)
         return;
-    const size_t end = ah->pos + ah->per;
-    for (size_t i = ah->pos; i < end; i += RECUR_AHEAD_LINE)
-        for (int j = 0; j < ah->na; j++)
-            if (i < ah->n[j])
-                __builtin_prefetch(ah->rows[j] + i, 0, 3);
-    ah->pos = end;
+    const float *p;
+    for (size_t want = ah->per; want > 0;) {
+        const int got = recur__ahead_take(ah, &p, want < 64 ? (int)want : 64);
+        if (!got)
+            return;
+        for (int i = 0; i < got; i++)
+            __builtin_prefetch(p + (size_t)i * RECUR_AHEAD_LINE, 0, 3);
+        want -= (size_t)got;
+    }
 }
 
 static inline float recur__ahead_rest(const recur__ahead *ah)
 {
     float acc = 0.0f;
-    for (int j = 0; j < ah->na; j++)
-        if (ah->pos < ah->n[j])
-            acc += recur__touch(ah->rows[j] + ah->pos, ah->n[j] - ah->pos);
+    for (int j = ah->j; j < ah->na; j++) {
+        const size_t from = j == ah->j ? ah->pos : 0;
+        if (from < ah->n[j])
+            acc += recur__touch(ah->rows[j] + from, ah->n[j] - from);
+    }
     return acc;
 }
 

@@ -32,6 +32,7 @@
  * stride is one sgemm refuses) the call runs the plain loop instead, exact but 3-5x slower.
  */
 #include "chunk_mm.h"
+#include "chunk_ahead.h"
 #include "isa.h"
 #include "mixer.h"
 
@@ -56,6 +57,9 @@ static inline int imax(int a, int b)
 
 #define MM_MR 6
 
+/* the next chunk's lines the tiles prefetch (recur__mm_ahead_bind; chunk_ahead.h) */
+static _Thread_local recur__ahead *mm_ahead;
+
 /* lanes l < keep, keep clamped to [0, 16] */
 static inline FN512 __mmask16 lanes_below(int keep)
 {
@@ -63,11 +67,12 @@ static inline FN512 __mmask16 lanes_below(int keep)
 }
 
 /* One tile: rows [0, mr) of C (mr <= MR <= MM_MR accumulator rows), NV vectors of 16 columns (the last masked by mlast).
- * Terms p in [p0, pf) go to every row; p in [pf, pe) only to rows r with p <= tri + r. */
+ * Terms p in [p0, pf) go to every row; p in [pf, pe) only to rows r with p <= tri + r.
+ * Every second term of the first loop also prefetches one line of the npl at pl (chunk_ahead.h). */
 static inline __attribute__((always_inline)) FN512 void
 mm_tile(const int MR, const int NV, int mr, const float *A, ptrdiff_t ars, ptrdiff_t acs, int p0, int pf, int pe,
         int tri, const float *B, ptrdiff_t ldb, __mmask16 mlast, float *C, ptrdiff_t ldc,
-        float alpha, int beta, int flags, int jt)
+        float alpha, int beta, int flags, int jt, const float *pl, int npl)
 {
     __m512 acc[MM_MR][4]; /* fixed sizes (MR bounds the loops): a VLA would live in memory */
     const float *a[MM_MR];
@@ -79,6 +84,11 @@ mm_tile(const int MR, const int NV, int mr, const float *A, ptrdiff_t ars, ptrdi
             acc[r][v] = _mm512_setzero_ps();
     }
     for (int p = p0; p < pf; p++) {
+        if (npl > 0 && ((p - p0) & 1) == 0) {
+            __builtin_prefetch(pl, 0, 3);
+            pl += RECUR_AHEAD_LINE;
+            npl--;
+        }
         const float *Bp = B + (ptrdiff_t)p * ldb;
         __m512 b[4];
 #pragma GCC unroll 4
@@ -165,8 +175,10 @@ static FN512 void mm_avx512(int m, int n, int k, float alpha, const float *A, pt
                 const float *Bj = B + jlo;
                 float *Cij = C + (ptrdiff_t)i0 * ldc + jlo;
                 const int MR = (mr + 1) / 2; /* accumulator rows: mr rounded up to 2, 4 or 6 */
+                const float *pl = NULL;
+                const int npl = mm_ahead ? recur__ahead_take(mm_ahead, &pl, (pf - p0) / 2) : 0;
 #define MM_TILE(R, V)                                                                                \
-    mm_tile(R, V, mr, Ai, ars, acs, p0, pf, pe, tri, Bj, ldb, ml, Cij, ldc, alpha, bt, flags, jlo)
+    mm_tile(R, V, mr, Ai, ars, acs, p0, pf, pe, tri, Bj, ldb, ml, Cij, ldc, alpha, bt, flags, jlo, pl, npl)
 #define MM_TILES(V)                                                                                  \
     (MR == 3 ? MM_TILE(6, V) : MR == 2 ? MM_TILE(4, V) : MM_TILE(2, V))
                 switch (nv) {
@@ -542,6 +554,18 @@ void recur__mm(int m, int n, int k, float alpha, const float *A, ptrdiff_t ars, 
     }
 #endif
     mm_blas(m, n, k, alpha, A, ars, acs, B, ldb, beta, C, ldc, flags, diag);
+}
+
+int recur__mm_ahead_bind(recur__ahead *ah)
+{
+#ifdef MM_AVX512
+    if (recur__isa() == RECUR_ISA_AVX512) {
+        mm_ahead = ah;
+        return ah != NULL;
+    }
+#endif
+    (void)ah;
+    return 0;
 }
 
 void recur__transpose(const float *src, ptrdiff_t lds, int rows, int cols, float *dst, ptrdiff_t ldd)

@@ -783,12 +783,21 @@ static int run_chunked(const gl_problem *p, int64_t C)
         return rc;
     /* Chunks outer, heads inner: a chunk's rows [C][H][K] are one contiguous block, streamed in
      * once and then used by every head from cache (heads outer walked the whole sequence H times
-     * in strided pieces). The block is read front to back before the chunk's steps, except the
-     * lines that per-key gating prefetched during the previous chunk (chunk_ahead.h). */
-    const int na = p->gate == GL_GATE_KEY ? 4 : 3; /* q k v (g) */
-    const float *const in[4] = {p->q, p->k, p->v, p->g};
-    static const unsigned char is_v[4] = {0, 0, 1, 0};
+     * in strided pieces). The next chunk's block is prefetched during the current one
+     * (chunk_ahead.h): by the products where they can (with o's rows), else by key_decays and
+     * the feature map (per-key gates, linear attention); what is left is read front to back
+     * before the chunk's steps. */
     recur__ahead ah;
+    const int by_mm = recur__mm_ahead_bind(&ah);
+    const int key = p->gate == GL_GATE_KEY;
+    const float *in[5] = {p->q, p->k, p->v};
+    unsigned char is_v[5] = {0, 0, 1};
+    int na = 3;
+    if (key)
+        in[na] = p->g, is_v[na++] = 0;
+    if (by_mm)
+        in[na] = p->o, is_v[na++] = 1;
+    w.ahead = !by_mm && (key || p->fmap != RECUR_FMAP_IDENTITY) ? &ah : NULL;
     recur__ahead_chunk(&ah, in, is_v, na, p->T, p->H, p->K, p->V, 0, C, 0);
     for (int64_t t0 = 0; t0 < p->T; t0 += C) {
         const int64_t n = p->T - t0 < C ? p->T - t0 : C; /* the tail chunk shrinks */
@@ -797,12 +806,11 @@ static int run_chunked(const gl_problem *p, int64_t C)
         /* key_decays steps once per token and head, a feature map once per row it maps: H n
          * steps (on the per-key fallback diag_per_key steps too, drawing on the same lines
          * earlier; a step with nothing left does nothing) */
-        const int key = p->gate == GL_GATE_KEY;
         recur__ahead_chunk(&ah, in, is_v, na, p->T, p->H, p->K, p->V, t0 + n, C, (size_t)p->H * (size_t)n);
-        w.ahead = key || p->fmap != RECUR_FMAP_IDENTITY ? &ah : NULL;
         for (int h = 0; h < p->H; h++)
             chunk_step(p, &w, h, t0, (int)n);
     }
+    recur__mm_ahead_bind(NULL);
     free(w.mem); /* NULL when the thread's cached block was used */
     return RECUR_OK;
 }

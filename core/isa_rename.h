@@ -48,6 +48,7 @@
 #define gl_run RECUR_ISA_NAME(gl_run)
 #define recur__softmax_rows RECUR_ISA_NAME(recur__softmax_rows)
 #define recur__softmax_step RECUR_ISA_NAME(recur__softmax_step)
+#define recur__mm_ahead_bind RECUR_ISA_NAME(recur__mm_ahead_bind)
 #define recur__solve_unit_lower RECUR_ISA_NAME(recur__solve_unit_lower)
 #define recur__short_conv_rows RECUR_ISA_NAME(recur__short_conv_rows)
 #define recur__mamba2_rows RECUR_ISA_NAME(recur__mamba2_rows)
