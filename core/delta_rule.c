@@ -42,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chunk_ahead.h"
 #include "chunk_decay.h"
 #include "chunk_mm.h"
 #include "chunk_work.h"
@@ -350,19 +351,25 @@ int recur_delta_rule(const recur_dims *d, const float *q, const float *k, const 
     if (err)
         return err;
     /* Chunks run in order (each needs its predecessor's S); inside a chunk the heads are
-     * independent. Heads inner: a chunk's rows [c][H][K] are read once, front to back. */
+     * independent. Heads inner: a chunk's rows [c][H][K] are read once, front to back. The next
+     * chunk's rows (and o's) are prefetched by the products where they can (chunk_ahead.h); what
+     * is left, on other paths all of q k v, is read front to back before the chunk's steps. */
+    recur__ahead ah;
+    const int by_mm = recur__mm_ahead_bind(&ah);
+    const float *const in[4] = {q, k, v, o};
+    static const unsigned char is_v[4] = {0, 0, 1, 1};
+    const int na = by_mm ? 4 : 3;
+    recur__ahead_chunk(&ah, in, is_v, na, d->T, d->H, d->K, d->V, 0, C, 0);
     for (int64_t t0 = 0; t0 < d->T; t0 += C) {
         const int c = (int)(d->T - t0 < C ? d->T - t0 : C); /* the tail chunk shrinks */
-        /* the chunk's rows of every head, streamed in front to back (recur__touch) */
-        const size_t nk = (size_t)c * d->H * d->K, nv = (size_t)c * d->H * d->V;
-        const size_t rk = (size_t)t0 * d->H * d->K, rv = (size_t)t0 * d->H * d->V;
-        volatile float sink =
-            recur__touch(q + rk, nk) + recur__touch(k + rk, nk) + recur__touch(v + rv, nv);
+        volatile float sink = recur__ahead_rest(&ah);
         (void)sink;
+        recur__ahead_chunk(&ah, in, is_v, na, d->T, d->H, d->K, d->V, t0 + c, C, 0);
         for (int h = 0; h < d->H; h++) {
             dr_chunk(d, &w, h, t0, c, q, k, v, beta, g, scale, S + (size_t)h * d->K * d->V, o);
         }
     }
+    recur__mm_ahead_bind(NULL);
     free(w.mem);
     return RECUR_OK;
 }
