@@ -538,23 +538,27 @@ int recur_generalized_delta(const recur_dims *d, const float *q, const float *k,
     if (err)
         return err;
     /* Chunks in order (each needs its predecessor's S), heads inner: a chunk's rows [c][H][K]
-     * are read once, front to back, before its steps, except the lines gdr_diag prefetched during
-     * the previous chunk (chunk_ahead.h). */
-    const float *const in[6] = {q, k, v, g, a, b};
-    static const unsigned char is_v[6] = {0, 0, 1, 0, 0, 0};
+     * are read once, front to back, before its steps, except the lines prefetched during the
+     * previous chunk (chunk_ahead.h): by the products where they can (with o's rows), else by
+     * gdr_diag. */
+    const float *const in[7] = {q, k, v, g, a, b, o};
+    static const unsigned char is_v[7] = {0, 0, 1, 0, 0, 0, 1};
     recur__ahead ah;
-    recur__ahead_chunk(&ah, in, is_v, 6, d->T, H, K, V, 0, C, 0);
-    w.ahead = &ah;
+    const int by_mm = recur__mm_ahead_bind(&ah); /* else gdr_diag steps, without o */
+    const int na = by_mm ? 7 : 6;
+    recur__ahead_chunk(&ah, in, is_v, na, d->T, H, K, V, 0, C, 0);
+    w.ahead = by_mm ? NULL : &ah;
     for (int64_t t0 = 0; t0 < d->T; t0 += C) {
         const int n = (int)(d->T - t0 < C ? d->T - t0 : C); /* the tail chunk shrinks */
         volatile float sink = recur__ahead_rest(&ah);
         (void)sink;
         /* gdr_diag runs H ceil(n / GDR_SUB) ceil(K / 4) times per chunk */
-        recur__ahead_chunk(&ah, in, is_v, 6, d->T, H, K, V, t0 + n, C,
+        recur__ahead_chunk(&ah, in, is_v, na, d->T, H, K, V, t0 + n, C,
                            (size_t)H * (size_t)((n + GDR_SUB - 1) / GDR_SUB) * (size_t)((K + 3) / 4));
         for (int h = 0; h < H; h++)
             gdr_chunk(d, &w, h, t0, n, q, k, v, g, a, b, scale, S + (size_t)h * K * V, o);
     }
+    recur__mm_ahead_bind(NULL);
     free(w.mem);
     return RECUR_OK;
 }
