@@ -1,5 +1,6 @@
-/* quant.c — Q8_0 / Q4_0 blocks: quantizing a block, packing a matrix into quantized panels,
- * quantizing the rows of x, and the scalar reference of the quantized GEMM (formulas: quant.h). */
+/* quant.c — Q8_0 / Q4_0 blocks: quantizing a block, packing a matrix into quantized panels, and
+ * the scalar reference of the quantized GEMM (formulas: quant.h). The rows of x are quantized by
+ * quant_gemm.c (recur__quantize_rows_q8: this file's block formula, vectorized per path). */
 #include <math.h>
 #include <string.h>
 #include "isa.h"
@@ -121,21 +122,6 @@ float recur__quant_weight(const void *Wq, recur_wtype wt, int N, int K, int n, i
     uint16_t s;
     int c = quant_code(Wq, wt, K, n, k, &s);
     return (float)c * recur__half_to_float(s, RECUR_WT_F16);
-}
-
-void recur__quantize_rows_q8(int M, int K, const float *x, int ldx, int8_t *xq, float *dx, int32_t *xsum)
-{
-    const int nb = (K + RECUR_QBLOCK - 1) / RECUR_QBLOCK;
-    for (int m = 0; m < M; m++)
-        for (int b = 0; b < nb; b++) {
-            const int k0 = b * RECUR_QBLOCK, kn = K - k0 < RECUR_QBLOCK ? K - k0 : RECUR_QBLOCK;
-            int8_t *q = xq + ((size_t)m * nb + b) * RECUR_QBLOCK;
-            uint16_t d = recur__quantize_q8_0(x + (size_t)m * ldx + k0, kn, q);
-            int32_t s = 0;
-            for (int i = 0; i < RECUR_QBLOCK; i++) s += q[i];
-            dx[(size_t)m * nb + b] = recur__half_to_float(d, RECUR_WT_F16);
-            xsum[(size_t)m * nb + b] = s;
-        }
 }
 
 /* ---------------------------------------------------------------- scalar reference */

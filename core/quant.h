@@ -69,7 +69,8 @@ void recur__pack_quant(void *Wq, recur_wtype wt, const void *Wp, recur_wtype src
 float recur__quant_weight(const void *Wq, recur_wtype wt, int N, int K, int n, int k);
 
 /* x [M][K] (row stride ldx) -> for each row its Q8_0 blocks: xq [M][nb*32], dx [M][nb] (the fp32
- * value of the fp16 scale), xsum [M][nb] (the sum of the block's codes). */
+ * value of the fp16 scale), xsum [M][nb] (the sum of the block's codes). recur__quantize_q8_0's
+ * codes and scales bit for bit on every path (quant_gemm.c: AVX-512 / AVX2 vectors per block). */
 void recur__quantize_rows_q8(int M, int K, const float *x, int ldx, int8_t *xq, float *dx, int32_t *xsum);
 
 /* y = beta*y + x W^T with W quant-packed (the formula above); the path isa.h chose. */

@@ -178,3 +178,41 @@ Test(quant, nonfinite_x_propagates)
     for (int n = 0; n < 16; n++) cr_assert(isnan(y[n]), "y[%d] = %g", n, y[n]);
     qmat_free(&a);
 }
+
+/* x's rows as the GEMM quantizes them (the AVX-512 / AVX2 versions on those paths) against
+ * recur__quantize_q8_0 block by block, bit for bit: random blocks, exact ties (t = k + 0.5 after
+ * the scale), zero and tiny blocks (an underflowing scale: the scalar fallback), NaN / inf, a
+ * scale whose fp16 is subnormal or overflows, and a short last block */
+Test(quant, rows_q8_match_the_block_formula)
+{
+    enum { M = 3, K = 32 * 12 + 7, NB = 13 };
+    static float x[M][K + 1];
+    for (int m = 0; m < M; m++)
+        for (int k = 0; k < K; k++) x[m][k] = frand() * (k % 29 == 0 ? 16.0f : 1.0f);
+    for (int k = 0; k < 32; k++) x[0][k] = (float)(k - 16) + 0.5f; /* amax 16: id 127/16, many ties */
+    for (int k = 32; k < 64; k++) x[0][k] = (float)((k * 37) % 255 - 127); /* amax 127: id 1, exact */
+    for (int k = 64; k < 96; k++) x[0][k] = 0.0f;
+    for (int k = 96; k < 128; k++) x[0][k] = frand() * 1e-38f;  /* d underflows */
+    for (int k = 128; k < 160; k++) x[0][k] = frand() * 1e-5f;  /* fp16(d) subnormal */
+    for (int k = 160; k < 192; k++) x[0][k] = frand() * 3e38f;  /* fp16(d) overflows */
+    for (int k = 192; k < 224; k++) x[0][k] = (k % 3 ? 1.0f : -1.0f) * (float)(k % 7) * 0.25f - 0.0f;
+    x[1][40] = NAN;
+    x[1][100] = INFINITY;
+    x[2][K - 1] = -INFINITY;
+    x[2][200] = -0.0f;
+    int8_t q[M * NB * 32], qr[32];
+    float dx[M * NB];
+    int32_t xs[M * NB];
+    recur__quantize_rows_q8(M, K, &x[0][0], K + 1, q, dx, xs);
+    for (int m = 0; m < M; m++)
+        for (int b = 0; b < NB; b++) {
+            const int k0 = 32 * b, kn = K - k0 < 32 ? K - k0 : 32;
+            const float d = recur__half_to_float(recur__quantize_q8_0(&x[m][k0], kn, qr), RECUR_WT_F16);
+            int32_t s = 0;
+            for (int i = 0; i < 32; i++) s += qr[i];
+            cr_assert_eq(memcmp(q + (m * NB + b) * 32, qr, 32), 0, "row %d block %d: codes differ", m, b);
+            cr_assert(memcmp(&dx[m * NB + b], &d, 4) == 0 || (isnan(d) && isnan(dx[m * NB + b])),
+                      "row %d block %d: scale %a, block formula %a", m, b, dx[m * NB + b], d);
+            cr_assert_eq(xs[m * NB + b], s, "row %d block %d: xsum", m, b);
+        }
+}
