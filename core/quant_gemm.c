@@ -91,9 +91,17 @@ static void qgemm_c(recur_wtype wt, int M, int N, const qrows *xr, const unsigne
 #ifdef RECUR_X86
 /* ---------------------------------------------------------------- AVX-512 (quant_tile512.inc) */
 #define QT_MR 4    /* rows per tile */
-#define QT_NP1 4   /* panels per tile for M = 1 */
-#define QT_NP1_Q4 8 /* AVX-512, M = 1, Q4_0: panels per tile (twice the streams in flight) */
-#define QT_PF 4    /* AVX-512, M = 1, Q4_0: blocks ahead each panel's stream is prefetched */
+#define QT_NP1 4   /* panels per tile for M = 1 (AVX2; AVX-512: the tile for what QT_NP1_WIDE leaves) */
+/* AVX-512, M = 1: panels per tile, each a stream of its own. With 4, Q8_0's kernel waited on
+ * memory instead of overlapping it (the d512 decode's GEMV sequence streamed at 19.6 GB/s while a
+ * loads-only pass over the same 4-panel pattern read 20.6 and over 8 panels 25.7 GB/s) */
+#define QT_NP1_WIDE 8
+/* AVX-512, M = 1: bytes ahead in each panel's stream that the kernel asks for, into L2
+ * (prefetcht1, one line per panel per group of 64 code bytes). The d512 GEMV sequence, alternated
+ * runs against F16 (load 2.1-3.6): Q8_0 8 panels 1.78x F16 without, 2.2-2.3x with 1088-1632 bytes
+ * (544: 1.97x; prefetcht0 instead: 1.57-1.66x, the lines pushed out of L1 before their use);
+ * Q4_0 3.3x with the former prefetcht0 of whole blocks 4 ahead, 4.9-5.2x with 576-2304 bytes */
+#define QT_PF_BYTES 1152
 
 #define QT_VNNI 1
 #define QT_FN INLINE __attribute__((target(RECUR_TARGET_AVX512 ",avx512vnni")))

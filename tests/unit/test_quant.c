@@ -127,8 +127,9 @@ static void shapes(recur_wtype wt)
 Test(quant, q8_0_gemm_every_shape, .timeout = 120) { shapes(RECUR_WT_Q8_0); }
 Test(quant, q4_0_gemm_every_shape, .timeout = 120) { shapes(RECUR_WT_Q4_0); }
 
-/* wide matrices: one row (decode) takes 8 panels per tile on the AVX-512 path for Q4_0, then 4,
- * then 1 (N = 128: 8; 200: 8 + 4 + 1; 400: 3 x 8 + 1); a few rows take the batched tiles */
+/* wide matrices: one row (decode) takes 8 panels per tile on the AVX-512 path, then 4, then 1
+ * (N = 128: 8; 200: 8 + 4 + 1; 400: 3 x 8 + 1), each stream prefetched ahead (past W's end near
+ * the last blocks); a few rows take the batched tiles */
 static void wide(recur_wtype wt)
 {
     static const int Ms[] = {1, 2, 5};
