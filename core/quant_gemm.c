@@ -12,7 +12,7 @@
  * versions below do it lane by lane (the same fp32 operations, unfused: bit-identical codes and
  * scales; a block with a non-finite value or an underflowing scale goes to the scalar function).
  * At batch 1 this runs once per GEMV and the weight stream waits for it: 0.84 us per 512 values
- * scalar, 0.21 us on AVX-512 (about 2 % of a Q8_0 decode step of the d512 model saved).
+ * scalar, 0.26 us on AVX-512 (about 2 % of a Q8_0 decode step of the d512 model saved).
  *
  * Paths (isa.h): AVX-512 with VNNI (vpdpbusd: 4 code x activation products per lane), AVX-512
  * without it and AVX2 (each code byte widened to fp32 and multiplied-added into an fp32 block
@@ -231,39 +231,13 @@ qgemm_avx2(recur_wtype wt, int M, int N, const qrows *xr, const unsigned char *W
 #pragma GCC push_options
 #pragma GCC optimize("fp-contract=off")
 
-/* One block on the scalar function: codes, xsum, and the fp32 value of the fp16 scale. */
-static void quant_block_c(const float *x, int kn, int8_t *q, float *dx, int32_t *xsum)
-{
-    const uint16_t d = recur__quantize_q8_0(x, kn, q);
-    int32_t s = 0;
-    for (int i = 0; i < QB; i++) s += q[i];
-    *dx = recur__half_to_float(d, RECUR_WT_F16);
-    *xsum = s;
-}
-
-static void quantize_rows_c(int M, int K, const float *x, int ldx, int8_t *xq, float *dx, int32_t *xsum)
-{
-    const int nb = (K + QB - 1) / QB;
-    for (int m = 0; m < M; m++)
-        for (int b = 0; b < nb; b++) {
-            const int k0 = b * QB, kn = K - k0 < QB ? K - k0 : QB;
-            const size_t r = (size_t)m * nb + b;
-            quant_block_c(x + (size_t)m * ldx + k0, kn, xq + r * QB, dx + r, xsum + r);
-        }
-}
+/* One block of a vector path: v its 32 values (a short last block zero-padded) -> codes q, the
+ * fp32 value of the fp16 scale, the codes' sum; 0 (nothing written) when the block must take the
+ * scalar function instead (a NaN or inf in it, or 1/d overflowing: its clamped rounding). */
+typedef int (*quant_block_fn)(const float *v, int8_t *q, float *dx, int32_t *xsum);
 
 #ifdef RECUR_X86
-/* The block's 32 values (a short last block zero-padded into pad). */
-static inline const float *block_src(const float *x, int kn, float *pad)
-{
-    if (kn == QB) return x;
-    memset(pad, 0, sizeof(float) * QB);
-    memcpy(pad, x, sizeof(float) * (size_t)kn);
-    return pad;
-}
-
-/* amax, d = amax / 127, id = 1 / d as recur__quantize_q8_0; 0 when the block must take the
- * scalar path instead (a NaN or inf in it, or id overflowing: its clamped rounding) */
+/* d = amax / 127 and id = 1 / d as recur__quantize_q8_0; 0 when the block is the scalar's */
 static inline int block_scale(float amax, int nan, float *d, float *id)
 {
     if (nan || amax > 3.4028234e38f) return 0;
@@ -275,101 +249,95 @@ static inline int block_scale(float amax, int nan, float *d, float *id)
 /* fp32 value of fp16(d) (F16C, round to nearest even: recur__float_to_half's rounding) */
 #define HALF_ROUND(d) _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph(_mm_set_ss(d), _MM_FROUND_TO_NEAREST_INT)))
 
-static __attribute__((target(RECUR_TARGET_AVX512))) void
-quantize_rows512(int M, int K, const float *x, int ldx, int8_t *xq, float *dx, int32_t *xsum)
+static __attribute__((target(RECUR_TARGET_AVX512))) int quant_block512(const float *v, int8_t *q, float *dx,
+                                                                     int32_t *xsum)
 {
-    const int nb = (K + QB - 1) / QB;
-    const __m512 half = _mm512_set1_ps(0.5f), mhalf = _mm512_set1_ps(-0.5f);
+    const __m512 v0 = _mm512_loadu_ps(v), v1 = _mm512_loadu_ps(v + 16);
+    const int nan = _mm512_cmp_ps_mask(v0, v0, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(v1, v1, _CMP_UNORD_Q);
+    float d, id;
+    if (!block_scale(_mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1))), nan, &d, &id))
+        return 0;
+    const __m512 vid = _mm512_set1_ps(id), half = _mm512_set1_ps(0.5f), mhalf = _mm512_set1_ps(-0.5f);
     const __m512i one = _mm512_set1_epi32(1);
-    float pad[QB];
-    for (int m = 0; m < M; m++)
-        for (int b = 0; b < nb; b++) {
-            const int k0 = b * QB, kn = K - k0 < QB ? K - k0 : QB;
-            const size_t r = (size_t)m * nb + b;
-            const float *src = block_src(x + (size_t)m * ldx + k0, kn, pad);
-            const __m512 v0 = _mm512_loadu_ps(src), v1 = _mm512_loadu_ps(src + 16);
-            const int nan = _mm512_cmp_ps_mask(v0, v0, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(v1, v1, _CMP_UNORD_Q);
-            const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-            float d, id;
-            if (!block_scale(amax, nan, &d, &id)) {
-                quant_block_c(x + (size_t)m * ldx + k0, kn, xq + r * QB, dx + r, xsum + r);
-                continue;
-            }
-            const __m512 vid = _mm512_set1_ps(id);
-            __m512i q[2];
-            for (int h = 0; h < 2; h++) { /* roundf(t) = trunc(t) + (frac >= 0.5) - (frac <= -0.5) */
-                const __m512 t = _mm512_mul_ps(h ? v1 : v0, vid);
-                const __m512i tr = _mm512_cvttps_epi32(t);
-                const __m512 f = _mm512_sub_ps(t, _mm512_cvtepi32_ps(tr));
-                q[h] = _mm512_mask_add_epi32(tr, _mm512_cmp_ps_mask(f, half, _CMP_GE_OQ), tr, one);
-                q[h] = _mm512_mask_sub_epi32(q[h], _mm512_cmp_ps_mask(f, mhalf, _CMP_LE_OQ), q[h], one);
-                _mm_storeu_si128((__m128i *)(xq + r * QB + 16 * h), _mm512_cvtepi32_epi8(q[h]));
-            }
-            xsum[r] = _mm512_reduce_add_epi32(_mm512_add_epi32(q[0], q[1]));
-            dx[r] = HALF_ROUND(d);
-        }
+    __m512i c[2];
+    for (int h = 0; h < 2; h++) { /* roundf(t) = trunc(t) + (frac >= 0.5) - (frac <= -0.5) */
+        const __m512 t = _mm512_mul_ps(h ? v1 : v0, vid);
+        const __m512i tr = _mm512_cvttps_epi32(t);
+        const __m512 f = _mm512_sub_ps(t, _mm512_cvtepi32_ps(tr));
+        c[h] = _mm512_mask_add_epi32(tr, _mm512_cmp_ps_mask(f, half, _CMP_GE_OQ), tr, one);
+        c[h] = _mm512_mask_sub_epi32(c[h], _mm512_cmp_ps_mask(f, mhalf, _CMP_LE_OQ), c[h], one);
+        _mm_storeu_si128((__m128i *)(q + 16 * h), _mm512_cvtepi32_epi8(c[h]));
+    }
+    *xsum = _mm512_reduce_add_epi32(_mm512_add_epi32(c[0], c[1]));
+    *dx = HALF_ROUND(d);
+    return 1;
 }
 
-static __attribute__((target(RECUR_TARGET_AVX2))) void
-quantize_rows256(int M, int K, const float *x, int ldx, int8_t *xq, float *dx, int32_t *xsum)
+static __attribute__((target(RECUR_TARGET_AVX2))) int quant_block256(const float *v, int8_t *q, float *dx,
+                                                                   int32_t *xsum)
 {
-    const int nb = (K + QB - 1) / QB;
-    const __m256 half = _mm256_set1_ps(0.5f), mhalf = _mm256_set1_ps(-0.5f);
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    float pad[QB];
-    for (int m = 0; m < M; m++)
-        for (int b = 0; b < nb; b++) {
-            const int k0 = b * QB, kn = K - k0 < QB ? K - k0 : QB;
-            const size_t r = (size_t)m * nb + b;
-            const float *src = block_src(x + (size_t)m * ldx + k0, kn, pad);
-            __m256 v[4], a = _mm256_setzero_ps(), un = _mm256_setzero_ps();
-            for (int h = 0; h < 4; h++) {
-                v[h] = _mm256_loadu_ps(src + 8 * h);
-                a = _mm256_max_ps(a, _mm256_and_ps(v[h], absmask));
-                un = _mm256_or_ps(un, _mm256_cmp_ps(v[h], v[h], _CMP_UNORD_Q));
-            }
-            __m128 a4 = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-            a4 = _mm_max_ps(a4, _mm_movehl_ps(a4, a4));
-            a4 = _mm_max_ss(a4, _mm_shuffle_ps(a4, a4, 1));
-            float d, id;
-            if (!block_scale(_mm_cvtss_f32(a4), _mm256_movemask_ps(un), &d, &id)) {
-                quant_block_c(x + (size_t)m * ldx + k0, kn, xq + r * QB, dx + r, xsum + r);
-                continue;
-            }
-            const __m256 vid = _mm256_set1_ps(id);
-            __m256i q[4], s = _mm256_setzero_si256();
-            for (int h = 0; h < 4; h++) { /* as quantize_rows512; a compare mask is -1: subtract it */
-                const __m256 t = _mm256_mul_ps(v[h], vid);
-                const __m256i tr = _mm256_cvttps_epi32(t);
-                const __m256 f = _mm256_sub_ps(t, _mm256_cvtepi32_ps(tr));
-                q[h] = _mm256_sub_epi32(tr, _mm256_castps_si256(_mm256_cmp_ps(f, half, _CMP_GE_OQ)));
-                q[h] = _mm256_add_epi32(q[h], _mm256_castps_si256(_mm256_cmp_ps(f, mhalf, _CMP_LE_OQ)));
-                s = _mm256_add_epi32(s, q[h]);
-            }
-            /* int32 -> int8 (|q| <= 127: the saturating packs are exact); packs interleave the
-             * 128-bit lanes, the permute puts each group of 4 codes back in order */
-            const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-            _mm256_storeu_si256((__m256i *)(xq + r * QB), _mm256_permutevar8x32_epi32(p, order));
-            __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
-            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
-            xsum[r] = _mm_cvtsi128_si32(s4);
-            dx[r] = HALF_ROUND(d);
-        }
+    __m256 x[4], a = _mm256_setzero_ps(), un = _mm256_setzero_ps();
+    for (int h = 0; h < 4; h++) {
+        x[h] = _mm256_loadu_ps(v + 8 * h);
+        a = _mm256_max_ps(a, _mm256_and_ps(x[h], absmask));
+        un = _mm256_or_ps(un, _mm256_cmp_ps(x[h], x[h], _CMP_UNORD_Q));
+    }
+    __m128 a4 = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    a4 = _mm_max_ps(a4, _mm_movehl_ps(a4, a4));
+    a4 = _mm_max_ss(a4, _mm_shuffle_ps(a4, a4, 1));
+    float d, id;
+    if (!block_scale(_mm_cvtss_f32(a4), _mm256_movemask_ps(un), &d, &id)) return 0;
+    const __m256 vid = _mm256_set1_ps(id), half = _mm256_set1_ps(0.5f), mhalf = _mm256_set1_ps(-0.5f);
+    __m256i c[4], s = _mm256_setzero_si256();
+    for (int h = 0; h < 4; h++) { /* as quant_block512; a compare mask is -1: subtract it */
+        const __m256 t = _mm256_mul_ps(x[h], vid);
+        const __m256i tr = _mm256_cvttps_epi32(t);
+        const __m256 f = _mm256_sub_ps(t, _mm256_cvtepi32_ps(tr));
+        c[h] = _mm256_sub_epi32(tr, _mm256_castps_si256(_mm256_cmp_ps(f, half, _CMP_GE_OQ)));
+        c[h] = _mm256_add_epi32(c[h], _mm256_castps_si256(_mm256_cmp_ps(f, mhalf, _CMP_LE_OQ)));
+        s = _mm256_add_epi32(s, c[h]);
+    }
+    /* int32 -> int8 (|q| <= 127: the saturating packs are exact); packs interleave the 128-bit
+     * lanes, the permute puts each group of 4 codes back in order */
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(c[0], c[1]), _mm256_packs_epi32(c[2], c[3]));
+    _mm256_storeu_si256((__m256i *)q, _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+    *xsum = _mm_cvtsi128_si32(s4);
+    *dx = HALF_ROUND(d);
+    return 1;
 }
 #endif /* RECUR_X86 */
 #pragma GCC pop_options
 
 void recur__quantize_rows_q8(int M, int K, const float *x, int ldx, int8_t *xq, float *dx, int32_t *xsum)
 {
-    switch (recur__isa()) {
+    quant_block_fn vec = NULL;
 #ifdef RECUR_X86
-    case RECUR_ISA_AVX512: quantize_rows512(M, K, x, ldx, xq, dx, xsum); break;
-    case RECUR_ISA_AVX2: quantize_rows256(M, K, x, ldx, xq, dx, xsum); break;
+    if (recur__isa() == RECUR_ISA_AVX512) vec = quant_block512;
+    else if (recur__isa() == RECUR_ISA_AVX2) vec = quant_block256;
 #endif
-    default: quantize_rows_c(M, K, x, ldx, xq, dx, xsum); break;
-    }
+    const int nb = (K + QB - 1) / QB;
+    float pad[QB];
+    for (int m = 0; m < M; m++)
+        for (int b = 0; b < nb; b++) {
+            const int k0 = b * QB, kn = K - k0 < QB ? K - k0 : QB;
+            const size_t r = (size_t)m * nb + b;
+            const float *src = x + (size_t)m * ldx + k0, *v = src;
+            if (vec && kn < QB) { /* the scalar function's zero padding */
+                memset(pad, 0, sizeof pad);
+                memcpy(pad, src, sizeof(float) * (size_t)kn);
+                v = pad;
+            }
+            if (vec && vec(v, xq + r * QB, dx + r, xsum + r)) continue;
+            const uint16_t d = recur__quantize_q8_0(src, kn, xq + r * QB);
+            int32_t s = 0;
+            for (int i = 0; i < QB; i++) s += xq[r * QB + i];
+            dx[r] = recur__half_to_float(d, RECUR_WT_F16);
+            xsum[r] = s;
+        }
 }
 
 static void run(recur_wtype wt, int M, int N, const qrows *xr, const unsigned char *Wq, float beta, float *y, int ldy)
