@@ -16,11 +16,16 @@
  *     (gated_linear.c key_decays and diag_per_key, the feature map in chunk_step;
  *     generalized_delta.c gdr_diag), a few lines a step.
  * Prefetching only brings lines into cache: no arithmetic changes, results are bit-identical.
- * Measured (2026-12-03, drv of one mixer called alone, thread CPU time, GFLOP/s at the median
- * call, load 3.2, alternated builds): retention T = 1k / 16k 104.1 / 96.0 -> 105.6 / 105.2,
- * GLA per-key 103.7 / 88.8 -> 107.5 / 105.7. Bursts of prefetches (one step per row of a loop
- * with little arithmetic, e.g. the scalar gate's row scaling: 16 lines a row) ran at DRAM speed
- * with the miss buffers full: slower than the touch at T = 16k; the per-key rows' steps at
+ * Measured (2026-12-03, one mixer called alone, thread CPU time, GFLOP/s at the median call,
+ * load 3.2, alternated builds): retention T = 1k / 16k 104.1 / 96.0 -> 105.6 / 105.2, GLA
+ * per-key 103.7 / 88.8 -> 107.5 / 105.7; bench_kernels, all seven chunkwise mixers, 8 alternated
+ * rounds at load 3.4-3.7: after / before per round, median, 1.02-1.16 at T = 1k and 1.01-1.14 at
+ * T = 16k. A line every term or every fourth term instead of every second: no better (retention
+ * T = 16k, best call 99.8 / 106.7 / 102.7 GFLOP/s for 1 / 2 / 4). So handed out, the products
+ * cover the whole next chunk (per-key GLA: all but 2 %, its scores run partly outside
+ * recur__mm), and recur__ahead_rest reads only the first chunk. Bursts (one step per row of a
+ * loop with little arithmetic, e.g. the scalar gate's row scaling: 16 lines a row) ran at DRAM
+ * speed with the miss buffers full: slower than the touch at T = 16k; the per-key rows' steps at
  * T = 16k doubled key_decays' time (perf), which is why the products take over on AVX-512.
  *
  *   recur__ahead_set(ah, rows, n, na, points): the na <= RECUR_AHEAD_MAX arrays rows[j][0, n[j])
@@ -81,7 +86,7 @@ static inline void recur__ahead_chunk(recur__ahead *ah, const float *const *in, 
     size_t len[RECUR_AHEAD_MAX];
     for (int j = 0; j < na; j++) {
         const int64_t width = is_v[j] ? H * V : H * K;
-        rows[j] = in[j] + (size_t)t0 * (size_t)width;
+        rows[j] = n ? in[j] + (size_t)t0 * (size_t)width : in[j]; /* no pointer past the end */
         len[j] = (size_t)n * (size_t)width;
     }
     recur__ahead_set(ah, rows, len, n ? na : 0, points);

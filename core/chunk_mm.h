@@ -89,7 +89,7 @@ void recur__solve_unit_lower(int c, int V, const float *B, ptrdiff_t ldb, float 
  * this touch is left for the others and for what was not prefetched.
  * 2026-12-03 (later): on AVX-512 the products prefetch the next chunk (recur__mm_ahead_bind), one
  * line every second term of a tile's k loop rather than a burst per tile, with o's rows: the
- * gated-linear family at T = 16k 0.95-1.01x its T = 1k rate (chunk_ahead.h has the figures). */
+ * seven chunkwise mixers faster at both lengths, most at T = 16k (chunk_ahead.h has the figures). */
 static inline float recur__touch(const float *a, size_t n)
 {
     float acc = 0.0f;

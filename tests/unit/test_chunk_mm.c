@@ -7,6 +7,9 @@
  * RECUR_MM_A_LOWER (they must not be read). Tolerance: |C - ref| <= 1e-5 (1 + |alpha| sum |A B|
  * + |ref|) per entry.
  *
+ * chunk_ahead.h's set of lines (every line handed out once, in order; the rest read exactly) and
+ * the products drawing on it (recur__mm_ahead_bind: same results, the set drained).
+ *
  * Built twice: as is (the AVX-512 kernel on machines that have it), and by
  * test_chunk_mm_portable.c with RECUR_MM_PORTABLE (the OpenBLAS path every other machine runs),
  * which adds its own cases.
@@ -26,6 +29,7 @@
 #else
 #include "chunk_mm.h"
 #endif
+#include "chunk_ahead.h"
 #include "test_rng.h"
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
@@ -169,3 +173,139 @@ Test(chunk_mm, transpose)
         free(d);
     }
 }
+
+/* ---- chunk_ahead.h. Arrays of random lengths (some empty, most not whole lines); the first
+ * float of every line is 1 and every other float 1000, so recur__ahead_rest's sum counts the
+ * lines it read (exact) and shows any float read that does not start a line. */
+typedef struct {
+    float *rows[RECUR_AHEAD_MAX];
+    size_t n[RECUR_AHEAD_MAX];
+    int na;
+    size_t lines; /* over all arrays */
+} ahead_case;
+
+static void ahead_case_make(ahead_case *c)
+{
+    c->na = 1 + irand(RECUR_AHEAD_MAX);
+    c->lines = 0;
+    for (int j = 0; j < c->na; j++) {
+        c->n[j] = irand(5) == 0 ? 0 : (size_t)irand(400);
+        c->rows[j] = malloc((c->n[j] + 1) * sizeof(float));
+        cr_assert(c->rows[j]);
+        for (size_t i = 0; i < c->n[j]; i++)
+            c->rows[j][i] = i % RECUR_AHEAD_LINE ? 1000.0f : 1.0f;
+        c->lines += (c->n[j] + RECUR_AHEAD_LINE - 1) / RECUR_AHEAD_LINE;
+    }
+}
+
+static void ahead_case_free(ahead_case *c)
+{
+    for (int j = 0; j < c->na; j++)
+        free(c->rows[j]);
+}
+
+Test(chunk_ahead, take_hands_out_every_line_once_in_order)
+{
+    for (int trial = 0; trial < 300; trial++) {
+        ahead_case c;
+        ahead_case_make(&c);
+        recur__ahead ah;
+        recur__ahead_set(&ah, (const float *const *)c.rows, c.n, c.na, 0);
+        const size_t stop = (size_t)irand((int)c.lines + 1); /* then recur__ahead_rest */
+        size_t taken = 0;
+        int j = 0;
+        size_t at = 0; /* floats of array j handed out */
+        for (;;) {
+            const float *p = NULL;
+            const int want = 1 + irand(40);
+            const int got = recur__ahead_take(&ah, &p, taken < stop ? want : 0);
+            if (taken >= stop || !got)
+                break;
+            while (at >= c.n[j]) /* the next array with lines left */
+                j++, at = 0;
+            cr_assert(got <= want);
+            cr_assert_eq(p, c.rows[j] + at, "trial %d: a range out of order", trial);
+            const size_t left = (c.n[j] - at + RECUR_AHEAD_LINE - 1) / RECUR_AHEAD_LINE;
+            cr_assert(got == want || (size_t)got == left, "trial %d: a short range", trial);
+            at += (size_t)got * RECUR_AHEAD_LINE;
+            taken += (size_t)got;
+        }
+        cr_assert(taken <= c.lines);
+        if (stop == c.lines)
+            cr_assert_eq(taken, c.lines, "trial %d: lines never handed out", trial);
+        cr_assert_eq(recur__ahead_rest(&ah), (float)(c.lines - taken), "trial %d: the rest", trial);
+        ahead_case_free(&c);
+    }
+}
+
+Test(chunk_ahead, steps_hand_out_their_share)
+{
+    for (int trial = 0; trial < 300; trial++) {
+        ahead_case c;
+        ahead_case_make(&c);
+        recur__ahead ah;
+        const size_t points = 1 + (size_t)irand(50);
+        recur__ahead_set(&ah, (const float *const *)c.rows, c.n, c.na, points);
+        const size_t per = (c.lines + points - 1) / points;
+        const size_t steps = (size_t)irand((int)points + 5);
+        for (size_t s = 0; s < steps; s++)
+            recur__ahead_step(&ah);
+        recur__ahead_step(NULL); /* nothing */
+        const size_t done = steps * per < c.lines ? steps * per : c.lines;
+        cr_assert_eq(recur__ahead_rest(&ah), (float)(c.lines - done), "trial %d", trial);
+        ahead_case_free(&c);
+    }
+}
+
+Test(chunk_ahead, chunk_rows_clipped_to_T)
+{
+    /* [T][H][K] and [T][H][V] rows of the chunk at t0: T = 10, H = 2, K = 3, V = 5, C = 4 */
+    static float a[10 * 2 * 3], b[10 * 2 * 5];
+    const float *const in[2] = {a, b};
+    static const unsigned char is_v[2] = {0, 1};
+    recur__ahead ah;
+    recur__ahead_chunk(&ah, in, is_v, 2, 10, 2, 3, 5, 8, 4, 0); /* the tail: rows 8, 9 */
+    cr_assert_eq(ah.na, 2);
+    cr_assert_eq(ah.rows[0], a + 8 * 6);
+    cr_assert_eq(ah.n[0], 2 * 6);
+    cr_assert_eq(ah.rows[1], b + 8 * 10);
+    cr_assert_eq(ah.n[1], 2 * 10);
+    recur__ahead_chunk(&ah, in, is_v, 2, 10, 2, 3, 5, 12, 4, 0); /* past T: nothing */
+    cr_assert_eq(ah.na, 0);
+    cr_assert_eq(recur__ahead_rest(&ah), 0.0f);
+}
+
+#ifndef CHUNK_MM_PORTABLE_TEST
+Test(chunk_ahead, products_draw_on_the_bound_set_and_compute_the_same)
+{
+    enum { N = 64 };
+    static float A[N * N], B[N * N], C0[N * N], C1[N * N], next[4 * N * N];
+    for (int i = 0; i < N * N; i++)
+        A[i] = frand(), B[i] = frand();
+    for (int i = 0; i < 4 * N * N; i++)
+        next[i] = i % RECUR_AHEAD_LINE ? 1000.0f : 1.0f;
+    const float *rows[1] = {next};
+    const size_t n[1] = {4 * N * N}, lines = n[0] / RECUR_AHEAD_LINE;
+    static const int flag_sets[] = {0, RECUR_MM_A_LOWER, RECUR_MM_C_LOWER, RECUR_MM_C_UPPER};
+    for (int f = 0; f < 4; f++) {
+        const int flags = flag_sets[f], diag = flags == RECUR_MM_C_UPPER ? -1 : 0;
+        recur__ahead ah;
+        recur__ahead_set(&ah, rows, n, 1, 0);
+        memset(C0, 0, sizeof C0);
+        memset(C1, 0, sizeof C1);
+        recur__mm(N, N, N, 0.5f, A, N, 1, B, N, 0.0f, C0, N, flags, diag);
+        const int bound = recur__mm_ahead_bind(&ah);
+        recur__mm(N, N, N, 0.5f, A, N, 1, B, N, 0.0f, C1, N, flags, diag);
+        recur__mm_ahead_bind(NULL);
+        cr_assert_eq(memcmp(C0, C1, sizeof C0), 0, "flags %d: prefetching changed C", flags);
+        const float rest = recur__ahead_rest(&ah);
+        if (bound) /* AVX-512: a line every second term of every tile, the k loop of 64 */
+            cr_assert(rest < (float)lines, "flags %d: nothing drawn", flags);
+        else
+            cr_assert_eq(rest, (float)lines, "flags %d: an unbound set was drawn on", flags);
+        /* the binding is gone: another product draws nothing */
+        recur__mm(N, N, N, 0.5f, A, N, 1, B, N, 0.0f, C1, N, flags, diag);
+        cr_assert_eq(recur__ahead_rest(&ah), rest);
+    }
+}
+#endif
