@@ -15,8 +15,9 @@
  * scalar, 0.26 us on AVX-512 (about 2 % of a Q8_0 decode step of the d512 model saved).
  *
  * Paths (isa.h): AVX-512 with VNNI (vpdpbusd: 4 code x activation products per lane), AVX-512
- * without it and AVX2 (each code byte widened to fp32 and multiplied-added into an fp32 block
- * accumulator: integer values below 2^24, so exact, the same isum), and plain C. The x86 kernels
+ * without it (each code byte widened to fp32 and multiplied-added into an fp32 block
+ * accumulator: integer values below 2^24, so exact, the same isum), AVX2 (vpmaddubsw +
+ * vpmaddwd: the same int32 isum, qtile256), and plain C. The x86 kernels
  * are left out of the fuzz build like packed_gemm.c's (RECUR_GEMM_PORTABLE_ONLY). */
 #include <stdlib.h>
 #include <string.h>
@@ -126,54 +127,65 @@ static void qgemm_c(recur_wtype wt, int M, int N, const qrows *xr, const unsigne
 /* ---------------------------------------------------------------- AVX2: two ymm per panel row */
 #define FN256 INLINE __attribute__((target(RECUR_TARGET_AVX2)))
 
-/* Rows [0, MR) x panels [0, NP): codes widened to fp32 lane by lane (exact block sums). */
+/* Rows [0, MR) x panels [0, NP): integer block sums with vpmaddubsw (unsigned x signed bytes,
+ * adjacent pairs summed to int16) then vpmaddwd by 1 (the two pairs of a lane to int32): the 4
+ * products of a lane, as vpdpbusd. Q8_0: the code's signed value q = code ^ 0x80 goes in as |q|
+ * (unsigned, at most 128) against x with q's sign (vpsignb), so a pair sum is at most
+ * 2 * 128 * 127 < 2^15, exact; no -128 * xsum start. Q4_0: the nibbles (at most 15) against x
+ * directly, low and high pair sums added in int16 (at most 4 * 15 * 127), the block starting at
+ * -8 * xsum. isum is then the integer of quant.h, converted exactly, and the fp32 steps are the
+ * other paths': the same bits. */
 FN256 void qtile256(const int WT, const int MR, const int NP, const qrows *xr, int m0, const unsigned char *wp,
                     size_t ps, float beta, float *y, int ldy, int n_left)
 {
     const size_t bb = recur__qblock_panel_bytes(WT), codes = bb - 2 * RECUR_PANEL;
-    const float off = (float)code_offset(WT);
     __m256 acc[QT_MR][2 * QT_NP1];
 #pragma GCC unroll 8
     for (int m = 0; m < MR; m++)
 #pragma GCC unroll 8
         for (int h = 0; h < 2 * NP; h++) acc[m][h] = _mm256_setzero_ps();
-    const __m256i lo8 = _mm256_set1_epi32(0xff), lo4 = _mm256_set1_epi32(0x0f);
+    const __m256i ones = _mm256_set1_epi16(1), lo4 = _mm256_set1_epi8(0x0f), flip = _mm256_set1_epi8((char)0x80);
     for (int b = 0; b < xr->nb; b++) {
-        __m256 is[QT_MR][2 * QT_NP1];
+        __m256i is[QT_MR][2 * QT_NP1];
 #pragma GCC unroll 8
         for (int m = 0; m < MR; m++) {
-            const __m256 init = _mm256_set1_ps(-off * (float)xr->xsum[(size_t)(m0 + m) * xr->nb + b]);
+            const __m256i init = _mm256_set1_epi32(WT == RECUR_WT_Q8_0 ? 0 : -8 * xr->xsum[(size_t)(m0 + m) * xr->nb + b]);
 #pragma GCC unroll 8
             for (int h = 0; h < 2 * NP; h++) is[m][h] = init;
         }
         for (int g = 0; g < (WT == RECUR_WT_Q8_0 ? 8 : 4); g++) {
-            __m256i w[2 * QT_NP1];
+            __m256i wa[2 * QT_NP1], wb[2 * QT_NP1]; /* Q8_0: |q|, q; Q4_0: low, high nibbles */
 #pragma GCC unroll 8
-            for (int h = 0; h < 2 * NP; h++)
-                w[h] = _mm256_loadu_si256((const __m256i *)(wp + (h / 2) * ps + (size_t)b * bb + (size_t)g * 64 + (h % 2) * 32));
-#pragma GCC unroll 8
-            for (int t = 0; t < 4; t++) {
-                __m256 c[2 * QT_NP1], c2[2 * QT_NP1];
-#pragma GCC unroll 8
-                for (int h = 0; h < 2 * NP; h++) {
-                    __m256i v = _mm256_srli_epi32(w[h], 8 * t);
-                    if (WT == RECUR_WT_Q8_0) c[h] = _mm256_cvtepi32_ps(_mm256_and_si256(v, lo8));
-                    else {
-                        c[h] = _mm256_cvtepi32_ps(_mm256_and_si256(v, lo4));
-                        c2[h] = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 4), lo4));
-                    }
+            for (int h = 0; h < 2 * NP; h++) {
+                const __m256i w =
+                    _mm256_loadu_si256((const __m256i *)(wp + (h / 2) * ps + (size_t)b * bb + (size_t)g * 64 + (h % 2) * 32));
+                if (WT == RECUR_WT_Q8_0) {
+                    wb[h] = _mm256_xor_si256(w, flip);
+                    wa[h] = _mm256_abs_epi8(wb[h]);
+                } else {
+                    wa[h] = _mm256_and_si256(w, lo4);
+                    wb[h] = _mm256_and_si256(_mm256_srli_epi16(w, 4), lo4);
                 }
+            }
 #pragma GCC unroll 8
-                for (int m = 0; m < MR; m++) {
-                    const int8_t *xq = xr->xq + ((size_t)(m0 + m) * xr->nb + b) * QB;
-                    const __m256 xv = _mm256_set1_ps((float)xq[4 * g + t]);
+            for (int m = 0; m < MR; m++) {
+                const int8_t *xq = xr->xq + ((size_t)(m0 + m) * xr->nb + b) * QB;
+                int32_t xl, xh;
+                memcpy(&xl, xq + 4 * g, 4);
+                const __m256i bl = _mm256_set1_epi32(xl);
+                if (WT == RECUR_WT_Q8_0) {
 #pragma GCC unroll 8
-                    for (int h = 0; h < 2 * NP; h++) is[m][h] = _mm256_fmadd_ps(c[h], xv, is[m][h]);
-                    if (WT == RECUR_WT_Q4_0) {
-                        const __m256 xh = _mm256_set1_ps((float)xq[16 + 4 * g + t]);
+                    for (int h = 0; h < 2 * NP; h++)
+                        is[m][h] = _mm256_add_epi32(
+                            is[m][h], _mm256_madd_epi16(_mm256_maddubs_epi16(wa[h], _mm256_sign_epi8(bl, wb[h])), ones));
+                } else {
+                    memcpy(&xh, xq + 16 + 4 * g, 4);
+                    const __m256i bh = _mm256_set1_epi32(xh);
 #pragma GCC unroll 8
-                        for (int h = 0; h < 2 * NP; h++) is[m][h] = _mm256_fmadd_ps(c2[h], xh, is[m][h]);
-                    }
+                    for (int h = 0; h < 2 * NP; h++)
+                        is[m][h] = _mm256_add_epi32(
+                            is[m][h], _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(wa[h], bl),
+                                                                         _mm256_maddubs_epi16(wb[h], bh)), ones));
                 }
             }
         }
@@ -184,7 +196,7 @@ FN256 void qtile256(const int WT, const int MR, const int NP, const qrows *xr, i
 #pragma GCC unroll 8
             for (int m = 0; m < MR; m++) {
                 const __m256 dd = _mm256_mul_ps(sw, _mm256_set1_ps(xr->dx[(size_t)(m0 + m) * xr->nb + b]));
-                acc[m][h] = _mm256_fmadd_ps(dd, is[m][h], acc[m][h]);
+                acc[m][h] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(is[m][h]), acc[m][h]);
             }
         }
     }
