@@ -85,6 +85,8 @@ def raw_request(port, method, path, body=None):
                "Content-Length: %d\r\nConnection: close\r\n\r\n" % (method, path, len(data))).encode()
               + data)
     head, _, rest = read_to_eof(s).partition(b"\r\n\r\n")
+    if not head:  # the daemon closed the connection before answering (e.g. during a shutdown)
+        raise ConnectionResetError("connection closed with no response")
     return int(head.split()[1]), rest
 
 
