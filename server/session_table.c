@@ -9,19 +9,40 @@
 
 #include <errno.h>
 #include <malloc.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define POISON(p, n) ((void)(p), (void)(n))
+#define UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 #define POOL_MAX 64 /* freed states kept for reuse: no allocator churn on create/delete */
+#define SLAB_N 256  /* srv_session structs per slab block (312 bytes each: 78 KiB) */
+
+/* A slot of the open-addressed table: empty when s == NULL, else s and id_hash(s->id). */
+typedef struct {
+    uint64_t h;
+    srv_session *s;
+} slot;
 
 struct srv_table {
     const recur_model *model;
     int vocab;
     int max_sessions;
-    size_t count;
-    size_t n_buckets;         /* power of two */
-    srv_session **buckets;
+    size_t count;             /* sessions in the table */
+    size_t n_slots;           /* power of two, >= 2 * n_live: load <= 1/2 */
+    slot *slots;
+    srv_session **blocks;     /* the slab: n_blocks blocks of SLAB_N structs, never freed before */
+    size_t n_blocks, blocks_cap; /* srv_table_destroy */
+    srv_session *free_structs; /* free list through free_next, last freed first */
+    size_t n_live;            /* structs handed out: in the table or detached */
     recur_state *pool[POOL_MAX];
     float *pool_logits[POOL_MAX];
     int n_pool;
@@ -122,13 +143,67 @@ srv_table *srv_table_create(const recur_model *m, int max_sessions)
     t->vocab = recur_model_get_info(m)->vocab_size;
     states_from_heap(recur_model_get_info(m)->state_bytes);
     t->max_sessions = max_sessions;
-    t->n_buckets = 1024;
-    t->buckets = calloc(t->n_buckets, sizeof *t->buckets);
-    if (!t->buckets) {
+    t->n_slots = 1024;
+    t->slots = calloc(t->n_slots, sizeof *t->slots);
+    if (!t->slots) {
         free(t);
         return NULL;
     }
     return t;
+}
+
+/* ---------------------------------------------------------------- the slab */
+
+/* The bytes of a free struct left readable: free_next and in_table (foreach reads it), rounded
+ * up to ASan's 8-byte granules. */
+#define FREE_HEAD ((offsetof(srv_session, in_table) + sizeof(int) + 7) & ~(size_t)7)
+
+/* Push s on the free list; the rest of a free struct is poisoned (ASan: a use after free). */
+static void struct_free(srv_table *t, srv_session *s)
+{
+    s->free_next = t->free_structs;
+    s->in_table = 0;
+    t->free_structs = s;
+    t->n_live--;
+    POISON((char *)s + FREE_HEAD, sizeof *s - FREE_HEAD);
+}
+
+static int slab_block(srv_table *t)
+{
+    if (t->n_blocks == t->blocks_cap) {
+        size_t cap = t->blocks_cap ? 2 * t->blocks_cap : 16;
+        srv_session **b = realloc(t->blocks, cap * sizeof *b);
+        if (!b)
+            return -1;
+        t->blocks = b;
+        t->blocks_cap = cap;
+    }
+    srv_session *blk = calloc(SLAB_N, sizeof *blk);
+    if (!blk)
+        return -1;
+    t->blocks[t->n_blocks++] = blk;
+    t->n_live += SLAB_N;
+    for (size_t i = SLAB_N; i-- > 0;) /* the lowest address on top */
+        struct_free(t, &blk[i]);
+    return 0;
+}
+
+static int grow(srv_table *t);
+
+/* A zeroed struct from the slab, with a slot kept for it (the table then never grows in
+ * link_in, which cannot fail); NULL when an allocation failed. */
+static srv_session *struct_new(srv_table *t)
+{
+    if (2 * (t->n_live + 1) > t->n_slots && grow(t) != 0)
+        return NULL;
+    if (!t->free_structs && slab_block(t) != 0)
+        return NULL;
+    srv_session *s = t->free_structs;
+    UNPOISON(s, sizeof *s);
+    t->free_structs = s->free_next;
+    t->n_live++;
+    memset(s, 0, sizeof *s);
+    return s;
 }
 
 /* What a session owns besides its state and logits. */
@@ -151,7 +226,7 @@ static void free_session(srv_table *t, srv_session *s)
         recur_state_destroy(s->state);
         free(s->logits);
     }
-    free(s);
+    struct_free(t, s);
 }
 
 int srv_table_spare_count(const srv_table *t)
@@ -173,44 +248,88 @@ void srv_table_destroy(srv_table *t)
 {
     if (!t)
         return;
-    for (size_t b = 0; b < t->n_buckets; b++) {
-        srv_session *s = t->buckets[b];
-        while (s) {
-            srv_session *n = s->hnext;
+    for (size_t i = 0; i < t->n_slots; i++) {
+        srv_session *s = t->slots[i].s;
+        if (s) {
             free_extras(s);
             recur_state_destroy(s->state);
             free(s->logits);
-            free(s);
-            s = n;
         }
     }
     for (int i = 0; i < t->n_pool; i++) {
         recur_state_destroy(t->pool[i]);
         free(t->pool_logits[i]);
     }
-    free(t->buckets);
+    for (size_t b = 0; b < t->n_blocks; b++) {
+        UNPOISON(t->blocks[b], SLAB_N * sizeof(srv_session));
+        free(t->blocks[b]);
+    }
+    free(t->blocks);
+    free(t->slots);
     free(t);
 }
 
-static void grow(srv_table *t)
+/* ---------------------------------------------------------------- the open-addressed table
+ *
+ * Linear probing from h & (n_slots - 1); a run of full slots ends at an empty one (load <= 1/2:
+ * a miss reads 2.5 slots on average, 40 bytes). Deletion shifts back: each later entry of the run
+ * whose home is not cyclically in (hole, its slot] moves into the hole, so no tombstones. */
+
+/* The slot holding the id (hash h), or the empty slot that ends its run (.s NULL): a miss reads
+ * slots only, a hit one struct. */
+static slot *probe_id(const srv_table *t, uint64_t h, const char *id)
 {
-    size_t nb = t->n_buckets * 2;
-    srv_session **b = calloc(nb, sizeof *b);
-    if (!b)
-        return; /* keep the old table: longer chains, still correct */
-    for (size_t i = 0; i < t->n_buckets; i++) {
-        srv_session *s = t->buckets[i];
-        while (s) {
-            srv_session *n = s->hnext;
-            size_t k = id_hash(s->id) & (nb - 1);
-            s->hnext = b[k];
-            b[k] = s;
-            s = n;
+    size_t mask = t->n_slots - 1;
+    for (size_t i = h & mask;; i = (i + 1) & mask) {
+        slot *e = &t->slots[i];
+        if (!e->s || (e->h == h && memcmp(e->s->id, id, 32) == 0))
+            return e;
+    }
+}
+
+/* The slot holding s (id hash h), or the empty slot that ends its run. */
+static slot *probe_ptr(const srv_table *t, uint64_t h, const srv_session *s)
+{
+    size_t mask = t->n_slots - 1;
+    for (size_t i = h & mask;; i = (i + 1) & mask) {
+        slot *e = &t->slots[i];
+        if (!e->s || e->s == s)
+            return e;
+    }
+}
+
+static int grow(srv_table *t)
+{
+    size_t n = t->n_slots * 2;
+    slot *a = calloc(n, sizeof *a);
+    if (!a)
+        return -1;
+    for (size_t i = 0; i < t->n_slots; i++) {
+        slot e = t->slots[i];
+        if (!e.s)
+            continue;
+        size_t k = e.h & (n - 1);
+        while (a[k].s)
+            k = (k + 1) & (n - 1);
+        a[k] = e;
+    }
+    free(t->slots);
+    t->slots = a;
+    t->n_slots = n;
+    return 0;
+}
+
+static void slot_delete(srv_table *t, slot *hole)
+{
+    size_t mask = t->n_slots - 1, i = (size_t)(hole - t->slots);
+    for (size_t j = (i + 1) & mask; t->slots[j].s; j = (j + 1) & mask) {
+        size_t home = t->slots[j].h & mask;
+        if (((j - home) & mask) >= ((j - i) & mask)) { /* home not in (i, j]: it may move to i */
+            t->slots[i] = t->slots[j];
+            i = j;
         }
     }
-    free(t->buckets);
-    t->buckets = b;
-    t->n_buckets = nb;
+    t->slots[i] = (slot){0, NULL};
 }
 
 int srv_random_hex(char *out, size_t n_bytes)
@@ -251,18 +370,18 @@ int srv_table_new(srv_table *t, uint64_t now_ms, srv_session **out)
         return -1;
     if (srv_table_make_room(t) != 0)
         return -2;
-    srv_session *s = calloc(1, sizeof *s);
+    srv_session *s = struct_new(t);
     if (!s)
         return -2;
     do {
         if (srv_random_hex(s->id, 16) != 0) {
-            free(s);
+            struct_free(t, s);
             return -2;
         }
     } while (srv_table_find(t, s->id)); /* 2^-128: never, but cheap to be sure */
     s->mut_gen = 1; /* new: not on disk yet */
     if (insert(t, s, now_ms) != 0) {
-        free(s);
+        struct_free(t, s);
         return -2;
     }
     *out = s;
@@ -294,11 +413,9 @@ static void link_in(srv_table *t, srv_session *s, uint64_t now_ms)
     s->last_used_ms = now_ms;
     lru_append(t, s);
     chg_link(t, s); /* new or restored: its owner decides whether it is clean */
-    if (t->count + 1 > t->n_buckets)
-        grow(t);
-    size_t k = id_hash(s->id) & (t->n_buckets - 1);
-    s->hnext = t->buckets[k];
-    t->buckets[k] = s;
+    uint64_t h = id_hash(s->id);
+    *probe_ptr(t, h, s) = (slot){h, s}; /* struct_new kept the room */
+    s->in_table = 1;
     t->count++;
 }
 
@@ -313,13 +430,13 @@ static int insert(srv_table *t, srv_session *s, uint64_t now_ms)
 
 int srv_table_adopt(srv_table *t, const char *id, uint64_t now_ms, srv_session **out)
 {
-    srv_session *s = calloc(1, sizeof *s);
+    srv_session *s = struct_new(t);
     if (!s)
         return -2;
     memcpy(s->id, id, 32);
     s->id[32] = '\0';
     if (insert(t, s, now_ms) != 0) {
-        free(s);
+        struct_free(t, s);
         return -2;
     }
     *out = s;
@@ -328,13 +445,13 @@ int srv_table_adopt(srv_table *t, const char *id, uint64_t now_ms, srv_session *
 
 int srv_table_detached(srv_table *t, const char *id, srv_session **out)
 {
-    srv_session *s = calloc(1, sizeof *s);
+    srv_session *s = struct_new(t);
     if (!s)
         return -2;
     memcpy(s->id, id, 32);
     s->id[32] = '\0';
     if (give_state(t, s) != 0) {
-        free(s);
+        struct_free(t, s);
         return -2;
     }
     *out = s;
@@ -376,11 +493,7 @@ srv_session *srv_table_peek(srv_table *t, const char *id)
     for (int i = 0; i < 32; i++)
         if (!((id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'f')))
             return NULL;
-    size_t k = id_hash(id) & (t->n_buckets - 1);
-    for (srv_session *s = t->buckets[k]; s; s = s->hnext)
-        if (memcmp(s->id, id, 32) == 0)
-            return s;
-    return NULL;
+    return probe_id(t, id_hash(id), id)->s;
 }
 
 void srv_table_remove(srv_table *t, srv_session *s)
@@ -392,16 +505,14 @@ void srv_table_remove(srv_table *t, srv_session *s)
 
 void srv_table_drop(srv_table *t, srv_session *s)
 {
-    size_t k = id_hash(s->id) & (t->n_buckets - 1);
-    for (srv_session **p = &t->buckets[k]; *p; p = &(*p)->hnext)
-        if (*p == s) {
-            *p = s->hnext;
-            t->count--;
-            lru_unlink(t, s);
-            srv_table_changed_unlink(t, s);
-            free_session(t, s);
-            return;
-        }
+    slot *e = probe_ptr(t, id_hash(s->id), s);
+    if (!e->s)
+        return; /* not in the table */
+    slot_delete(t, e);
+    t->count--;
+    lru_unlink(t, s);
+    srv_table_changed_unlink(t, s);
+    free_session(t, s);
 }
 
 size_t srv_table_count(const srv_table *t)
@@ -416,14 +527,13 @@ int srv_table_max(const srv_table *t)
 
 void srv_table_foreach(srv_table *t, void (*fn)(srv_session *s, void *arg), void *arg)
 {
-    for (size_t b = 0; b < t->n_buckets; b++) {
-        srv_session *s = t->buckets[b];
-        while (s) {
-            srv_session *n = s->hnext; /* fn may remove s */
-            fn(s, arg);
-            s = n;
+    /* the slab, not the slots: removing shifts slots back, but never moves a struct */
+    for (size_t b = 0; b < t->n_blocks; b++)
+        for (size_t i = 0; i < SLAB_N; i++) {
+            srv_session *s = &t->blocks[b][i];
+            if (s->in_table)
+                fn(s, arg);
         }
-    }
 }
 
 size_t srv_session_state_bytes(const srv_session *s, int vocab)

@@ -4,6 +4,12 @@
  * Owned and used by the loop thread only. A session's recurrent state and logits are touched
  * by a worker thread only while one of its ops is in flight (server/ops.c guarantees at most
  * one). Ids come from getrandom(); they are never derived from a counter.
+ *
+ * Layout (what a lookup touches): the srv_session structs come from a slab (blocks of
+ * SLAB_N structs, a free list), so they sit packed together, not one allocation each between
+ * the states; the table is open-addressed (linear probing, backward-shift deletion, load <= 1/2),
+ * each slot the session's 64-bit id hash beside its pointer. A miss (a resume of a session on
+ * disk) reads only slots; a hit compares the hash, then reads one struct for the id.
  */
 #ifndef SRV_SESSION_TABLE_H
 #define SRV_SESSION_TABLE_H
@@ -16,6 +22,9 @@
 typedef struct srv_op srv_op;
 
 typedef struct srv_session {
+    /* the table's own (session_table.c): first, so a free struct's rest can be poisoned (ASan) */
+    struct srv_session *free_next; /* on the slab's free list: the next free struct */
+    int in_table;           /* linked in the table (not detached, not free) */
     char id[33];            /* 32 lowercase hex digits + NUL */
     recur_state *state;     /* owned */
     float *logits;          /* [vocab] logits for the next position; valid when has_logits */
@@ -60,7 +69,6 @@ typedef struct srv_session {
     /* Idempotency-Key records (idempotency.h): [n_idem], oldest first, owned */
     struct srv_idem *idem;
     int n_idem, idem_cap;
-    struct srv_session *hnext; /* hash chain */
     /* the recency list, least recently used first (srv_table_touch moves a session to its end,
      * so it is sorted by last_used_ms): evictions and idle sweeps start at its head and stop
      * at the first session too recent, never walking the idle ones they leave alone */
@@ -114,8 +122,9 @@ void srv_table_changed(srv_table *t, srv_session *s);
 srv_session *srv_table_changed_first(srv_table *t);
 /* Take s off the changed list (its snapshot holds its state). No-op when not on it. */
 void srv_table_changed_unlink(srv_table *t, srv_session *s);
-/* Call fn for every session; fn may remove the session it is given. O(resident sessions): for
- * shutdown and rare sweeps only, never per request or per tick. */
+/* Call fn for every session (in slab order); fn may remove the session it is given. O(structs
+ * in the slab, at most the peak of resident sessions): for shutdown and rare sweeps only, never
+ * per request or per tick. */
 void srv_table_foreach(srv_table *t, void (*fn)(srv_session *s, void *arg), void *arg);
 
 /* Persistence and the resident budget (server/residency.c). With hooks set:

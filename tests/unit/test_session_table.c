@@ -2,7 +2,9 @@
  * last use through touches, drops and removals; the changed list holds every session a request
  * may have changed until its owner unlinks it; and states larger than glibc's default mmap
  * threshold come from the heap (one mapping each fragments into one mapping per freed state
- * under churn, up to vm.max_map_count). Reference: an independent array model of the same operations. */
+ * under churn, up to vm.max_map_count); the open-addressed table finds exactly the sessions an
+ * array model holds through random churn with colliding and wrapping ids, and a miss reads no
+ * session struct. Reference: an independent array model of the same operations. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,4 +150,143 @@ Test(session_table, states_do_not_take_a_mapping_each, .init = setup, .fini = te
     cr_assert_lt(after - before, N / 20, "%d more mappings after %d sessions and %d drops",
                  after - before, N, (N + 2) / 3);
     srv_table_destroy(t);
+}
+
+/* An id whose hash (its first 16 hex digits) is hi:lo, the rest from tail. */
+static void make_id(char *id, uint32_t hi, uint32_t lo, uint32_t tail)
+{
+    snprintf(id, 33, "%08x%08x%08x%08x", hi, lo, tail, tail ^ 0x5a5a5a5au);
+}
+
+/* The table against an array model through random adopts, drops, removes, detached sessions
+ * linked or discarded, with ids that collide on the slot index (same low hash bits, and homes at
+ * the last slot, so runs wrap around) until the slots double several times: every id is found
+ * exactly while in the model, count and foreach agree, and no run holds an entry out of place. */
+static void check_against(srv_table *t, srv_session **model, size_t n, char (*gone)[33], size_t n_gone)
+{
+    cr_assert_eq(srv_table_count(t), n);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(srv_table_peek(t, model[i]->id), model[i], "id %s", model[i]->id);
+    for (size_t i = 0; i < n_gone; i++)
+        cr_assert_null(srv_table_peek(t, gone[i]), "gone id %s still found", gone[i]);
+    /* every entry is reachable from its home: no empty slot between home and it */
+    size_t mask = t->n_slots - 1, full = 0;
+    for (size_t i = 0; i < t->n_slots; i++) {
+        if (!t->slots[i].s)
+            continue;
+        full++;
+        cr_assert_eq(t->slots[i].h, id_hash(t->slots[i].s->id));
+        for (size_t j = t->slots[i].h & mask; j != i; j = (j + 1) & mask)
+            cr_assert_not_null(t->slots[j].s, "hole at %zu before the entry at %zu", j, i);
+    }
+    cr_assert_eq(full, n);
+    cr_assert_leq(2 * t->n_live, t->n_slots);
+}
+
+static void count_one(srv_session *s, void *arg)
+{
+    cr_assert(s->in_table);
+    (*(size_t *)arg)++;
+}
+
+Test(session_table, open_addressing_matches_a_model, .init = setup, .fini = teardown)
+{
+    srv_table *t = srv_table_create(M, 100000);
+    enum { N = 3000, G = 4000 };
+    static srv_session *model[N];
+    static char gone[G][33];
+    size_t n = 0, n_gone = 0;
+    srand(7);
+    uint32_t serial = 1;
+    for (int step = 0; step < 12000; step++) {
+        int op = rand() % 10;
+        if (op < 6 && n < N) {
+            char id[33];
+            uint32_t k = serial++;
+            switch (rand() % 3) {
+            case 0: make_id(id, k, 0, k); break;                  /* home slot 0 at any size */
+            case 1: make_id(id, k, 0xffffffffu, k); break;        /* home: the last slot */
+            default: make_id(id, (uint32_t)rand(), (uint32_t)rand(), k); break;
+            }
+            srv_session *s;
+            if (rand() % 4 == 0) { /* a resume: built detached, then linked or discarded */
+                cr_assert_eq(srv_table_detached(t, id, &s), 0);
+                cr_assert_null(srv_table_peek(t, id));
+                if (rand() % 3 == 0) {
+                    srv_table_discard(t, s);
+                    if (n_gone < G)
+                        memcpy(gone[n_gone++], id, 33);
+                    continue;
+                }
+                srv_table_link(t, s, (uint64_t)step);
+            } else {
+                cr_assert_eq(srv_table_adopt(t, id, (uint64_t)step, &s), 0);
+            }
+            model[n++] = s;
+        } else if (n > 0) {
+            size_t i = (size_t)rand() % n;
+            if (n_gone < G)
+                memcpy(gone[n_gone++], model[i]->id, 33);
+            if (op % 2)
+                srv_table_drop(t, model[i]);
+            else
+                srv_table_remove(t, model[i]);
+            model[i] = model[--n];
+        }
+        if (step % 500 == 0)
+            check_against(t, model, n, gone, n_gone);
+    }
+    check_against(t, model, n, gone, n_gone);
+    cr_assert_geq(t->n_slots, (size_t)4096, "the slots never grew: %zu", t->n_slots);
+    size_t seen = 0;
+    srv_table_foreach(t, count_one, &seen);
+    cr_assert_eq(seen, n);
+    /* the slab: freed structs are reused before a new block is taken */
+    size_t blocks = t->n_blocks;
+    for (size_t i = 0; i < 100 && n > 0; i++)
+        srv_table_drop(t, model[--n]);
+    for (int i = 0; i < 100; i++) {
+        srv_session *s;
+        cr_assert_eq(srv_table_new(t, 1, &s), 0);
+    }
+    cr_assert_eq(t->n_blocks, blocks);
+    srv_table_destroy(t);
+}
+
+static void drop_one(srv_session *s, void *arg)
+{
+    srv_table_drop(arg, s);
+}
+
+Test(session_table, foreach_may_remove_the_session_it_is_given, .init = setup, .fini = teardown)
+{
+    srv_table *t = srv_table_create(M, 10000);
+    for (int i = 0; i < 700; i++) { /* past one slab block and a growth of the slots */
+        srv_session *s;
+        cr_assert_eq(srv_table_new(t, 1, &s), 0);
+    }
+    srv_table_foreach(t, drop_one, t);
+    cr_assert_eq(srv_table_count(t), 0);
+    cr_assert_null(srv_table_lru_first(t));
+    cr_assert_null(srv_table_changed_first(t));
+    srv_table_destroy(t);
+}
+
+/* A miss reads slots only: slots whose pointers lead nowhere (any read of a struct would fault)
+ * answer a lookup of an id with another hash; a hit compares the hash before the id. */
+Test(session_table, a_miss_reads_no_session)
+{
+    enum { NS = 16 };
+    slot slots[NS] = {{0}};
+    srv_table t = {.n_slots = NS, .slots = slots};
+    char id[33];
+    make_id(id, 1, 3, 9); /* home slot 3 */
+    for (size_t i = 3; i < 8; i++) /* a run 3..7 of other hashes, same home or later */
+        slots[i] = (slot){((uint64_t)(i + 100) << 32) | i, (srv_session *)(uintptr_t)(0x10 + i * 8)};
+    slots[3].h = ((uint64_t)7 << 32) | 3; /* same slot index as id, another hash */
+    cr_assert_eq(probe_id(&t, id_hash(id), id), &slots[8]);
+    srv_session real = {0};
+    memcpy(real.id, id, 33);
+    slots[8] = (slot){id_hash(id), &real};
+    cr_assert_eq(probe_id(&t, id_hash(id), id), &slots[8]);
 }
