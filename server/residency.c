@@ -21,8 +21,9 @@
 #define MAX_INFLIGHT 8
 /* Eviction writes in flight at once; past it, evictions write on the loop thread. */
 #define MAX_EVICT_INFLIGHT 16
-/* Spare state copies kept for writes whose worker serializes a copy (captures, evictions). */
-#define CPOOL_MAX (MAX_INFLIGHT + MAX_EVICT_INFLIGHT)
+/* Spare state copies kept for writes whose worker serializes a copy (captures; an eviction's
+ * worker serializes the evicted session's own state, handed over: start_job_ex). */
+#define CPOOL_MAX MAX_INFLIGHT
 #define TICK_MIN_MS 50
 #define TICK_MAX_MS 1000
 /* With nothing in progress, the timer sleeps until the next thing due, at most this long. */
@@ -75,9 +76,12 @@ typedef struct wjob {
     uint8_t *buf;     /* serialized on the loop thread (or, with cstate, by the worker); owned */
     size_t len;
     /* A computing session's snapshot (srv_residency_capture): only the state and logits are
-     * copied at its boundary, and the worker serializes the copy. Never an eviction's bytes. */
+     * copied at its boundary, and the worker serializes the copy (from cpool). An eviction's
+     * (given): the evicted session's own state and logits, handed over untouched
+     * (srv_table_drop_keep); they go back to the table's pool once the write is done. */
     recur_state *cstate;
     float *clogits;
+    int given;
     int chas_logits;
     int vocab;
     uint8_t *csec;    /* with cstate: the session's checkpoint section, copied at the boundary */
@@ -122,7 +126,7 @@ struct srv_residency {
         quarantined, over_budget, deleted_files, expired_on_disk;
     uint64_t sync_evict_writes, sync_evict_us_total, sync_evict_us_max;
     uint64_t unlink_failures;
-    recur_state *cpool[CPOOL_MAX]; /* spare copies for captures and evictions (wjob.cstate) */
+    recur_state *cpool[CPOOL_MAX]; /* spare copies for captures (wjob.cstate) */
     float *cpool_logits[CPOOL_MAX];
     int n_cpool;
     uint64_t busy_captures, capture_us_total, capture_us_max; /* copies taken at a busy
@@ -471,9 +475,9 @@ static int restore(srv_residency *r, const char *id, const uint8_t *buf, size_t 
 }
 
 /* A resident session id from an eviction write still in flight (or failed): from its bytes, or,
- * when the worker serializes the job's copy (cstate: the loop only copied the state), from that
- * copy, which the worker only reads meanwhile. The same session as a load of the file would
- * give. Returns 0 with *out, or -2 (no memory: our own bytes cannot fail a check). */
+ * when the worker serializes the job's state (cstate: the evicted session's own, given), from a
+ * copy of that state into another spare (the worker only reads cstate meanwhile, and keeps it
+ * until the write is done). The same session as a load of the file would give. Returns 0 with *out, or -2 (no memory: our own bytes cannot fail a check). */
 static int restore_job(srv_residency *r, const wjob *j, srv_session **out)
 {
     const char *why = NULL;
@@ -557,16 +561,28 @@ static int copy_take(srv_residency *r, srv_session *s, recur_state **st, float *
     return 0;
 }
 
-/* Serialize s (no worker may be touching it) and hand the bytes to the threadpool. copy: only
- * copy the state and logits here, the worker serializes them (a computing session's stream
- * waits for this call). */
-static wjob *start_job_ex(srv_residency *r, srv_session *s, wkind kind, int copy)
+/* What the loop thread does with s's state for a write (start_job_ex). */
+typedef enum {
+    JOB_SERIALIZE, /* serialize here; the worker writes the bytes */
+    JOB_COPY,      /* copy the state and logits here, the worker serializes the copy (a
+                    * computing session's stream waits for this call) */
+    JOB_GIVE       /* an eviction: the worker serializes s's own state and logits, which the
+                    * caller hands over at once (evict_by_job): no pass over the state here */
+} jobhow;
+
+/* Hand a write of s (no worker may be touching it) to the threadpool. */
+static wjob *start_job_ex(srv_residency *r, srv_session *s, wkind kind, jobhow how)
 {
     want_clear(r, s); /* whatever wanted a copy of s gets this one */
     wjob *j = calloc(1, sizeof *j);
     if (!j)
         abort();
-    if (copy && copy_take(r, s, &j->cstate, &j->clogits) == 0) {
+    if (how == JOB_GIVE) {
+        j->cstate = s->state;
+        j->clogits = s->logits;
+        j->given = 1;
+    }
+    if (j->given || (how == JOB_COPY && copy_take(r, s, &j->cstate, &j->clogits) == 0)) {
         j->chas_logits = s->has_logits;
         j->vocab = r->app->info->vocab_size;
         j->csec_len = srv_ckpt_section_size(s);
@@ -597,7 +613,7 @@ static wjob *start_job_ex(srv_residency *r, srv_session *s, wkind kind, int copy
     int rc = uv_queue_work(r->app->loop, &j->req, work_cb, after_cb);
     if (rc != 0) {
         srv_log(SRV_LOG_ERROR, "snapshot_queue_failed", "\"error\":\"%s\"", uv_strerror(rc));
-        if (j->cstate)
+        if (j->cstate && !j->given) /* given: still s's own */
             copy_put(r, j->cstate, j->clogits);
         free(j->csec);
         free(j->buf);
@@ -613,7 +629,7 @@ static wjob *start_job_ex(srv_residency *r, srv_session *s, wkind kind, int copy
 
 static wjob *start_job(srv_residency *r, srv_session *s, wkind kind)
 {
-    return start_job_ex(r, s, kind, 0);
+    return start_job_ex(r, s, kind, JOB_SERIALIZE);
 }
 
 /* ---------------------------------------------------------------- eviction */
@@ -629,7 +645,8 @@ static int evictable(const srv_residency *r, const srv_session *s)
 }
 
 /* Evict s with write j in flight (holding exactly its state): the session leaves the table, its
- * index entry points at j, which no longer refers to s. */
+ * index entry points at j, which no longer refers to s. A given job keeps s's state and logits
+ * (the worker is reading them). */
 static void evict_by_job(srv_residency *r, srv_session *s, wjob *j)
 {
     s->pjob = NULL;
@@ -637,7 +654,13 @@ static void evict_by_job(srv_residency *r, srv_session *s, wjob *j)
     j->s = NULL;
     entry *e = idx_put(r, s->id, 0, s->last_used_ms);
     e->pending = j;
-    srv_table_drop(r->app->table, s);
+    if (j->given) {
+        recur_state *st;
+        float *lg;
+        srv_table_drop_keep(r->app->table, s, &st, &lg); /* they are j->cstate, j->clogits */
+    } else {
+        srv_table_drop(r->app->table, s);
+    }
     r->evictions++;
 }
 
@@ -653,11 +676,11 @@ static srv_session *lru_evictable(srv_residency *r)
 }
 
 /* Evict one idle session to make room now. Clean: dropped at once. Changed since its last
- * snapshot: its state copied (on the loop thread), dropped, and serialized and written on the
- * threadpool;
- * until that write is done its bytes stay in memory (entry->pending), a request for it
- * restores it from them, and a failed write restores it as a resident session (nothing is
- * lost). Only when MAX_EVICT_INFLIGHT such writes are pending, or persistence is degraded,
+ * snapshot: dropped, its state and logits handed to a write job (no pass over them on the loop
+ * thread), serialized and written on the threadpool, then back in the table's pool of spares;
+ * until that write is done the state stays in memory (entry->pending), a request for it
+ * restores it from a copy of it (into another spare), and a failed write restores it as a
+ * resident session (nothing is lost). Only when MAX_EVICT_INFLIGHT such writes are pending, or persistence is degraded,
  * the write happens here on the loop thread (about 10 ms for a 17 KiB snapshot with fsync on
  * this machine's ext4; recurd_eviction_sync_write_seconds_* in /metrics). Returns 0, 1 when no
  * session is evictable (all busy), -1 when the eviction write failed (nothing is lost). */
@@ -675,9 +698,10 @@ static int evict_lru(srv_residency *r)
         return 0;
     }
     if (r->evict_inflight < MAX_EVICT_INFLIGHT && !r->degraded) {
-        /* only the state is copied here; the worker serializes it (the checksum pass over the
-         * state, ~0.1-0.2 ms for the default model, is off the resume that made room) */
-        wjob *j = start_job_ex(r, s, W_EVICT, 1);
+        /* the worker serializes s's own state (the checksum pass over the state, ~0.1-0.2 ms
+         * for the default model, is off the resume that made room); the loop neither copies
+         * nor zeroes it: a cold state costs the loop thread no page touches */
+        wjob *j = start_job_ex(r, s, W_EVICT, JOB_GIVE);
         if (!j)
             return -1;
         evict_by_job(r, s, j);
@@ -827,7 +851,10 @@ static void after_cb(uv_work_t *req, int status)
             enqueue(r, s->id, W_SHUTDOWN); /* a round's write failed: one more try before exit */
         }
     }
-    if (j->cstate)
+    if (j->given)
+        srv_table_spare_return(r->app->table, j->cstate, j->clogits); /* reset only if a new
+                                                                        * session takes it */
+    else if (j->cstate)
         copy_put(r, j->cstate, j->clogits);
     free(j->csec);
     free(j->buf);
@@ -877,7 +904,7 @@ void srv_residency_capture(srv_app *app, srv_session *s)
     if (s->pjob || is_clean(r, s))
         return;
     uint64_t t0 = uv_hrtime();
-    if (start_job_ex(r, s, kind, 1)) {
+    if (start_job_ex(r, s, kind, JOB_COPY)) {
         uint64_t us = (uv_hrtime() - t0) / 1000;
         r->busy_captures++;
         r->capture_us_total += us;

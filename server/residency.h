@@ -20,9 +20,12 @@
  *   - SIGTERM (srv_residency_shutdown) writes every changed session before exit.
  * Periodic, idle and shutdown writes run on libuv's threadpool; the state is serialized on the
  * loop thread first (a copy, no disk I/O), so a worker never reads a live session; a computing
- * session's state, and an evicted one's, is only copied (recur_state_copy into a pooled spare)
- * on the loop thread, and the threadpool serializes that copy. Budget evictions write on the
- * loop thread only when MAX_EVICT_INFLIGHT writes are in flight or persistence is degraded.
+ * session's state is only copied (recur_state_copy into a pooled spare) on the loop thread, and
+ * the threadpool serializes that copy; an evicted session's state and logits are handed to the
+ * write job (the session is dropped: no worker reads a live session), serialized by the
+ * threadpool and returned to the table's spares when the write is done, so an eviction makes
+ * no pass over the state on the loop thread. Budget evictions write on the loop thread only
+ * when MAX_EVICT_INFLIGHT writes are in flight or persistence is degraded.
  *
  * Everything here runs on the loop thread, except the reads of resumes whose file is not in the
  * page cache (srv_residency_resume: reader threads, readpool.h).

@@ -45,6 +45,8 @@ struct srv_table {
     size_t n_live;            /* structs handed out: in the table or detached */
     recur_state *pool[POOL_MAX];
     float *pool_logits[POOL_MAX];
+    unsigned char pool_used[POOL_MAX]; /* may hold a freed session's values: zeroed (reset)
+                                        * only when a new session takes it (give_state) */
     int n_pool;
     srv_table_hooks hooks; /* persistence / residency (all NULL: memory only) */
     srv_session *lru_head, *lru_tail; /* recency list: head least recently used */
@@ -214,18 +216,25 @@ static void free_extras(srv_session *s)
     srv_idem_clear(s);
 }
 
+/* Keep state and logits for reuse (used: the state may not be zero); 0, or -1 when the pool is
+ * full. */
+static int pool_put(srv_table *t, recur_state *state, float *logits, int used)
+{
+    if (t->n_pool >= POOL_MAX)
+        return -1;
+    t->pool[t->n_pool] = state;
+    t->pool_logits[t->n_pool] = logits;
+    t->pool_used[t->n_pool] = (unsigned char)used;
+    t->n_pool++;
+    return 0;
+}
+
+/* s's state is not zeroed here: a state about to be overwritten (a resume's decode) need not
+ * be, so only a new session pays for it (give_state). */
 static void free_session(srv_table *t, srv_session *s)
 {
     free_extras(s);
-    if (t->n_pool < POOL_MAX) {
-        recur_state_reset(s->state);
-        t->pool[t->n_pool] = s->state;
-        t->pool_logits[t->n_pool] = s->logits;
-        t->n_pool++;
-    } else {
-        recur_state_destroy(s->state);
-        free(s->logits);
-    }
+    srv_table_spare_return(t, s->state, s->logits);
     struct_free(t, s);
 }
 
@@ -236,12 +245,15 @@ int srv_table_spare_count(const srv_table *t)
 
 int srv_table_spare_add(srv_table *t, recur_state *state, float *logits)
 {
-    if (t->n_pool >= POOL_MAX)
-        return -1;
-    t->pool[t->n_pool] = state;
-    t->pool_logits[t->n_pool] = logits;
-    t->n_pool++;
-    return 0;
+    return pool_put(t, state, logits, 0);
+}
+
+void srv_table_spare_return(srv_table *t, recur_state *state, float *logits)
+{
+    if (state && pool_put(t, state, logits, 1) != 0) {
+        recur_state_destroy(state);
+        free(logits);
+    }
 }
 
 void srv_table_destroy(srv_table *t)
@@ -356,7 +368,7 @@ int srv_random_hex(char *out, size_t n_bytes)
     return 0;
 }
 
-static int insert(srv_table *t, srv_session *s, uint64_t now_ms);
+static int insert(srv_table *t, srv_session *s, uint64_t now_ms, int zero);
 
 int srv_table_make_room(srv_table *t)
 {
@@ -380,7 +392,7 @@ int srv_table_new(srv_table *t, uint64_t now_ms, srv_session **out)
         }
     } while (srv_table_find(t, s->id)); /* 2^-128: never, but cheap to be sure */
     s->mut_gen = 1; /* new: not on disk yet */
-    if (insert(t, s, now_ms) != 0) {
+    if (insert(t, s, now_ms, 1) != 0) {
         struct_free(t, s);
         return -2;
     }
@@ -388,13 +400,17 @@ int srv_table_new(srv_table *t, uint64_t now_ms, srv_session **out)
     return 0;
 }
 
-/* Give s a state and logits (a spare one when there is one). 0 or -2. */
-static int give_state(srv_table *t, srv_session *s)
+/* Give s a state and logits (a spare one when there is one). zero: a new session's, so a zero
+ * state (a used spare is reset here); else the caller overwrites the state (a snapshot's or
+ * another state's values) and its contents do not matter. 0 or -2. */
+static int give_state(srv_table *t, srv_session *s, int zero)
 {
     if (t->n_pool > 0) {
         t->n_pool--;
         s->state = t->pool[t->n_pool];
         s->logits = t->pool_logits[t->n_pool];
+        if (zero && t->pool_used[t->n_pool])
+            recur_state_reset(s->state);
     } else {
         if (recur_state_create(t->model, &s->state) != 0)
             return -2;
@@ -419,10 +435,10 @@ static void link_in(srv_table *t, srv_session *s, uint64_t now_ms)
     t->count++;
 }
 
-/* Give s (id set) a state and logits and link it in. */
-static int insert(srv_table *t, srv_session *s, uint64_t now_ms)
+/* Give s (id set) a state and logits (zero: as give_state) and link it in. */
+static int insert(srv_table *t, srv_session *s, uint64_t now_ms, int zero)
 {
-    if (give_state(t, s) != 0)
+    if (give_state(t, s, zero) != 0)
         return -2;
     link_in(t, s, now_ms);
     return 0;
@@ -435,7 +451,7 @@ int srv_table_adopt(srv_table *t, const char *id, uint64_t now_ms, srv_session *
         return -2;
     memcpy(s->id, id, 32);
     s->id[32] = '\0';
-    if (insert(t, s, now_ms) != 0) {
+    if (insert(t, s, now_ms, 0) != 0) {
         struct_free(t, s);
         return -2;
     }
@@ -450,7 +466,7 @@ int srv_table_detached(srv_table *t, const char *id, srv_session **out)
         return -2;
     memcpy(s->id, id, 32);
     s->id[32] = '\0';
-    if (give_state(t, s) != 0) {
+    if (give_state(t, s, 0) != 0) {
         struct_free(t, s);
         return -2;
     }
@@ -500,6 +516,15 @@ void srv_table_remove(srv_table *t, srv_session *s)
 {
     if (t->hooks.removed)
         t->hooks.removed(t->hooks.ctx, s);
+    srv_table_drop(t, s);
+}
+
+void srv_table_drop_keep(srv_table *t, srv_session *s, recur_state **state, float **logits)
+{
+    *state = s->state;
+    *logits = s->logits;
+    s->state = NULL; /* free_session keeps no state it no longer owns */
+    s->logits = NULL;
     srv_table_drop(t, s);
 }
 

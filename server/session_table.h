@@ -91,7 +91,8 @@ int srv_random_hex(char *out, size_t n_bytes);
 size_t srv_session_state_bytes(const srv_session *s, int vocab);
 
 /* max_sessions bounds sessions (resident, plus those on disk with persistence); freed states
- * are kept for reuse (up to a small pool). */
+ * are kept for reuse (up to a small pool), not zeroed: a new session's state is zeroed when it
+ * is given out (srv_table_new), a state about to be overwritten is not (adopt, detached). */
 srv_table *srv_table_create(const recur_model *m, int max_sessions);
 void srv_table_destroy(srv_table *t);
 
@@ -100,6 +101,9 @@ int srv_table_spare_count(const srv_table *t);
 /* Keep state (zero, of the table's model) and logits ([vocab]) for the next session: 0, or -1
  * when the pool is full (the caller still owns them). */
 int srv_table_spare_add(srv_table *t, recur_state *state, float *logits);
+/* Give back state (of the table's model, any values; NULL: nothing) and logits, as a freed
+ * session's: kept for reuse, or freed when the pool is full. */
+void srv_table_spare_return(srv_table *t, recur_state *state, float *logits);
 
 /* A new empty session (zero state, no logits). Returns 0, -1 when max_sessions is reached,
  * -2 when the random source or an allocation failed, or no resident slot could be freed
@@ -152,6 +156,9 @@ srv_session *srv_table_peek(srv_table *t, const char *id);
 int srv_table_adopt(srv_table *t, const char *id, uint64_t now_ms, srv_session **out);
 /* Unlink and free a session without the removed hook (eviction: it lives on on disk). */
 void srv_table_drop(srv_table *t, srv_session *s);
+/* srv_table_drop, but s's state and logits go to the caller (*state, *logits) instead of the
+ * pool, untouched: an eviction's write job serializes them, then srv_table_spare_return. */
+void srv_table_drop_keep(srv_table *t, srv_session *s, recur_state **state, float **logits);
 /* A session being built off the table (a resume read on another thread, residency.c): an empty
  * session with this id and a state and logits of its own, not in the table; 0 or -2. Then
  * either srv_table_link (loop thread: s joins the table as srv_table_adopt's would, no limit

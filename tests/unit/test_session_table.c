@@ -4,7 +4,9 @@
  * threshold come from the heap (one mapping each fragments into one mapping per freed state
  * under churn, up to vm.max_map_count); the open-addressed table finds exactly the sessions an
  * array model holds through random churn with colliding and wrapping ids, and a miss reads no
- * session struct. Reference: an independent array model of the same operations. */
+ * session struct; freed states keep their values until a new session takes one (then zeroed),
+ * and srv_table_drop_keep hands a state over untouched. Reference: an independent array model
+ * of the same operations. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -289,4 +291,82 @@ Test(session_table, a_miss_reads_no_session)
     memcpy(real.id, id, 33);
     slots[8] = (slot){id_hash(id), &real};
     cr_assert_eq(probe_id(&t, id_hash(id), id), &slots[8]);
+}
+
+/* s's state as recur_state_checkpoint gives it (tokens_seen, then the recurrent block): malloc'd */
+static uint8_t *state_bytes_of(const srv_session *s, size_t *n)
+{
+    *n = recur_state_checkpoint_bytes(s->state);
+    uint8_t *b = malloc(*n);
+    cr_assert_not_null(b);
+    recur_state_checkpoint(s->state, b);
+    return b;
+}
+
+static int all_zero(const uint8_t *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (b[i])
+            return 0;
+    return 1;
+}
+
+/* Freed states are kept with their values: a new session's state is zeroed when it is given out
+ * (srv_table_new), a state about to be overwritten (srv_table_detached, srv_table_adopt) is not
+ * touched; srv_table_drop_keep hands the state over instead of keeping it. */
+Test(session_table, freed_states_are_zeroed_only_for_new_sessions, .init = setup, .fini = teardown)
+{
+    srv_table *t = srv_table_create(M, 100);
+    srv_session *a;
+    cr_assert_eq(srv_table_new(t, 1, &a), 0);
+    size_t n;
+    uint8_t *fill = state_bytes_of(a, &n);
+    cr_assert(all_zero(fill, n));
+    uint64_t seen = 7;
+    memcpy(fill, &seen, sizeof seen);
+    for (size_t i = sizeof seen; i < n; i += sizeof(float)) {
+        float v = 0.25f * (float)(i % 97);
+        memcpy(fill + i, &v, sizeof v);
+    }
+    recur_state_rollback(a->state, fill);
+    char id[33];
+    memcpy(id, a->id, 33);
+    int spares = srv_table_spare_count(t);
+    srv_table_drop(t, a); /* kept, not zeroed */
+    cr_assert_eq(srv_table_spare_count(t), spares + 1);
+    srv_session *d;
+    cr_assert_eq(srv_table_detached(t, id, &d), 0);
+    size_t dn;
+    uint8_t *got = state_bytes_of(d, &dn);
+    cr_assert_eq(dn, n);
+    cr_assert_eq(memcmp(got, fill, n), 0, "a detached session's state was touched");
+    free(got);
+    srv_table_discard(t, d);
+    srv_session *b;
+    cr_assert_eq(srv_table_new(t, 2, &b), 0);
+    got = state_bytes_of(b, &dn);
+    cr_assert(all_zero(got, dn), "a new session's state is not zero");
+    free(got);
+    /* drop_keep: the state goes to the caller, untouched; given back, a new session zeroes it */
+    recur_state_rollback(b->state, fill);
+    recur_state *st = b->state;
+    float *lg = b->logits;
+    recur_state *kst;
+    float *klg;
+    spares = srv_table_spare_count(t);
+    srv_table_drop_keep(t, b, &kst, &klg);
+    cr_assert_eq(kst, st);
+    cr_assert_eq(klg, lg);
+    cr_assert_eq(srv_table_spare_count(t), spares);
+    cr_assert_eq(srv_table_count(t), 0);
+    srv_table_spare_return(t, kst, klg);
+    cr_assert_eq(srv_table_spare_count(t), spares + 1);
+    srv_session *c;
+    cr_assert_eq(srv_table_new(t, 3, &c), 0);
+    cr_assert_eq(c->state, st);
+    got = state_bytes_of(c, &dn);
+    cr_assert(all_zero(got, dn), "a given-back state was not zeroed for a new session");
+    free(got);
+    free(fill);
+    srv_table_destroy(t);
 }
