@@ -89,8 +89,12 @@ static int op_writable(srv_op *op)
  * A fold or a generation either completes with a state that keeps the value rule (docs/MODEL.md
  * "State values") or leaves the session exactly as it found it: the workers refuse a step whose
  * logits are not finite (scheduler.c), the op then puts the checkpoint back. One copy of the
- * recurrent state per op, on the loop thread (models/default: 196 KB, a few microseconds), not
- * per step: batched decode is untouched. */
+ * recurrent state per op (models/default: 196 KB, a few microseconds), not per step: batched
+ * decode is untouched. The copy is taken on the worker, right before the op's first item
+ * computes (ckpt_take), and a fold's or a create's check of the value rule runs on the worker
+ * right after its last item (check_after): the loop thread makes no pass over the state (at
+ * 100k resident sessions a state not touched for a while costs several µs a page on its first
+ * touch, docs/OPERATIONS.md). Until the first item the state is as the op found it. */
 
 static void op_checkpoint(srv_op *op)
 {
@@ -100,10 +104,39 @@ static void op_checkpoint(srv_op *op)
     op->ckpt = malloc(sb + lb);
     if (!op->ckpt)
         abort();
-    recur_state_checkpoint(s->state, op->ckpt);
-    memcpy(op->ckpt + sb, s->logits, lb);
-    op->ckpt_has_logits = s->has_logits;
-    memcpy(op->ckpt_lsm, s->lsm_c, sizeof op->ckpt_lsm);
+    op->ckpt_pending = 1;
+}
+
+/* On the worker (srv_work.before), before an item of the op computes: the checkpoint, once. */
+static void ckpt_take(srv_work *w)
+{
+    srv_op *op = w->owner;
+    if (!op->ckpt_pending)
+        return;
+    size_t sb = recur_state_checkpoint_bytes(w->state);
+    recur_state_checkpoint(w->state, op->ckpt);
+    memcpy(op->ckpt + sb, w->logits, (size_t)op->app->info->vocab_size * sizeof(float));
+    op->ckpt_has_logits = *w->has_logits;
+    memcpy(op->ckpt_lsm, w->lsm_c, sizeof op->ckpt_lsm);
+    op->ckpt_pending = 0;
+}
+
+/* The value rule on the state after the op's tokens: from the checkpoint's tokens_seen (a
+ * create: from 0). */
+static int op_check(srv_op *op, const recur_state *st)
+{
+    uint64_t seen0 = 0;
+    if (op->ckpt)
+        memcpy(&seen0, op->ckpt, sizeof seen0); /* recur_state_checkpoint starts with tokens_seen */
+    return recur_state_check(st, seen0);
+}
+
+/* On the worker (srv_work.after), after a fold's or a create's last item computed. */
+static void check_after(srv_work *w)
+{
+    srv_op *op = w->owner;
+    op->check_rc = op_check(op, w->state);
+    op->checked = 1;
 }
 
 /* Put the session back as the op found it (nothing in flight) and drop the checkpoint. */
@@ -112,6 +145,12 @@ static void op_rollback(srv_op *op)
     srv_session *s = op->sess;
     if (!op->ckpt)
         return;
+    op->checked = 0;
+    if (op->ckpt_pending) { /* no item ran: nothing changed */
+        free(op->ckpt);
+        op->ckpt = NULL;
+        return;
+    }
     size_t sb = recur_state_checkpoint_bytes(s->state);
     recur_state_rollback(s->state, op->ckpt);
     memcpy(s->logits, op->ckpt + sb, (size_t)op->app->info->vocab_size * sizeof(float));
@@ -131,9 +170,10 @@ static int op_commit(srv_op *op)
 {
     if (!op->ckpt)
         return 0;
-    uint64_t seen0;
-    memcpy(&seen0, op->ckpt, sizeof seen0); /* recur_state_checkpoint starts with tokens_seen */
-    int rc = recur_state_check(op->sess->state, seen0);
+    int rc = op->ckpt_pending ? 0 /* no item ran */
+             : op->checked    ? op->check_rc
+                              : op_check(op, op->sess->state);
+    op->checked = 0;
     if (rc) {
         op_rollback(op);
         return rc;
@@ -533,6 +573,10 @@ static void submit_fold_slice(srv_op *op)
     }
     if (op->kind == SRV_OP_CREATE) /* no lines: the LM head on the last position alone */
         w->logit_tail = 1;
+    if (op->ckpt_pending)
+        w->before = ckpt_take;
+    if (final && (op->ckpt || op->kind == SRV_OP_CREATE))
+        w->after = check_after;
     if (op->last_only) {
         /* "output": "last": the LM head only where it is needed — the last position of every
          * slice (the session's next-token logits), the last two of the final one (its line's
@@ -568,6 +612,8 @@ static void submit_generation(srv_op *op)
     w->gen = &op->run;
     w->gen_ids = op->gen_ids;
     w->pos0 = s->tokens_seen;
+    if (op->ckpt_pending)
+        w->before = ckpt_take; /* its first step takes it; its end is checked on the loop */
     atomic_store(&op->run.hold, 0); /* continue_op submits only while the stream is writable */
     atomic_store(&op->run.yield, 0);
     op->in_flight = 1;
@@ -734,7 +780,7 @@ static void continue_op(srv_op *op)
                 remove_session(app, s);
                 return;
             }
-            int rc = recur_state_check(s->state, 0);
+            int rc = op->checked ? op->check_rc : op_check(op, s->state);
             if (rc) { /* no id was given out: the session goes away */
                 op_error(op, 500, compute_error_code(rc), "the prefill left the state outside the value bound");
                 remove_session(app, s);

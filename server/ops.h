@@ -89,6 +89,10 @@ struct srv_op {
     uint8_t *ckpt;
     int ckpt_has_logits;
     float ckpt_lsm[2];
+    int ckpt_pending;   /* ckpt is allocated, not filled yet: the worker fills it before the
+                         * op's first item (ops.c ckpt_take); until then the state is as found */
+    int checked;        /* the worker checked the value rule after the op's last item ... */
+    int check_rc;       /* ... with this result (recur_state_check) */
     /* PUT_STATE */
     uint8_t *blob;      /* owned copy of the body */
     size_t blob_len;

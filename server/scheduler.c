@@ -105,6 +105,8 @@ static void run_steps(worker *wk, srv_work **items, int B)
         w->err = 0;
         w->has_logprob = 0;
         w->tokens_seen = recur_state_tokens_seen(w->state); /* stays right if w fails */
+        if (w->before)
+            w->before(w);
         if (w->sample) {
             const float *lg = srv_gen_sampling_logits(w->gen, w->logits, wk->adjusted, V);
             int t = recur_sample(lg, V, &w->sp, w->rng, wk->scratch);
@@ -162,6 +164,8 @@ static void run_steps(worker *wk, srv_work **items, int B)
             *w->has_logits = 2;
             fold_result(w, w->pos0, w->token, w->has_logprob, w->logprob, wk->lsm, V);
         }
+        if (w->after)
+            w->after(w);
     }
 }
 
@@ -240,6 +244,8 @@ static void run_prefill(worker *wk, srv_work *w)
     /* logits for rows first.. (all, or the tail: wk->logits row r is position first + r) */
     int64_t rows = w->logit_tail > 0 && w->logit_tail < w->n ? w->logit_tail : w->n;
     int64_t first = w->n - rows;
+    if (w->before)
+        w->before(w);
     w->err = recur_model_prefill_tail(s->model, wk->ws, w->state, w->tokens, w->n, rows, wk->logits);
     w->tokens_seen = recur_state_tokens_seen(w->state);
     if (!w->err) /* turned non-finite: the op puts the session back (ops.c checkpoint) */
@@ -262,6 +268,8 @@ static void run_prefill(worker *wk, srv_work *w)
         memcpy(w->logits, wk->logits + (size_t)(rows - 1) * V, (size_t)V * sizeof(float));
         *w->has_logits = 1;
     }
+    if (w->after)
+        w->after(w);
 }
 
 /* A decode batch may start when steps are ready and no batch runs; another one at the same time

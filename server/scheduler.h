@@ -80,6 +80,11 @@ typedef struct srv_work {
     /* fold results (STEP with sample == 0, and PREFILL): when on_fold is set, it is called on
      * the worker for every folded token, in order, with the top_k most likely next tokens */
     void (*on_fold)(struct srv_work *w, const srv_fold_result *r);
+    /* the owner's passes over the session's state, on the worker rather than the loop thread
+     * (ops.c "checkpoint"): before(w) runs before the item computes (a generation: before each
+     * of its steps), after(w) once it computed without error; NULL: none */
+    void (*before)(struct srv_work *w);
+    void (*after)(struct srv_work *w);
     int top_k;              /* <= SRV_MAX_TOP_K */
     int top_limit;          /* > 0: candidates only among ids < top_limit (the padding of a
                              * model's vocabulary beyond its tokenizer's never shows) */

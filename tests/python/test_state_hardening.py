@@ -283,11 +283,15 @@ def test_restored_session_continues_bit_for_bit():
 POISON = 15  # the token of write_overflow_model whose step overflows
 
 
-def write_overflow_model(path):
+def write_overflow_model(path, state_range=False):
     """A one-layer gated DeltaNet model (F32 safetensors) that is sound for tokens 0..14 and whose
     step overflows for token 15: its embedding turns the output gate silu(g) on (g = 100 h_0),
     and o_proj (1e37) then pushes the residual stream to infinity; the logits become NaN. Every
-    weight is finite, so the model loads; only a computation turns non-finite."""
+    weight is finite, so the model loads; only a computation turns non-finite.
+    state_range: token 15 instead leaves the state outside the value bound with finite logits:
+    its embedding opens the write gate beta = sigmoid(100 h_0) of a value v = 1e14 h_0 (S grows
+    to ~1e14 > 2^40; for the other tokens beta ~ e^-100), and the mixer's output is dropped
+    (o_proj 0)."""
     import random
     rnd = random.Random(5)
     V, d, H, K, ff = 16, 8, 1, 8, 8
@@ -315,6 +319,11 @@ def write_overflow_model(path):
     t[p + "mlp.gate_proj.weight"] = mat(ff, d)
     t[p + "mlp.up_proj.weight"] = mat(ff, d)
     t[p + "mlp.down_proj.weight"] = mat(d, ff)
+    if state_range:
+        t[p + "mixer.v_proj.weight"] = [[1e14] + [0.0] * (d - 1) for _ in range(H * K)]
+        t[p + "mixer.b_proj.weight"] = [[100.0] + [0.0] * (d - 1) for _ in range(H)]
+        t[p + "mixer.g_proj.weight"] = [[0.0] * d for _ in range(H * K)]
+        t[p + "mixer.o_proj.weight"] = [[0.0] * (H * K) for _ in range(d)]
     header, blobs, off = {}, [], 0
     for name, rows in t.items():
         flat = [x for r in rows for x in r]
@@ -388,6 +397,27 @@ def test_a_step_that_turns_non_finite_is_undone(tmp_path):
     with Daemon("--model", model, "--state-dir", str(sd), model_config=None) as d:
         assert get_state(d, sid) == mine
         assert quarantined(sd) == []
+
+
+def test_a_fold_that_leaves_the_state_out_of_range_is_undone(tmp_path):
+    """A fold whose logits are finite but whose state ends outside the value bound answers
+    state_range and leaves the session exactly as it was, through the prefill and a decode step
+    (the check runs on the worker after the fold's last item, ops.c); a create that would leave
+    such a state makes no session."""
+    model = write_overflow_model(str(tmp_path / "model"), state_range=True)
+    with Daemon("--model", model, model_config=None) as d:
+        sid = create_tokens(d, [1, 2, 3])
+        before = get_state(d, sid)
+        for toks in ([1, POISON, 2], [POISON]):  # prefill, one decode step
+            lines = fold_tokens(d, sid, toks)
+            err = stream_error(lines)
+            assert err and err[0]["error"]["code"] == "state_range", lines
+            assert get_state(d, sid) == before
+            assert requests.get(d.url("/v1/sessions/%s" % sid), timeout=10).json()["tokens_seen"] == 3
+        twin = create_tokens(d, [1, 2, 3])
+        assert fold_tokens(d, sid, [4, 5]) == fold_tokens(d, twin, [4, 5])
+        r = requests.post(d.url("/v1/sessions"), json={"tokens": [1, POISON]}, timeout=30)
+        assert error_code(r, 500) == "state_range"
 
 
 def create_tokens(d, tokens):
