@@ -342,6 +342,21 @@ def write_overflow_model(path, state_range=False):
     return path
 
 
+def poisoned_folds_are_undone(d, code):
+    """A session of tokens 1 2 3 into which a prefill and a decode step with POISON fail with code
+    and leave it exactly as it was; returns its id."""
+    sid = create_tokens(d, [1, 2, 3])
+    before = get_state(d, sid)
+    for toks in ([1, POISON, 2], [POISON]):  # prefill, one decode step
+        lines = fold_tokens(d, sid, toks)
+        err = stream_error(lines)
+        assert err and err[0]["error"]["code"] == code, lines
+        assert not any("done" in l for l in lines)
+        assert get_state(d, sid) == before
+        assert requests.get(d.url("/v1/sessions/%s" % sid), timeout=10).json()["tokens_seen"] == 3
+    return sid
+
+
 def fold_tokens(d, sid, tokens, top_k=2):
     r = requests.post(d.url("/v1/sessions/%s/tokens" % sid), json={"tokens": tokens, "top_k": top_k},
                       timeout=60)
@@ -358,15 +373,7 @@ def test_a_step_that_turns_non_finite_is_undone(tmp_path):
     model = write_overflow_model(str(tmp_path / "model"))
     sd = tmp_path / "sd"
     with Daemon("--model", model, "--state-dir", str(sd), model_config=None) as d:
-        sid = create_tokens(d, [1, 2, 3])
-        before = get_state(d, sid)
-        for toks in ([1, POISON, 2], [POISON]):  # prefill, one decode step
-            lines = fold_tokens(d, sid, toks)
-            err = stream_error(lines)
-            assert err and err[0]["error"]["code"] == "non_finite", lines
-            assert not any("done" in l for l in lines)
-            assert get_state(d, sid) == before
-            assert requests.get(d.url("/v1/sessions/%s" % sid), timeout=10).json()["tokens_seen"] == 3
+        sid = poisoned_folds_are_undone(d, "non_finite")
         # the session goes on as if nothing happened: same lines as a fresh twin of it
         twin = create_tokens(d, [1, 2, 3])
         assert fold_tokens(d, sid, [4, 5]) == fold_tokens(d, twin, [4, 5])
@@ -406,14 +413,7 @@ def test_a_fold_that_leaves_the_state_out_of_range_is_undone(tmp_path):
     such a state makes no session."""
     model = write_overflow_model(str(tmp_path / "model"), state_range=True)
     with Daemon("--model", model, model_config=None) as d:
-        sid = create_tokens(d, [1, 2, 3])
-        before = get_state(d, sid)
-        for toks in ([1, POISON, 2], [POISON]):  # prefill, one decode step
-            lines = fold_tokens(d, sid, toks)
-            err = stream_error(lines)
-            assert err and err[0]["error"]["code"] == "state_range", lines
-            assert get_state(d, sid) == before
-            assert requests.get(d.url("/v1/sessions/%s" % sid), timeout=10).json()["tokens_seen"] == 3
+        sid = poisoned_folds_are_undone(d, "state_range")
         twin = create_tokens(d, [1, 2, 3])
         assert fold_tokens(d, sid, [4, 5]) == fold_tokens(d, twin, [4, 5])
         r = requests.post(d.url("/v1/sessions"), json={"tokens": [1, POISON]}, timeout=30)
